@@ -1,0 +1,72 @@
+import type { AddressInfo } from 'node:net';
+import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
+import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
+import { loadOrCreateDevSecret } from './dev-credentials.js';
+import type { ApiConfig } from './env.js';
+import type { Logger } from './logger.js';
+import { createServer, type HeraldServer } from './server.js';
+
+export interface HeraldApp extends HeraldServer {
+  database: HeraldDatabase;
+  /** The generated development secret, in embedded mode without a configured key. */
+  devSecret: string | undefined;
+  /** Starts listening on the configured host and port (port 0 picks a free one). */
+  listen(): Promise<AddressInfo>;
+  /**
+   * Graceful stop: readiness turns false, the server stops accepting, in-flight requests finish (idle
+   * keep-alive connections are closed), then the database closes. After `shutdownGraceMs` the remaining
+   * connections are cut. Idempotent.
+   */
+  stop(): Promise<void>;
+}
+
+/** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
+export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
+  const database = await createDatabase(config.database);
+  try {
+    const results = await migrateToLatest(database.db);
+    for (const result of results) logger.info({ migration: result.migrationName, status: result.status }, 'migration');
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+
+  let devSecret: string | undefined;
+  let key: TokenKeySource | undefined = config.auth.key;
+  if (!key) {
+    devSecret = loadOrCreateDevSecret(config.dataDir);
+    key = { kind: 'secret', secret: devSecret };
+  }
+  const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
+  const server = createServer({ config, database, verifier, logger });
+  const { httpServer } = server;
+
+  let stopping: Promise<void> | undefined;
+  return {
+    ...server,
+    database,
+    devSecret,
+    listen() {
+      return new Promise((resolve, reject) => {
+        httpServer.once('error', reject);
+        httpServer.listen(config.http.port, config.http.host, () => {
+          httpServer.off('error', reject);
+          resolve(httpServer.address() as AddressInfo);
+        });
+      });
+    },
+    stop() {
+      stopping ??= (async () => {
+        server.drain();
+        const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+        httpServer.closeIdleConnections();
+        const timer = setTimeout(() => httpServer.closeAllConnections(), config.http.shutdownGraceMs);
+        timer.unref();
+        await closed;
+        clearTimeout(timer);
+        await database.close();
+      })();
+      return stopping;
+    },
+  };
+}

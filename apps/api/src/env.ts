@@ -1,0 +1,163 @@
+import { createPublicKey } from 'node:crypto';
+import type { TokenKeySource } from '@herald/auth';
+import { durationMs, parseEnv } from '@herald/config';
+import type { DatabaseConfig } from '@herald/db';
+import { z } from 'zod';
+
+/** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
+const MAX_KEEPALIVE_MS = 30_000;
+const MIB = 1024 * 1024;
+
+const port = z.coerce.number().int().min(0).max(65_535);
+const positiveInt = z.coerce.number().int().positive();
+const redisUrl = z.url({ protocol: /^rediss?$/, error: 'expected a redis:// or rediss:// URL' });
+const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
+const pemPublicKey = z.string().refine(
+  (pem) => {
+    try {
+      createPublicKey(pem.replace(/\\n/g, '\n'));
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { error: 'expected a PEM-encoded public key (SPKI)' },
+);
+
+const EnvSchema = z
+  .object({
+    NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+
+    // http
+    PORT: port.default(4000),
+    HOST: z.string().min(1).default('0.0.0.0'),
+    MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
+    SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
+
+    // storage
+    DATABASE_URL: postgresUrl.optional(),
+    DATABASE_POOL_MAX: positiveInt.default(10),
+    REDIS_URL: redisUrl.optional(),
+    HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
+
+    // auth
+    JWT_SECRET: z.string().min(32, { error: 'must be at least 32 characters' }).optional(),
+    JWT_PUBLIC_KEY: pemPublicKey.optional(),
+    JWT_JWKS_URL: z.url({ protocol: /^https?$/ }).optional(),
+    JWT_ISSUER: z.string().min(1).optional(),
+    JWT_AUDIENCE: z.string().min(1).optional(),
+
+    // graphql
+    GRAPHQL_INTROSPECTION: z.stringbool().optional(),
+    GRAPHIQL: z.stringbool().optional(),
+    MAX_QUERY_DEPTH: positiveInt.default(12),
+    MAX_QUERY_ALIASES: positiveInt.default(15),
+    MAX_QUERY_TOKENS: positiveInt.default(2_000),
+
+    // websocket
+    WS_KEEPALIVE_MS: positiveInt
+      .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
+      .default(12_000),
+
+    // webhooks
+    WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
+    WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
+    WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
+    WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
+  })
+  .superRefine((env, ctx) => {
+    const keys = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name]);
+    if (keys.length > 1) {
+      ctx.addIssue({ code: 'custom', path: [keys[1] as string], message: `set only one of ${keys.join(', ')}` });
+    }
+    if (keys.length === 0 && env.DATABASE_URL) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['JWT_SECRET'],
+        message: 'required in cluster mode (DATABASE_URL is set): set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL',
+      });
+    }
+  });
+
+export type Mode = 'embedded' | 'cluster';
+
+/** Herald API configuration, grouped by concern. Built once by {@link loadApiConfig}. */
+export interface ApiConfig {
+  mode: Mode;
+  isProduction: boolean;
+  logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
+  http: { host: string; port: number; maxRequestBodyBytes: number; shutdownGraceMs: number };
+  database: DatabaseConfig;
+  /** Redis for cross-pod pub/sub; undefined keeps pub/sub in memory (one process). */
+  redisUrl: string | undefined;
+  /** Where embedded data and the generated development secret live. */
+  dataDir: string;
+  auth: {
+    /** undefined: embedded mode generates a development secret in `dataDir`. */
+    key: TokenKeySource | undefined;
+    issuer: string | undefined;
+    audience: string | undefined;
+  };
+  graphql: {
+    introspection: boolean;
+    graphiql: boolean;
+    maxDepth: number;
+    maxAliases: number;
+    maxTokens: number;
+  };
+  ws: { keepAliveMs: number };
+  webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
+}
+
+/**
+ * Parses and validates the environment. The only reader of `process.env` in the API.
+ * @throws InvalidConfigError with one line per bad variable
+ */
+export function loadApiConfig(env: Record<string, string | undefined> = process.env): ApiConfig {
+  const parsed = parseEnv(EnvSchema, env);
+  const isProduction = parsed.NODE_ENV === 'production';
+  const mode: Mode = parsed.DATABASE_URL && parsed.REDIS_URL ? 'cluster' : 'embedded';
+  const embeddedDatabase = !parsed.DATABASE_URL;
+  return {
+    mode,
+    isProduction,
+    logLevel: parsed.LOG_LEVEL,
+    http: {
+      host: parsed.HOST,
+      port: parsed.PORT,
+      maxRequestBodyBytes: parsed.MAX_REQUEST_BODY_BYTES,
+      shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS,
+    },
+    database: parsed.DATABASE_URL
+      ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
+      : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
+    redisUrl: parsed.REDIS_URL,
+    dataDir: parsed.HERALD_DATA_DIR,
+    auth: {
+      key: parsed.JWT_SECRET
+        ? { kind: 'secret', secret: parsed.JWT_SECRET }
+        : parsed.JWT_PUBLIC_KEY
+          ? { kind: 'public-key', pem: parsed.JWT_PUBLIC_KEY.replace(/\\n/g, '\n') }
+          : parsed.JWT_JWKS_URL
+            ? { kind: 'jwks', url: parsed.JWT_JWKS_URL }
+            : undefined,
+      issuer: parsed.JWT_ISSUER,
+      audience: parsed.JWT_AUDIENCE,
+    },
+    graphql: {
+      introspection: parsed.GRAPHQL_INTROSPECTION ?? !isProduction,
+      graphiql: parsed.GRAPHIQL ?? !isProduction,
+      maxDepth: parsed.MAX_QUERY_DEPTH,
+      maxAliases: parsed.MAX_QUERY_ALIASES,
+      maxTokens: parsed.MAX_QUERY_TOKENS,
+    },
+    ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS },
+    webhooks: {
+      timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
+      retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,
+      retryHorizonMs: parsed.WEBHOOK_RETRY_HORIZON,
+      allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
+    },
+  };
+}

@@ -1,0 +1,57 @@
+import { ErrorCode } from '@herald/contracts';
+import { GraphQLError } from 'graphql';
+
+/**
+ * Expected failures. Each is a GraphQLError with `extensions.code`, so Yoga passes its message to the
+ * client unmasked; anything else thrown by a resolver is masked as INTERNAL_SERVER_ERROR and logged.
+ */
+abstract class HeraldError extends GraphQLError {
+  constructor(message: string, code: ErrorCode, extensions: Record<string, unknown> = {}) {
+    super(message, { extensions: { ...extensions, code } });
+  }
+}
+
+/** No current user, where one is required. */
+export class UnauthenticatedError extends HeraldError {
+  override readonly name = 'UnauthenticatedError';
+  constructor(message = 'Not authenticated: sign in and send a bearer token') {
+    super(message, ErrorCode.UNAUTHENTICATED);
+  }
+}
+
+/** The current user is not a member of the organisation the operation names. */
+export class ForbiddenError extends HeraldError {
+  override readonly name = 'ForbiddenError';
+  constructor(message = 'Forbidden: you are not a member of this organisation') {
+    super(message, ErrorCode.FORBIDDEN);
+  }
+}
+
+/**
+ * No such object, or one the viewer may not see: the two answer identically so that another
+ * tenant's ids reveal nothing (SPEC §4).
+ */
+export class NotFoundError extends HeraldError {
+  override readonly name = 'NotFoundError';
+  constructor(what: string) {
+    super(`${what} not found`, ErrorCode.NOT_FOUND);
+  }
+}
+
+/** The arguments are well-typed but not acceptable (an empty title, a malformed cursor, …). */
+export class BadUserInputError extends HeraldError {
+  override readonly name = 'BadUserInputError';
+  constructor(message: string, field?: string) {
+    super(message, ErrorCode.BAD_USER_INPUT, field ? { field } : {});
+  }
+}
+
+/** An invalid, expired or wrongly signed token on an HTTP request: answered with HTTP 401. */
+export class InvalidCredentialsError extends HeraldError {
+  override readonly name = 'InvalidCredentialsError';
+  constructor(message: string) {
+    super(message, ErrorCode.UNAUTHENTICATED, {
+      http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer error="invalid_token"' } },
+    });
+  }
+}

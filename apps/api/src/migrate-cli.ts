@@ -1,0 +1,23 @@
+import { InvalidConfigError } from '@herald/config';
+import { createDatabase, migrateToLatest } from '@herald/db';
+import { loadApiConfig } from './env.js';
+
+// `pnpm migrate`: brings the configured database (DATABASE_URL, or the embedded one) to the latest schema.
+try {
+  const config = loadApiConfig();
+  const database = await createDatabase(config.database);
+  try {
+    const results = await migrateToLatest(database.db);
+    if (results.length === 0) process.stdout.write('database is up to date\n');
+    for (const result of results) process.stdout.write(`${result.status}: ${result.migrationName}\n`);
+  } finally {
+    await database.close();
+  }
+} catch (error) {
+  if (error instanceof InvalidConfigError) {
+    for (const line of error.lines) process.stderr.write(`herald: invalid configuration: ${line}\n`);
+  } else {
+    process.stderr.write(`herald: migration failed: ${(error as Error).message}\n`);
+  }
+  process.exit(1);
+}

@@ -1,0 +1,51 @@
+import { isMemberOf, type Viewer } from '@herald/auth';
+import SchemaBuilder from '@pothos/core';
+import RelayPlugin from '@pothos/plugin-relay';
+import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import type { Context } from '../context.js';
+import { ForbiddenError, UnauthenticatedError } from '../errors.js';
+
+/**
+ * The single Pothos builder. Authorization is declared on fields with `authScopes`:
+ * - `viewer`: a current user exists (else UNAUTHENTICATED);
+ * - `orgMember: orgId`: the current user belongs to that organisation (else FORBIDDEN).
+ * Lookups by object id check the object's organisation in the resolver and answer NOT_FOUND/null,
+ * because the organisation is not known before the row is read.
+ */
+export const builder = new SchemaBuilder<{
+  Context: Context;
+  AuthScopes: { viewer: boolean; orgMember: string };
+  AuthContexts: { viewer: Context & { viewer: Viewer } };
+  DefaultAuthStrategy: 'all';
+  Scalars: { DateTime: { Input: Date; Output: Date | string } };
+  DefaultFieldNullability: false;
+  DefaultEdgesNullability: { list: false; items: false };
+  DefaultNodeNullability: false;
+}>({
+  plugins: [ScopeAuthPlugin, RelayPlugin],
+  // Non-null unless a field says otherwise: the contract (SPEC §5) is mostly non-null.
+  defaultFieldNullability: false,
+  scopeAuth: {
+    defaultStrategy: 'all',
+    authorizeOnSubscribe: true,
+    authScopes: (context) => ({
+      viewer: context.viewer != null,
+      orgMember: (orgId) => isMemberOf(context.viewer, orgId),
+    }),
+    unauthorizedError: (_parent, context) =>
+      context.viewer == null ? new UnauthenticatedError() : new ForbiddenError(),
+  },
+  relay: {
+    clientMutationId: 'omit',
+    edgesFieldOptions: { nullable: { list: false, items: false } },
+    nodeFieldOptions: { nullable: false },
+    cursorType: 'String',
+    // The relay `node(id)`/`nodes(ids)` fields would be a second way into every type, each needing its
+    // own tenancy check; Herald's lookups are the explicit `post(id)` etc. instead.
+    nodeQueryOptions: false,
+    nodesQueryOptions: false,
+  },
+});
+
+builder.queryType();
+builder.mutationType();

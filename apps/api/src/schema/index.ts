@@ -1,0 +1,8 @@
+import type { GraphQLSchema } from 'graphql';
+import { builder } from './builder.js';
+import './scalars.js';
+import './user.js';
+import './post.js';
+
+/** The whole Herald schema. Printed to `apps/api/schema.graphql` by `pnpm schema:print`. */
+export const schema: GraphQLSchema = builder.toSchema({ sortSchema: false });

@@ -1,0 +1,150 @@
+import { isMemberOf } from '@herald/auth';
+import { findPostById, insertPost, listPostsByOrg, type Post, publishPostInTransaction, upsertUser } from '@herald/db';
+import { resolveCursorConnection } from '@pothos/plugin-relay';
+import { BadUserInputError, NotFoundError } from '../errors.js';
+import { builder } from './builder.js';
+
+const MAX_TITLE_LENGTH = 300;
+const MAX_TAGS = 20;
+const MAX_TAG_LENGTH = 50;
+const DEFAULT_PAGE_SIZE = 20;
+const MAX_PAGE_SIZE = 100;
+const CURSOR_PREFIX = 'post:';
+
+export const PostStatusEnum = builder.enumType('PostStatus', {
+  values: { DRAFT: { value: 'DRAFT' }, PUBLISHED: { value: 'PUBLISHED' } } as const,
+});
+
+export const AuthorRef = builder.objectRef<{ id: string; name: string }>('Author').implement({
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+  }),
+});
+
+/**
+ * A post. Resolvers receive the database row; for subscription events, the same row after a JSON round
+ * trip (dates as ISO strings), which every field here accepts.
+ */
+export const PostRef = builder.objectRef<Post>('Post').implement({
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    orgId: t.exposeID('org_id'),
+    title: t.exposeString('title'),
+    tags: t.exposeStringList('tags'),
+    status: t.field({ type: PostStatusEnum, resolve: (post) => post.status }),
+    createdAt: t.field({ type: 'DateTime', resolve: (post) => post.created_at }),
+    publishedAt: t.field({ type: 'DateTime', nullable: true, resolve: (post) => post.published_at }),
+    author: t.field({
+      type: AuthorRef,
+      resolve: async (post, _args, context) => {
+        const author = await context.loaders.author.load(post.author_id);
+        // posts.author_id references users.id, so a missing author is a broken invariant, not user error.
+        if (!author) throw new Error(`author ${post.author_id} of post ${post.id} is missing`);
+        return author;
+      },
+    }),
+  }),
+});
+
+const PostConnection = builder.connectionObject({ type: PostRef, name: 'PostConnection' }, { name: 'PostEdge' });
+
+builder.queryFields((t) => ({
+  post: t.withAuth({ viewer: true }).field({
+    type: PostRef,
+    nullable: true,
+    description: "A post by id; null when it does not exist or belongs to an organisation you're not in.",
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, { id }, context) => {
+      const post = await findPostById(context.db, String(id));
+      return post && isMemberOf(context.viewer, post.org_id) ? post : null;
+    },
+  }),
+  posts: t.field({
+    type: PostConnection,
+    description: "An organisation's posts, newest first.",
+    authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.orgId) }),
+    args: {
+      orgId: t.arg.id({ required: true }),
+      first: t.arg.int({ description: `Page size, at most ${MAX_PAGE_SIZE}. @default ${DEFAULT_PAGE_SIZE}` }),
+      after: t.arg.string(),
+    },
+    resolve: (_root, args, context) => {
+      if (args.first != null && (args.first < 0 || args.first > MAX_PAGE_SIZE)) {
+        throw new BadUserInputError(`first must be between 0 and ${MAX_PAGE_SIZE}`, 'first');
+      }
+      return resolveCursorConnection<Promise<Post[]>>(
+        {
+          args,
+          toCursor: (post: Post) => encodeCursor(post.seq),
+          defaultSize: DEFAULT_PAGE_SIZE,
+          maxSize: MAX_PAGE_SIZE,
+        },
+        ({ after, before, limit, inverted }) =>
+          listPostsByOrg(context.db, {
+            orgId: String(args.orgId),
+            afterSeq: after == null ? null : decodeCursor(after, 'after'),
+            beforeSeq: before == null ? null : decodeCursor(before, 'before'),
+            limit,
+            inverted,
+          }),
+      );
+    },
+  }),
+}));
+
+const CreatePostInput = builder.inputType('CreatePostInput', {
+  fields: (t) => ({
+    orgId: t.id({ required: true }),
+    title: t.string({ required: true }),
+    tags: t.stringList({ required: false }),
+  }),
+});
+
+builder.mutationFields((t) => ({
+  createPost: t.field({
+    type: PostRef,
+    description: 'Creates a draft post in an organisation you belong to.',
+    authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.input.orgId) }),
+    args: { input: t.arg({ type: CreatePostInput, required: true }) },
+    resolve: async (_root, { input }, context) => {
+      const viewer = context.viewer;
+      if (!viewer) throw new Error('unreachable: authScopes require a viewer');
+      const title = input.title.trim();
+      if (title.length === 0 || title.length > MAX_TITLE_LENGTH) {
+        throw new BadUserInputError(`title must be 1 to ${MAX_TITLE_LENGTH} characters`, 'title');
+      }
+      const tags = (input.tags ?? []).map((tag) => tag.trim());
+      if (tags.length > MAX_TAGS || tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH)) {
+        throw new BadUserInputError(`at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters`, 'tags');
+      }
+      return context.db.transaction().execute(async (trx) => {
+        await upsertUser(trx, { id: viewer.id, name: viewer.name });
+        return insertPost(trx, { orgId: String(input.orgId), authorId: viewer.id, title, tags });
+      });
+    },
+  }),
+  publishPost: t.withAuth({ viewer: true }).field({
+    type: PostRef,
+    description: 'Publishes a draft. Publishing an already published post returns it unchanged.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, { id }, context) => {
+      const result = await context.db
+        .transaction()
+        .execute((trx) => publishPostInTransaction(trx, String(id), context.viewer.orgs));
+      if (!result) throw new NotFoundError('Post');
+      return result.post;
+    },
+  }),
+}));
+
+function encodeCursor(seq: string | number | bigint): string {
+  return Buffer.from(`${CURSOR_PREFIX}${seq}`).toString('base64url');
+}
+
+function decodeCursor(cursor: string, argument: string): string {
+  const decoded = Buffer.from(cursor, 'base64url').toString('utf8');
+  const seq = decoded.startsWith(CURSOR_PREFIX) ? decoded.slice(CURSOR_PREFIX.length) : '';
+  if (!/^\d{1,19}$/.test(seq)) throw new BadUserInputError(`${argument} is not a valid cursor`, argument);
+  return seq;
+}

@@ -1,0 +1,125 @@
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
+import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
+import type { TokenVerifier } from '@herald/auth';
+import type { HeraldDatabase } from '@herald/db';
+import { GraphQLError } from 'graphql';
+import {
+  createYoga,
+  type Plugin,
+  useReadinessCheck,
+  type YogaServerInstance,
+  maskError as yogaMaskError,
+} from 'graphql-yoga';
+import { type Context, createContextBuilder } from './context.js';
+import type { ApiConfig } from './env.js';
+import type { Logger } from './logger.js';
+import { useErrorCodes } from './plugins/use-error-codes.js';
+import { useErrorLogging } from './plugins/use-error-logging.js';
+import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import { schema } from './schema/index.js';
+
+export const GRAPHQL_PATH = '/graphql';
+export const HEALTH_PATH = '/health';
+export const READINESS_PATH = '/readiness';
+/** Headers of which one must be present on a GET (or other "simple") request: CSRF protection. */
+export const CSRF_HEADERS = ['x-graphql-yoga-csrf', 'apollo-require-preflight', 'graphql-require-preflight'];
+
+export interface ServerDeps {
+  config: ApiConfig;
+  database: HeraldDatabase;
+  verifier: TokenVerifier;
+  logger: Logger;
+}
+
+export interface HeraldServer {
+  yoga: YogaServerInstance<Record<string, unknown>, Context>;
+  /** The node:http server; not listening until the caller calls `listen`. */
+  httpServer: Server;
+  /** `/readiness` answers 503 from now on, so load balancers stop sending new work here. */
+  drain(): void;
+  readonly draining: boolean;
+}
+
+/**
+ * Builds Herald's HTTP server: Yoga on `/graphql` (POST, and GET for queries only), `/health`
+ * (liveness: the process answers) and `/readiness` (the database answers and we're not draining).
+ * Never listens by itself and has no side effects beyond the objects it returns.
+ */
+export function createServer(deps: ServerDeps): HeraldServer {
+  const { config, database, logger } = deps;
+  let draining = false;
+  const buildContext = createContextBuilder({ verifier: deps.verifier, db: database.db, logger });
+
+  const plugins: Plugin[] = [
+    useRequestLogging(logger),
+    useReadinessCheck({
+      endpoint: READINESS_PATH,
+      check: async () => {
+        if (draining) return false;
+        try {
+          await database.ping();
+          return true;
+        } catch (error) {
+          logger.warn({ err: error }, 'readiness: database unreachable');
+          return false;
+        }
+      },
+    }),
+    useCSRFPrevention({ requestHeaders: CSRF_HEADERS }),
+    EnvelopArmorPlugin({
+      maxDepth: { n: config.graphql.maxDepth },
+      maxAliases: { n: config.graphql.maxAliases },
+      maxTokens: { n: config.graphql.maxTokens },
+      // Field suggestions ("did you mean …") would leak the schema when introspection is off.
+      blockFieldSuggestion: { enabled: !config.graphql.introspection },
+    }) as Plugin,
+    useErrorCodes(),
+    useErrorLogging(logger) as Plugin,
+  ];
+  if (!config.graphql.introspection) plugins.push(useDisableIntrospection());
+
+  const yoga = createYoga<Record<string, unknown>, Context>({
+    schema,
+    graphqlEndpoint: GRAPHQL_PATH,
+    healthCheckEndpoint: HEALTH_PATH,
+    landingPage: false,
+    graphiql: config.graphql.graphiql ? { title: 'Herald', subscriptionsProtocol: 'WS' } : false,
+    maxRequestBodySize: config.http.maxRequestBodyBytes,
+    logging: {
+      debug: (...args) => logger.debug(args.map(String).join(' ')),
+      info: (...args) => logger.info(args.map(String).join(' ')),
+      warn: (...args) => logger.warn(args.map(String).join(' ')),
+      error: (...args) => logger.error(args.map(String).join(' ')),
+    },
+    maskedErrors: {
+      isDev: !config.isProduction,
+      maskError: (error, message, isDev) => {
+        const masked = yogaMaskError(error, message, isDev);
+        if (!(masked instanceof GraphQLError) || masked.extensions?.code !== undefined) return masked;
+        return new GraphQLError(masked.message, {
+          nodes: masked.nodes,
+          source: masked.source,
+          positions: masked.positions,
+          path: masked.path,
+          extensions: { ...masked.extensions, code: 'INTERNAL_SERVER_ERROR' },
+        });
+      },
+    },
+    context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
+    plugins,
+  });
+
+  const httpServer = createHttpServer(yoga);
+  return {
+    yoga,
+    httpServer,
+    drain() {
+      draining = true;
+    },
+    get draining() {
+      return draining;
+    },
+  };
+}

@@ -1,0 +1,4 @@
+export * from './invalid-token-error.js';
+export * from './sign-token.js';
+export * from './token-verifier.js';
+export * from './viewer.js';

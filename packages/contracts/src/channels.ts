@@ -1,0 +1,12 @@
+/**
+ * Pub/sub channel names. Every channel Herald publishes on is built here so that the publisher
+ * (a mutation) and the subscriber (a subscription field) can never disagree on a name.
+ */
+
+/** Prefix of the per-organisation channel a published post is announced on. */
+export const POST_PUBLISHED_CHANNEL_PREFIX = 'post-published';
+
+/** `post-published:<orgId>`: one channel per organisation, so a tenant only ever hears its own posts. */
+export function postPublishedChannel(orgId: string): string {
+  return `${POST_PUBLISHED_CHANNEL_PREFIX}:${orgId}`;
+}

@@ -1,0 +1,39 @@
+import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+
+/**
+ * The tables Herald's code reads and writes, as Kysely sees them. Migrations (in `migrations/`) are
+ * the source of truth for the SQL; this file must follow them.
+ */
+export interface Database {
+  users: UsersTable;
+  posts: PostsTable;
+}
+
+/** A user as last seen in a token. Authors of posts are users. */
+export interface UsersTable {
+  id: string;
+  name: string;
+  created_at: ColumnType<Date, never, never>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+export type PostStatus = 'DRAFT' | 'PUBLISHED';
+
+export interface PostsTable {
+  id: string;
+  org_id: string;
+  author_id: string;
+  title: string;
+  tags: string[];
+  status: ColumnType<PostStatus, PostStatus | undefined, PostStatus>;
+  created_at: ColumnType<Date, never, never>;
+  published_at: ColumnType<Date | null, never, Date>;
+  /** Increments on each insert; a tie-breaker for ordering rows created in the same microsecond. */
+  seq: Generated<string>;
+}
+
+export type User = Selectable<UsersTable>;
+export type NewUser = Insertable<UsersTable>;
+export type Post = Selectable<PostsTable>;
+export type NewPost = Insertable<PostsTable>;
+export type PostUpdate = Updateable<PostsTable>;

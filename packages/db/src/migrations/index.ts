@@ -1,0 +1,17 @@
+import type { Migration, MigrationProvider } from 'kysely';
+import * as createUsersAndPosts from './2026-11-21T07-30_create-users-and-posts.js';
+
+/**
+ * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
+ * is never edited, a change is a new file listed here. Listed statically rather than read from disk so
+ * that the same list works under tsx, vitest and a bundled build.
+ */
+const MIGRATIONS: Record<string, Migration> = {
+  '2026-11-21T07-30_create-users-and-posts': createUsersAndPosts,
+};
+
+export const migrationProvider: MigrationProvider = {
+  async getMigrations() {
+    return MIGRATIONS;
+  },
+};

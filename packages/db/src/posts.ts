@@ -1,0 +1,86 @@
+import { randomUUID } from 'node:crypto';
+import type { Kysely, Transaction } from 'kysely';
+import type { Database, Post } from './database.js';
+
+export interface NewPostInput {
+  orgId: string;
+  authorId: string;
+  title: string;
+  tags: readonly string[];
+}
+
+export async function insertPost(db: Kysely<Database>, input: NewPostInput): Promise<Post> {
+  return db
+    .insertInto('posts')
+    .values({
+      id: randomUUID(),
+      org_id: input.orgId,
+      author_id: input.authorId,
+      title: input.title,
+      tags: [...new Set(input.tags)],
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+export async function findPostById(db: Kysely<Database>, id: string): Promise<Post | undefined> {
+  return db.selectFrom('posts').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+export interface PostPageQuery {
+  orgId: string;
+  /** Only posts older than this `seq` (the `after` cursor). */
+  afterSeq?: string | null | undefined;
+  /** Only posts newer than this `seq` (the `before` cursor). */
+  beforeSeq?: string | null | undefined;
+  limit: number;
+  /** Walk from the oldest end (for `last`); the caller reverses the rows. */
+  inverted?: boolean;
+}
+
+/** One page of an organisation's posts, newest first (keyset pagination on `seq`). */
+export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<Post[]> {
+  let select = db.selectFrom('posts').selectAll().where('org_id', '=', query.orgId);
+  if (query.afterSeq != null) select = select.where('seq', '<', query.afterSeq);
+  if (query.beforeSeq != null) select = select.where('seq', '>', query.beforeSeq);
+  return select
+    .orderBy('seq', query.inverted ? 'asc' : 'desc')
+    .limit(query.limit)
+    .execute();
+}
+
+export interface PublishResult {
+  post: Post;
+  /** False when the post was already published: nothing changed and no event is due. */
+  published: boolean;
+}
+
+/**
+ * Marks a draft published inside `trx`, locking the row so two concurrent publishes of the same post
+ * announce it once. Events caused by the change are written by the caller in the same transaction.
+ * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
+ * @returns undefined when no post with this id exists in those organisations
+ */
+export async function publishPostInTransaction(
+  trx: Transaction<Database>,
+  id: string,
+  orgIds: readonly string[],
+): Promise<PublishResult | undefined> {
+  if (orgIds.length === 0) return undefined;
+  const current = await trx
+    .selectFrom('posts')
+    .selectAll()
+    .where('id', '=', id)
+    .where('org_id', 'in', [...orgIds])
+    .forUpdate()
+    .executeTakeFirst();
+  if (!current) return undefined;
+  if (current.status === 'PUBLISHED') return { post: current, published: false };
+  const post = await trx
+    .updateTable('posts')
+    .set({ status: 'PUBLISHED', published_at: new Date() })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return { post, published: true };
+}

@@ -1,6 +1,6 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
-import { durationMs, parseEnv } from '@herald/config';
+import { durationMs, InvalidConfigError, parseEnv } from '@herald/config';
 import type { DatabaseConfig } from '@herald/db';
 import { z } from 'zod';
 
@@ -65,19 +65,6 @@ const EnvSchema = z
     WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
     WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
     WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
-  })
-  .superRefine((env, ctx) => {
-    const keys = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name]);
-    if (keys.length > 1) {
-      ctx.addIssue({ code: 'custom', path: [keys[1] as string], message: `set only one of ${keys.join(', ')}` });
-    }
-    if (keys.length === 0 && env.DATABASE_URL) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['JWT_SECRET'],
-        message: 'required in cluster mode (DATABASE_URL is set): set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL',
-      });
-    }
   });
 
 export type Mode = 'embedded' | 'cluster';
@@ -116,6 +103,7 @@ export interface ApiConfig {
  */
 export function loadApiConfig(env: Record<string, string | undefined> = process.env): ApiConfig {
   const parsed = parseEnv(EnvSchema, env);
+  checkKeySources(parsed);
   const isProduction = parsed.NODE_ENV === 'production';
   const mode: Mode = parsed.DATABASE_URL && parsed.REDIS_URL ? 'cluster' : 'embedded';
   const embeddedDatabase = !parsed.DATABASE_URL;
@@ -160,4 +148,17 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
     },
   };
+}
+
+/** Rules across variables, checked once each variable is valid on its own. */
+function checkKeySources(env: z.output<typeof EnvSchema>): void {
+  const keys = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name]);
+  if (keys.length > 1) {
+    throw new InvalidConfigError([`${keys[1]}: set only one of ${keys.join(', ')}`]);
+  }
+  if (keys.length === 0 && env.DATABASE_URL) {
+    throw new InvalidConfigError([
+      'JWT_SECRET: required in cluster mode (DATABASE_URL is set): set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL',
+    ]);
+  }
 }

@@ -1,0 +1,81 @@
+import { InvalidConfigError } from '@herald/config';
+import { describe, expect, it } from 'vitest';
+import { loadApiConfig } from './env.js';
+
+function configError(env: Record<string, string>): string[] {
+  try {
+    loadApiConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(InvalidConfigError);
+    return (error as InvalidConfigError).lines;
+  }
+  throw new Error('expected the configuration to be refused');
+}
+
+const SECRET = 'x'.repeat(32);
+
+describe('loadApiConfig', () => {
+  it('defaults to embedded mode with the SPEC §3 defaults', () => {
+    const config = loadApiConfig({});
+    expect(config.mode).toBe('embedded');
+    expect(config.http).toMatchObject({ host: '0.0.0.0', port: 4000, maxRequestBodyBytes: 1024 * 1024 });
+    expect(config.database).toEqual({ kind: 'embedded', dataDir: './.herald/pgdata' });
+    expect(config.auth.key).toBeUndefined();
+    expect(config.ws.keepAliveMs).toBe(12_000);
+    expect(config.webhooks).toEqual({
+      timeoutMs: 10_000,
+      retryBaseMs: 5_000,
+      retryHorizonMs: 3 * 86_400_000,
+      allowPrivateUrls: true,
+    });
+    expect(config.graphql).toMatchObject({ introspection: true, graphiql: true, maxDepth: 12 });
+  });
+
+  it('is cluster mode with DATABASE_URL and REDIS_URL, and refuses private webhook URLs by default', () => {
+    const config = loadApiConfig({
+      DATABASE_URL: 'postgres://db.internal/herald',
+      REDIS_URL: 'redis://redis.internal:6379',
+      JWT_SECRET: SECRET,
+    });
+    expect(config.mode).toBe('cluster');
+    expect(config.database).toMatchObject({ kind: 'postgres', url: 'postgres://db.internal/herald' });
+    expect(config.webhooks.allowPrivateUrls).toBe(false);
+  });
+
+  it('turns GraphiQL and introspection off in production unless asked', () => {
+    expect(loadApiConfig({ NODE_ENV: 'production' }).graphql).toMatchObject({ introspection: false, graphiql: false });
+    expect(loadApiConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' }).graphql.introspection).toBe(true);
+  });
+
+  it('reads a PEM key with escaped newlines', async () => {
+    const { generateKeyPair, exportSPKI } = await import('jose');
+    const pem = await exportSPKI((await generateKeyPair('ES256')).publicKey);
+    const config = loadApiConfig({ JWT_PUBLIC_KEY: pem.replace(/\n/g, '\\n') });
+    expect(config.auth.key).toEqual({ kind: 'public-key', pem });
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, /^PORT: /],
+    [{ PORT: '70000' }, /^PORT: /],
+    [{ WS_KEEPALIVE_MS: '45000' }, /^WS_KEEPALIVE_MS: must be at most 30000/],
+    [{ WEBHOOK_RETRY_HORIZON: 'forever' }, /^WEBHOOK_RETRY_HORIZON: expected a duration/],
+    [{ WEBHOOK_ALLOW_PRIVATE_URLS: 'maybe' }, /^WEBHOOK_ALLOW_PRIVATE_URLS: /],
+    [{ DATABASE_URL: 'mysql://x' }, /^DATABASE_URL: expected a postgres:\/\/ URL/],
+    [{ REDIS_URL: 'http://x' }, /^REDIS_URL: expected a redis:\/\/ or rediss:\/\/ URL/],
+    [{ JWT_SECRET: 'short' }, /^JWT_SECRET: must be at least 32 characters/],
+    [{ JWT_PUBLIC_KEY: 'not a key' }, /^JWT_PUBLIC_KEY: expected a PEM-encoded public key/],
+    [{ DATABASE_URL: 'postgres://db/herald' }, /^JWT_SECRET: required in cluster mode/],
+    [{ JWT_SECRET: SECRET, JWT_JWKS_URL: 'https://id.example/jwks' }, /^JWT_JWKS_URL: set only one of/],
+  ])('refuses %j with one line naming the variable', (env, line) => {
+    const lines = configError(env);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(line);
+  });
+
+  it('names every bad variable at once', () => {
+    expect(configError({ PORT: 'x', WS_KEEPALIVE_MS: '0' }).map((line) => line.split(':')[0])).toEqual([
+      'PORT',
+      'WS_KEEPALIVE_MS',
+    ]);
+  });
+});

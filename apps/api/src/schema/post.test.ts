@@ -1,0 +1,218 @@
+import { createTokenVerifier } from '@herald/auth';
+import type { KyselyPlugin } from 'kysely';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createServer } from '../server.js';
+import { startTestApi, TEST_JWT_SECRET, type TestApi } from '../testing/test-api.js';
+
+const CREATE = /* GraphQL */ `
+  mutation Create($input: CreatePostInput!) {
+    createPost(input: $input) { id orgId title tags status publishedAt author { id name } }
+  }
+`;
+const PUBLISH = /* GraphQL */ `
+  mutation Publish($id: ID!) { publishPost(id: $id) { id status publishedAt } }
+`;
+const POSTS = /* GraphQL */ `
+  query Posts($orgId: ID!, $first: Int, $after: String) {
+    posts(orgId: $orgId, first: $first, after: $after) {
+      edges { cursor node { id title author { name } } }
+      pageInfo { hasNextPage endCursor }
+    }
+  }
+`;
+const POST = /* GraphQL */ `
+  query Post($id: ID!) { post(id: $id) { id title orgId } }
+`;
+
+let api: TestApi;
+let alice: string; // member of org-a
+let bob: string; // member of org-b
+let carol: string; // member of org-a and org-b
+
+beforeAll(async () => {
+  api = await startTestApi({ databaseUrl: inject('databaseUrl') });
+  alice = await api.token({ sub: 'alice', name: 'Alice', orgs: ['org-a'] });
+  bob = await api.token({ sub: 'bob', name: 'Bob', orgs: ['org-b'] });
+  carol = await api.token({ sub: 'carol', name: 'Carol', orgs: ['org-a', 'org-b'] });
+});
+
+afterAll(() => api.close());
+
+async function createPost(token: string, orgId: string, title: string, tags: string[] = []) {
+  const { body } = await api.graphql(CREATE, { input: { orgId, title, tags } }, token);
+  expect(body.errors).toBeUndefined();
+  return body.data.createPost as { id: string; orgId: string; title: string };
+}
+
+describe('me', () => {
+  it('is the token holder', async () => {
+    const { body } = await api.graphql('{ me { id name orgs } }', {}, alice);
+    expect(body).toEqual({ data: { me: { id: 'alice', name: 'Alice', orgs: ['org-a'] } } });
+  });
+
+  it('is null without a token', async () => {
+    const { status, body } = await api.graphql('{ me { id } }');
+    expect(status).toBe(200);
+    expect(body).toEqual({ data: { me: null } });
+  });
+});
+
+describe('createPost and publishPost', () => {
+  it('creates a draft authored by the caller, then publishes it', async () => {
+    const { body } = await api.graphql(CREATE, { input: { orgId: 'org-a', title: ' Hello ', tags: ['a', 'b'] } }, alice);
+    expect(body.data.createPost).toMatchObject({
+      orgId: 'org-a',
+      title: 'Hello',
+      tags: ['a', 'b'],
+      status: 'DRAFT',
+      publishedAt: null,
+      author: { id: 'alice', name: 'Alice' },
+    });
+    const published = await api.graphql(PUBLISH, { id: body.data.createPost.id }, alice);
+    expect(published.body.data.publishPost.status).toBe('PUBLISHED');
+    expect(Date.parse(published.body.data.publishPost.publishedAt)).toBeGreaterThan(Date.now() - 60_000);
+  });
+
+  it('publishing twice keeps the first publication time', async () => {
+    const post = await createPost(alice, 'org-a', 'twice');
+    const first = await api.graphql(PUBLISH, { id: post.id }, alice);
+    const second = await api.graphql(PUBLISH, { id: post.id }, alice);
+    expect(second.body.data.publishPost.publishedAt).toBe(first.body.data.publishPost.publishedAt);
+  });
+
+  it.each([
+    [{ title: '   ' }, 'title'],
+    [{ title: 'x'.repeat(301) }, 'title'],
+    [{ title: 'ok', tags: [''] }, 'tags'],
+    [{ title: 'ok', tags: Array.from({ length: 21 }, (_, i) => `t${i}`) }, 'tags'],
+  ])('refuses %j with BAD_USER_INPUT and stores nothing', async (input, field) => {
+    const before = await api.graphql(POSTS, { orgId: 'org-a', first: 100 }, alice);
+    const { body } = await api.graphql(CREATE, { input: { orgId: 'org-a', ...input } }, alice);
+    expect(body.errors?.[0]?.extensions).toMatchObject({ code: 'BAD_USER_INPUT', field });
+    const after = await api.graphql(POSTS, { orgId: 'org-a', first: 100 }, alice);
+    expect(after.body.data.posts.edges).toHaveLength(before.body.data.posts.edges.length);
+  });
+
+  it('publishPost of an unknown id is NOT_FOUND', async () => {
+    const { body } = await api.graphql(PUBLISH, { id: 'does-not-exist' }, alice);
+    expect(body.data).toBeNull();
+    expect(body.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+  });
+});
+
+describe('posts connection', () => {
+  it('pages newest first with cursors until hasNextPage is false', async () => {
+    const titles = ['p1', 'p2', 'p3', 'p4', 'p5'];
+    for (const title of titles) await createPost(bob, 'org-b', title);
+    const seen: string[] = [];
+    let after: string | null = null;
+    for (let page = 0; page < 5; page++) {
+      const { body } = await api.graphql(POSTS, { orgId: 'org-b', first: 2, after }, bob);
+      seen.push(...body.data.posts.edges.map((edge: { node: { title: string } }) => edge.node.title));
+      if (!body.data.posts.pageInfo.hasNextPage) break;
+      after = body.data.posts.pageInfo.endCursor;
+    }
+    expect(seen).toEqual([...titles].reverse());
+  });
+
+  it('refuses first outside 0..100 and a forged cursor with BAD_USER_INPUT', async () => {
+    for (const variables of [{ first: -1 }, { first: 101 }, { after: 'not-a-cursor' }, { after: 'cG9zdDp4' }]) {
+      const { body } = await api.graphql(POSTS, { orgId: 'org-b', ...variables }, bob);
+      expect(body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT');
+    }
+  });
+
+  it('loads the authors of a page with one query', async () => {
+    for (const token of [alice, carol, alice, carol]) await createPost(token, 'org-a', 'authored');
+    let authorQueries = 0;
+    const counter: KyselyPlugin = {
+      transformQuery(args) {
+        const node = args.node as { kind: string; from?: { froms: Array<{ table?: { identifier?: { name: string } } }> } };
+        if (node.kind === 'SelectQueryNode' && node.from?.froms[0]?.table?.identifier?.name === 'users') authorQueries++;
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    };
+    const { body } = await startCountingApi(counter).graphql(POSTS, { orgId: 'org-a', first: 50 }, carol);
+    expect(body.data.posts.edges.length).toBeGreaterThanOrEqual(4);
+    expect(authorQueries).toBe(1);
+  });
+});
+
+/** A second server on the same database whose queries pass through `plugin`. */
+function startCountingApi(plugin: KyselyPlugin): Pick<TestApi, 'graphql'> {
+  const server = createServer({
+    config: api.config,
+    database: { ...api.app.database, db: api.app.database.db.withPlugin(plugin) },
+    verifier: createTokenVerifier({ key: { kind: 'secret', secret: TEST_JWT_SECRET } }),
+    logger: pino({ level: 'silent' }),
+  });
+  return {
+    async graphql(query, variables, token) {
+      const response = await server.yoga.fetch('http://herald.test/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: JSON.stringify({ query, variables }),
+      });
+      return { status: response.status, headers: response.headers, body: await response.json() };
+    },
+  };
+}
+
+describe('tenancy: org-a members never reach org-b', () => {
+  let bPost: { id: string };
+
+  beforeAll(async () => {
+    bPost = await createPost(bob, 'org-b', 'secret plans');
+  });
+
+  it('posts(orgId) of a foreign org is FORBIDDEN with no data', async () => {
+    const { body } = await api.graphql(POSTS, { orgId: 'org-b' }, alice);
+    expect(body.data).toBeNull();
+    expect(body.errors?.[0]?.extensions?.code).toBe('FORBIDDEN');
+    expect(JSON.stringify(body)).not.toContain('secret plans');
+  });
+
+  it('post(id) of a foreign post is null, exactly like an unknown id', async () => {
+    const foreign = await api.graphql(POST, { id: bPost.id }, alice);
+    const unknown = await api.graphql(POST, { id: 'no-such-post' }, alice);
+    expect(foreign.body).toEqual({ data: { post: null } });
+    expect(foreign.body).toEqual(unknown.body);
+  });
+
+  it('createPost in a foreign org is FORBIDDEN and stores nothing', async () => {
+    const { body } = await api.graphql(CREATE, { input: { orgId: 'org-b', title: 'intrusion' } }, alice);
+    expect(body.errors?.[0]?.extensions?.code).toBe('FORBIDDEN');
+    const list = await api.graphql(POSTS, { orgId: 'org-b', first: 100 }, bob);
+    expect(JSON.stringify(list.body)).not.toContain('intrusion');
+  });
+
+  it('publishPost of a foreign post is NOT_FOUND, exactly like an unknown id, and leaves it a draft', async () => {
+    const foreign = await api.graphql(PUBLISH, { id: bPost.id }, alice);
+    const unknown = await api.graphql(PUBLISH, { id: 'no-such-post' }, alice);
+    expect(foreign.body.errors?.[0]?.extensions?.code).toBe('NOT_FOUND');
+    expect(foreign.body.errors?.[0]?.message).toBe(unknown.body.errors?.[0]?.message);
+    const check = await api.graphql('query($id: ID!) { post(id: $id) { status } }', { id: bPost.id }, bob);
+    expect(check.body.data.post.status).toBe('DRAFT');
+  });
+
+  it('a member of both orgs sees both', async () => {
+    const { body } = await api.graphql(POST, { id: bPost.id }, carol);
+    expect(body.data.post.title).toBe('secret plans');
+  });
+
+  it('every operation without a token is UNAUTHENTICATED', async () => {
+    for (const [query, variables] of [
+      [POSTS, { orgId: 'org-a' }],
+      [POST, { id: bPost.id }],
+      [CREATE, { input: { orgId: 'org-a', title: 'anon' } }],
+      [PUBLISH, { id: bPost.id }],
+    ] as const) {
+      const { status, body } = await api.graphql(query, variables);
+      expect(status).toBe(200);
+      expect(body.errors?.[0]?.extensions?.code).toBe('UNAUTHENTICATED');
+      expect(JSON.stringify(body.data ?? null)).not.toContain('secret plans');
+    }
+  });
+});

@@ -1,0 +1,155 @@
+import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { Kysely, KyselyPlugin } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createAuthorLoader } from './author-loader.js';
+import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { Database } from './database.js';
+import { migrateToLatest } from './migrate.js';
+import { findPostById, insertPost, listPostsByOrg, publishPostInTransaction } from './posts.js';
+import { upsertUser } from './users.js';
+
+/** Counts the queries Kysely sends, to prove batching. */
+function queryCounter(): KyselyPlugin & { count: number } {
+  return {
+    count: 0,
+    transformQuery(args) {
+      this.count += 1;
+      return args.node;
+    },
+    async transformResult(args) {
+      return args.result;
+    },
+  };
+}
+
+const backends = [
+  {
+    name: 'PostgreSQL',
+    open: async () => {
+      const schema = await createTestSchema(inject('databaseUrl'));
+      const database = await createDatabase({ kind: 'postgres', url: schema.url });
+      return { database, schema };
+    },
+  },
+  {
+    name: 'embedded PGlite',
+    open: async () => ({
+      database: await createDatabase({ kind: 'embedded', dataDir: 'memory://' }),
+      schema: undefined as TestSchema | undefined,
+    }),
+  },
+];
+
+describe.each(backends)('data layer on $name', ({ open }) => {
+  let database: HeraldDatabase;
+  let schema: TestSchema | undefined;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    ({ database, schema } = await open());
+    db = database.db;
+    const results = await migrateToLatest(db);
+    expect(results.map((result) => result.status)).toEqual(['Success']);
+  });
+
+  afterAll(async () => {
+    await database.close();
+    await schema?.drop();
+  });
+
+  it('running migrations again is a no-op', async () => {
+    expect(await migrateToLatest(db)).toEqual([]);
+  });
+
+  it('stores a post with its tags and reads it back as a draft', async () => {
+    await upsertUser(db, { id: 'u1', name: 'Ada' });
+    const post = await insertPost(db, { orgId: 'org-a', authorId: 'u1', title: 'Hello', tags: ['a', 'b', 'a'] });
+    expect(post).toMatchObject({ org_id: 'org-a', title: 'Hello', tags: ['a', 'b'], status: 'DRAFT', published_at: null });
+    expect(await findPostById(db, post.id)).toEqual(post);
+  });
+
+  it('upsertUser keeps one row per user and follows a changed name', async () => {
+    await upsertUser(db, { id: 'u-rename', name: 'Old' });
+    await upsertUser(db, { id: 'u-rename', name: 'Old' });
+    const renamed = await upsertUser(db, { id: 'u-rename', name: 'New' });
+    expect(renamed.name).toBe('New');
+    const rows = await db.selectFrom('users').selectAll().where('id', '=', 'u-rename').execute();
+    expect(rows).toHaveLength(1);
+  });
+
+  it('refuses a post whose author does not exist', async () => {
+    await expect(
+      insertPost(db, { orgId: 'org-a', authorId: 'nobody', title: 'x', tags: [] }),
+    ).rejects.toThrow();
+  });
+
+  it('pages an organisation newest first and never mixes in another organisation', async () => {
+    await upsertUser(db, { id: 'pager', name: 'P' });
+    const made = [];
+    for (let i = 0; i < 5; i++) {
+      made.push(await insertPost(db, { orgId: 'org-page', authorId: 'pager', title: `p${i}`, tags: [] }));
+    }
+    await insertPost(db, { orgId: 'org-other', authorId: 'pager', title: 'foreign', tags: [] });
+
+    const first = await listPostsByOrg(db, { orgId: 'org-page', limit: 2 });
+    expect(first.map((post) => post.title)).toEqual(['p4', 'p3']);
+    const next = await listPostsByOrg(db, { orgId: 'org-page', limit: 10, afterSeq: String(first[1]?.seq) });
+    expect(next.map((post) => post.title)).toEqual(['p2', 'p1', 'p0']);
+  });
+
+  it('publishes a draft once; a second publish changes nothing', async () => {
+    await upsertUser(db, { id: 'pub', name: 'P' });
+    const draft = await insertPost(db, { orgId: 'org-pub', authorId: 'pub', title: 'Draft', tags: [] });
+    const first = await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-pub']));
+    expect(first?.published).toBe(true);
+    expect(first?.post.status).toBe('PUBLISHED');
+    expect(first?.post.published_at).toBeInstanceOf(Date);
+    const second = await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-pub']));
+    expect(second?.published).toBe(false);
+    expect(second?.post.published_at).toEqual(first?.post.published_at);
+  });
+
+  it('publishing a post of an organisation outside the allowed ones finds nothing and changes nothing', async () => {
+    await upsertUser(db, { id: 'pub2', name: 'P' });
+    const draft = await insertPost(db, { orgId: 'org-b', authorId: 'pub2', title: 'B', tags: [] });
+    expect(await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-a']))).toBeUndefined();
+    expect(await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, []))).toBeUndefined();
+    expect((await findPostById(db, draft.id))?.status).toBe('DRAFT');
+  });
+
+  it('loads the authors of many posts with one query', async () => {
+    for (const id of ['a1', 'a2', 'a3']) await upsertUser(db, { id, name: id.toUpperCase() });
+    const counter = queryCounter();
+    const loader = createAuthorLoader(db.withPlugin(counter));
+    const authors = await Promise.all(['a1', 'a2', 'a3', 'a1', 'missing'].map((id) => loader.load(id)));
+    expect(authors.map((author) => author?.name ?? null)).toEqual(['A1', 'A2', 'A3', 'A1', null]);
+    expect(counter.count).toBe(1);
+  });
+
+  it('answers ping while open', async () => {
+    await expect(database.ping()).resolves.toBeUndefined();
+  });
+});
+
+describe('embedded PGlite on disk', () => {
+  it('keeps rows across a close and reopen of the same data directory', async () => {
+    const { mkdtemp, rm } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const dir = await mkdtemp(join(tmpdir(), 'herald-pglite-'));
+    try {
+      const first = await createDatabase({ kind: 'embedded', dataDir: dir });
+      await migrateToLatest(first.db);
+      await upsertUser(first.db, { id: 'keeper', name: 'K' });
+      const post = await insertPost(first.db, { orgId: 'o', authorId: 'keeper', title: 'kept', tags: ['t'] });
+      await first.close();
+
+      const second = await createDatabase({ kind: 'embedded', dataDir: dir });
+      expect(await migrateToLatest(second.db)).toEqual([]);
+      expect((await findPostById(second.db, post.id))?.title).toBe('kept');
+      await second.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

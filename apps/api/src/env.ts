@@ -24,54 +24,54 @@ const pemPublicKey = z.string().refine(
   { error: 'expected a PEM-encoded public key (SPKI)' },
 );
 
-const EnvSchema = z
-  .object({
-    NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
-    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+const EnvSchema = z.object({
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 
-    // http
-    PORT: port.default(4000),
-    HOST: z.string().min(1).default('0.0.0.0'),
-    MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
-    SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
+  // http
+  PORT: port.default(4000),
+  HOST: z.string().min(1).default('0.0.0.0'),
+  MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
+  SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
 
-    // storage
-    DATABASE_URL: postgresUrl.optional(),
-    DATABASE_POOL_MAX: positiveInt.default(10),
-    REDIS_URL: redisUrl.optional(),
-    HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
+  // storage
+  DATABASE_URL: postgresUrl.optional(),
+  DATABASE_POOL_MAX: positiveInt.default(10),
+  REDIS_URL: redisUrl.optional(),
+  HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
 
-    // auth
-    JWT_SECRET: z.string().min(32, { error: 'must be at least 32 characters' }).optional(),
-    JWT_PUBLIC_KEY: pemPublicKey.optional(),
-    JWT_JWKS_URL: z.url({ protocol: /^https?$/ }).optional(),
-    JWT_ISSUER: z.string().min(1).optional(),
-    JWT_AUDIENCE: z.string().min(1).optional(),
+  // auth
+  JWT_SECRET: z.string().min(32, { error: 'must be at least 32 characters' }).optional(),
+  JWT_PUBLIC_KEY: pemPublicKey.optional(),
+  JWT_JWKS_URL: z.url({ protocol: /^https?$/ }).optional(),
+  JWT_ISSUER: z.string().min(1).optional(),
+  JWT_AUDIENCE: z.string().min(1).optional(),
 
-    // graphql
-    GRAPHQL_INTROSPECTION: z.stringbool().optional(),
-    GRAPHIQL: z.stringbool().optional(),
-    MAX_QUERY_DEPTH: positiveInt.default(12),
-    MAX_QUERY_ALIASES: positiveInt.default(15),
-    MAX_QUERY_TOKENS: positiveInt.default(2_000),
+  // graphql
+  GRAPHQL_INTROSPECTION: z.stringbool().optional(),
+  GRAPHIQL: z.stringbool().optional(),
+  MAX_QUERY_DEPTH: positiveInt.default(12),
+  MAX_QUERY_ALIASES: positiveInt.default(15),
+  MAX_QUERY_TOKENS: positiveInt.default(2_000),
 
-    // websocket
-    WS_KEEPALIVE_MS: positiveInt
-      .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
-      .default(12_000),
+  // websocket
+  WS_KEEPALIVE_MS: positiveInt
+    .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
+    .default(12_000),
 
-    // webhooks
-    WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
-    WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
-    WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
-    WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
-  });
+  // webhooks
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
+  WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
+  WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
+  WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
+});
 
 export type Mode = 'embedded' | 'cluster';
 
 /** Herald API configuration, grouped by concern. Built once by {@link loadApiConfig}. */
 export interface ApiConfig {
   mode: Mode;
+  env: 'development' | 'production' | 'test';
   isProduction: boolean;
   logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
   http: { host: string; port: number; maxRequestBodyBytes: number; shutdownGraceMs: number };
@@ -109,6 +109,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
   const embeddedDatabase = !parsed.DATABASE_URL;
   return {
     mode,
+    env: parsed.NODE_ENV,
     isProduction,
     logLevel: parsed.LOG_LEVEL,
     http: {

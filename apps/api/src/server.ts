@@ -4,7 +4,7 @@ import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
-import { GraphQLError } from 'graphql';
+import type { GraphQLError, ValidationContext } from 'graphql';
 import {
   createYoga,
   type Plugin,
@@ -25,6 +25,15 @@ export const HEALTH_PATH = '/health';
 export const READINESS_PATH = '/readiness';
 /** Headers of which one must be present on a GET (or other "simple") request: CSRF protection. */
 export const CSRF_HEADERS = ['x-graphql-yoga-csrf', 'apollo-require-preflight', 'graphql-require-preflight'];
+
+/**
+ * graphql-armor throws a rejected limit past the validation phase by default, where it escapes the
+ * error codes; reporting it as an ordinary validation error gives it GRAPHQL_VALIDATION_FAILED.
+ */
+const REPORT_AS_VALIDATION_ERROR = {
+  propagateOnRejection: false,
+  onReject: [(context: ValidationContext | null, error: GraphQLError) => context?.reportError(error)],
+};
 
 export interface ServerDeps {
   config: ApiConfig;
@@ -69,9 +78,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     }),
     useCSRFPrevention({ requestHeaders: CSRF_HEADERS }),
     EnvelopArmorPlugin({
-      maxDepth: { n: config.graphql.maxDepth },
-      maxAliases: { n: config.graphql.maxAliases },
-      maxTokens: { n: config.graphql.maxTokens },
+      maxDepth: { n: config.graphql.maxDepth, ...REPORT_AS_VALIDATION_ERROR },
+      maxAliases: { n: config.graphql.maxAliases, ...REPORT_AS_VALIDATION_ERROR },
+      maxTokens: { n: config.graphql.maxTokens, ...REPORT_AS_VALIDATION_ERROR },
       // Field suggestions ("did you mean …") would leak the schema when introspection is off.
       blockFieldSuggestion: { enabled: !config.graphql.introspection },
     }) as Plugin,
@@ -93,20 +102,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
       warn: (...args) => logger.warn(args.map(String).join(' ')),
       error: (...args) => logger.error(args.map(String).join(' ')),
     },
-    maskedErrors: {
-      isDev: !config.isProduction,
-      maskError: (error, message, isDev) => {
-        const masked = yogaMaskError(error, message, isDev);
-        if (!(masked instanceof GraphQLError) || masked.extensions?.code !== undefined) return masked;
-        return new GraphQLError(masked.message, {
-          nodes: masked.nodes,
-          source: masked.source,
-          positions: masked.positions,
-          path: masked.path,
-          extensions: { ...masked.extensions, code: 'INTERNAL_SERVER_ERROR' },
-        });
-      },
-    },
+    // Yoga's masking: a resolver's GraphQLError (our named errors) passes; anything else becomes
+    // "Unexpected error." with code INTERNAL_SERVER_ERROR (details only in development).
+    maskedErrors: { isDev: config.env === 'development' },
     context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
     plugins,
   });

@@ -60,7 +60,11 @@ describe('me', () => {
 
 describe('createPost and publishPost', () => {
   it('creates a draft authored by the caller, then publishes it', async () => {
-    const { body } = await api.graphql(CREATE, { input: { orgId: 'org-a', title: ' Hello ', tags: ['a', 'b'] } }, alice);
+    const { body } = await api.graphql(
+      CREATE,
+      { input: { orgId: 'org-a', title: ' Hello ', tags: ['a', 'b'] } },
+      alice,
+    );
     expect(body.data.createPost).toMatchObject({
       orgId: 'org-a',
       title: 'Hello',
@@ -128,8 +132,12 @@ describe('posts connection', () => {
     let authorQueries = 0;
     const counter: KyselyPlugin = {
       transformQuery(args) {
-        const node = args.node as { kind: string; from?: { froms: Array<{ table?: { identifier?: { name: string } } }> } };
-        if (node.kind === 'SelectQueryNode' && node.from?.froms[0]?.table?.identifier?.name === 'users') authorQueries++;
+        const node = args.node as {
+          kind: string;
+          from?: { froms: Array<{ table?: { identifier?: { name: string } } }> };
+        };
+        if (node.kind === 'SelectQueryNode' && node.from?.froms[0]?.table?.identifier?.name === 'users')
+          authorQueries++;
         return args.node;
       },
       transformResult: async (args) => args.result,

@@ -1,4 +1,4 @@
-import { type TokenClaims, signToken } from '@herald/auth';
+import { signToken, type TokenClaims } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { pino } from 'pino';
 import { createApp, type HeraldApp } from '../app.js';

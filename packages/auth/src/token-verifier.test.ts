@@ -96,7 +96,11 @@ describe('PEM public key (RS256)', async () => {
   const verifier = createTokenVerifier({ key: { kind: 'public-key', pem } });
 
   it('accepts a token signed by the matching private key', async () => {
-    const token = await new SignJWT(claims).setProtectedHeader({ alg: 'RS256' }).setSubject('u1').setExpirationTime('1h').sign(privateKey);
+    const token = await new SignJWT(claims)
+      .setProtectedHeader({ alg: 'RS256' })
+      .setSubject('u1')
+      .setExpirationTime('1h')
+      .sign(privateKey);
     await expect(verifier.verify(token)).resolves.toMatchObject({ id: 'u1', orgs: ['org-a', 'org-b'] });
   });
 
@@ -115,7 +119,11 @@ describe('JWKS URL (ES256)', () => {
     const { publicKey, privateKey } = await generateKeyPair('ES256');
     const jwk = { ...(await exportJWK(publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' };
     sign = (kid) =>
-      new SignJWT(claims).setProtectedHeader({ alg: 'ES256', kid }).setSubject('u1').setExpirationTime('1h').sign(privateKey);
+      new SignJWT(claims)
+        .setProtectedHeader({ alg: 'ES256', kid })
+        .setSubject('u1')
+        .setExpirationTime('1h')
+        .sign(privateKey);
     server = createServer((_req, res) => {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify({ keys: [jwk] }));

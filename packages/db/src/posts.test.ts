@@ -64,7 +64,13 @@ describe.each(backends)('data layer on $name', ({ open }) => {
   it('stores a post with its tags and reads it back as a draft', async () => {
     await upsertUser(db, { id: 'u1', name: 'Ada' });
     const post = await insertPost(db, { orgId: 'org-a', authorId: 'u1', title: 'Hello', tags: ['a', 'b', 'a'] });
-    expect(post).toMatchObject({ org_id: 'org-a', title: 'Hello', tags: ['a', 'b'], status: 'DRAFT', published_at: null });
+    expect(post).toMatchObject({
+      org_id: 'org-a',
+      title: 'Hello',
+      tags: ['a', 'b'],
+      status: 'DRAFT',
+      published_at: null,
+    });
     expect(await findPostById(db, post.id)).toEqual(post);
   });
 
@@ -78,9 +84,7 @@ describe.each(backends)('data layer on $name', ({ open }) => {
   });
 
   it('refuses a post whose author does not exist', async () => {
-    await expect(
-      insertPost(db, { orgId: 'org-a', authorId: 'nobody', title: 'x', tags: [] }),
-    ).rejects.toThrow();
+    await expect(insertPost(db, { orgId: 'org-a', authorId: 'nobody', title: 'x', tags: [] })).rejects.toThrow();
   });
 
   it('pages an organisation newest first and never mixes in another organisation', async () => {

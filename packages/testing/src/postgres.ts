@@ -21,7 +21,8 @@ export async function createTestSchema(baseUrl: string): Promise<TestSchema> {
   return {
     url: url.toString(),
     schema,
-    drop: () => withClient(baseUrl, (client) => client.query(`drop schema if exists "${schema}" cascade`)).then(() => {}),
+    drop: () =>
+      withClient(baseUrl, (client) => client.query(`drop schema if exists "${schema}" cascade`)).then(() => {}),
   };
 }
 

@@ -129,10 +129,13 @@ builder.mutationFields((t) => ({
     description: 'Publishes a draft. Publishing an already published post returns it unchanged.',
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, context) => {
-      const result = await context.db
-        .transaction()
-        .execute((trx) => publishPostInTransaction(trx, String(id), context.viewer.orgs));
+      const result = await context.db.transaction().execute(async (trx) => {
+        const outcome = await publishPostInTransaction(trx, String(id), context.viewer.orgs);
+        // Durable events caused by the change (webhook outbox) are written here, inside the transaction.
+        return outcome;
+      });
       if (!result) throw new NotFoundError('Post');
+      // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post.
       return result.post;
     },
   }),

@@ -1,0 +1,108 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TSX = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
+const API_MAIN = 'apps/api/src/main.ts';
+/** Start-up includes migrations and TypeScript transpilation on a busy 2-core machine. */
+const START_TIMEOUT_MS = 60_000;
+
+export interface ApiProcess {
+  child: ChildProcess;
+  port: number;
+  baseUrl: string;
+  stdout: string[];
+  stderr: () => string;
+  /** Resolves once stderr matches `pattern` (bounded by the start timeout). */
+  waitForStderr(pattern: RegExp): Promise<RegExpExecArray>;
+  /** Sends `signal` and resolves with the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Runs `apps/api/src/main.ts` as its own process, as `pnpm start` does, and waits until it listens. */
+export async function startApiProcess(env: Record<string, string>): Promise<ApiProcess> {
+  const child = spawn(TSX, [API_MAIN], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const stdout: string[] = [];
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const exited = once(child, 'exit').then(([code]) => code as number | null);
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`API did not start in time; stderr:\n${stderr}`)),
+      START_TIMEOUT_MS,
+    );
+    let buffered = '';
+    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buffered += chunk;
+      const lines = buffered.split('\n');
+      buffered = lines.pop() ?? '';
+      for (const line of lines) {
+        stdout.push(line);
+        const entry = safeJson(line);
+        if (entry?.msg === 'herald api listening' && typeof entry.port === 'number') {
+          clearTimeout(timer);
+          resolve(entry.port);
+        }
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`API exited with ${code} before listening; stderr:\n${stderr}`));
+    });
+  });
+  return {
+    child,
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    stdout,
+    stderr: () => stderr,
+    async waitForStderr(pattern) {
+      const deadline = Date.now() + START_TIMEOUT_MS;
+      for (;;) {
+        const match = pattern.exec(stderr);
+        if (match) return match;
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`stderr never matched ${pattern}:\n${stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    },
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** Runs the API expecting it to refuse to start; resolves with its exit code and output. */
+export async function runApiExpectingExit(
+  env: Record<string, string>,
+): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(TSX, [API_MAIN], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
+  const [code] = await once(child, 'exit');
+  clearTimeout(timer);
+  return { code: code as number | null, stderr };
+}
+
+function safeJson(line: string): Record<string, unknown> | undefined {
+  try {
+    return JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+}

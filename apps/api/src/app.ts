@@ -4,18 +4,23 @@ import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db
 import { loadOrCreateDevSecret } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
+import { type ApiMetrics, createApiMetrics } from './metrics.js';
+import { createPubSubService, type PubSubService } from './pubsub.js';
 import { createServer, type HeraldServer } from './server.js';
 
 export interface HeraldApp extends HeraldServer {
   database: HeraldDatabase;
+  pubsub: PubSubService;
+  metrics: ApiMetrics;
   /** The generated development secret, in embedded mode without a configured key. */
   devSecret: string | undefined;
   /** Starts listening on the configured host and port (port 0 picks a free one). */
   listen(): Promise<AddressInfo>;
   /**
-   * Graceful stop: readiness turns false, the server stops accepting, in-flight requests finish (idle
-   * keep-alive connections are closed), then the database closes. After `shutdownGraceMs` the remaining
-   * connections are cut. Idempotent.
+   * Graceful stop: readiness turns false, the server stops accepting, WebSockets are closed with 1012
+   * (clients reconnect to another pod), in-flight requests finish (idle keep-alive connections are
+   * closed), then Redis and the database close. After `shutdownGraceMs` whatever is left is cut.
+   * Idempotent.
    */
   stop(): Promise<void>;
 }
@@ -38,13 +43,17 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     key = { kind: 'secret', secret: devSecret };
   }
   const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
-  const server = createServer({ config, database, verifier, logger });
+  const metrics = createApiMetrics();
+  const pubsub = createPubSubService({ redisUrl: config.redisUrl, logger, metrics });
+  const server = createServer({ config, database, verifier, logger, pubsub, metrics });
   const { httpServer } = server;
 
   let stopping: Promise<void> | undefined;
   return {
     ...server,
     database,
+    pubsub,
+    metrics,
     devSecret,
     listen() {
       return new Promise((resolve, reject) => {
@@ -60,10 +69,16 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         server.drain();
         const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
         httpServer.closeIdleConnections();
-        const timer = setTimeout(() => httpServer.closeAllConnections(), config.http.shutdownGraceMs);
+        const timer = setTimeout(() => {
+          logger.warn('shutdown grace period over: cutting remaining connections');
+          httpServer.closeAllConnections();
+          server.webSockets.terminate();
+        }, config.http.shutdownGraceMs);
         timer.unref();
+        await server.webSockets.close();
         await closed;
         clearTimeout(timer);
+        await pubsub.close();
         await database.close();
       })();
       return stopping;

@@ -1,9 +1,11 @@
 import { InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth';
-import { type AuthorLoader, createAuthorLoader, type Database } from '@herald/db';
+import { createAuthorLoader, type Database } from '@herald/db';
 import type { YogaInitialContext } from 'graphql-yoga';
 import type { Kysely } from 'kysely';
 import { InvalidCredentialsError } from './errors.js';
+import type { Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
+import type { PubSubService } from './pubsub.js';
 
 /** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
 const BEARER_PREFIX = 'bearer ';
@@ -13,16 +15,26 @@ export interface Context extends YogaInitialContext {
   /** The caller, or null when no credentials were sent. */
   viewer: Viewer | null;
   db: Kysely<Database>;
-  /** Batching loaders; fresh per request so no cached row outlives the operation. */
-  loaders: { author: AuthorLoader };
+  /** Batching loaders; fresh per request so no cached row outlives it. Resolvers use `loadersFor`. */
+  loaders: Loaders;
+  /** Pub/sub for realtime events (in memory, or Redis in cluster mode). */
+  pubsub: PubSubService;
   /** Logger bound to this request's id. */
   log: Logger;
+  /**
+   * Subscriptions: when the event being delivered was published (ms since epoch), for the
+   * event-to-send latency metric. Set per event; a subscription's events are executed one at a time.
+   */
+  eventEmittedAt?: number;
 }
 
 /** What the transport hands the context builder besides Yoga's own initial context. */
 export interface TransportContext {
-  /** graphql-ws `connection_init` payload, present for WebSocket operations only. */
-  connectionParams?: Record<string, unknown> | undefined;
+  /**
+   * WebSocket operations only: the viewer authenticated once at `connection_init` (null when the
+   * socket sent no token). When present, no credentials are read again.
+   */
+  socketViewer?: Viewer | null;
   /** Request-scoped logger, when a plugin made one. */
   log?: Logger;
 }
@@ -30,6 +42,7 @@ export interface TransportContext {
 export interface ContextDeps {
   verifier: TokenVerifier;
   db: Kysely<Database>;
+  pubsub: PubSubService;
   logger: Logger;
 }
 
@@ -40,12 +53,18 @@ export interface ContextDeps {
  */
 export function createContextBuilder(deps: ContextDeps) {
   return async (initial: YogaInitialContext & TransportContext): Promise<Context> => {
-    const token = readToken(initial);
-    const viewer = token === undefined ? null : await authenticate(deps.verifier, token);
+    let viewer: Viewer | null;
+    if (initial.socketViewer !== undefined) {
+      viewer = initial.socketViewer;
+    } else {
+      const token = readToken(initial.request?.headers.get('authorization'));
+      viewer = token === undefined ? null : await authenticate(deps.verifier, token);
+    }
     return {
       ...initial,
       viewer,
       db: deps.db,
+      pubsub: deps.pubsub,
       loaders: { author: createAuthorLoader(deps.db) },
       log: initial.log ?? deps.logger,
     };
@@ -64,16 +83,25 @@ export async function authenticate(verifier: TokenVerifier, token: string): Prom
   }
 }
 
-/** @returns the raw JWT, undefined when the caller sent no credentials at all */
-export function readToken(initial: YogaInitialContext & TransportContext): string | undefined {
-  const params = initial.connectionParams;
-  if (params) {
-    if (typeof params.authToken === 'string' && params.authToken.length > 0) return params.authToken;
-    if (typeof params.authorization === 'string') return stripBearer(params.authorization);
-    return undefined;
-  }
-  const header = initial.request?.headers.get('authorization');
-  return header == null ? undefined : stripBearer(header);
+/**
+ * Reads the JWT from an `authorization` value (HTTP header, or the `authorization` connection param).
+ * @returns undefined when no credentials were sent at all
+ * @throws InvalidCredentialsError for a value that is not `Bearer <token>`
+ */
+export function readToken(authorization: string | null | undefined): string | undefined {
+  return authorization == null ? undefined : stripBearer(authorization);
+}
+
+/**
+ * Reads the JWT from a graphql-ws `connection_init` payload: `authToken`, else `authorization: "Bearer …"`.
+ * @returns undefined when the payload carries no credentials
+ * @throws InvalidCredentialsError for a malformed `authorization` value
+ */
+export function readConnectionToken(params: Readonly<Record<string, unknown>> | undefined): string | undefined {
+  if (!params) return undefined;
+  if (typeof params.authToken === 'string' && params.authToken.length > 0) return params.authToken;
+  if (typeof params.authorization === 'string') return stripBearer(params.authorization);
+  return undefined;
 }
 
 function stripBearer(value: string): string {

@@ -5,20 +5,18 @@ import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspect
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import type { GraphQLError, ValidationContext } from 'graphql';
-import {
-  createYoga,
-  type Plugin,
-  useReadinessCheck,
-  type YogaServerInstance,
-  maskError as yogaMaskError,
-} from 'graphql-yoga';
+import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
 import { type Context, createContextBuilder } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
+import type { ApiMetrics } from './metrics.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
+import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import type { PubSubService } from './pubsub.js';
 import { schema } from './schema/index.js';
+import { createWebSocketServer, type HeraldWebSocketServer } from './websocket.js';
 
 export const GRAPHQL_PATH = '/graphql';
 export const HEALTH_PATH = '/health';
@@ -40,29 +38,35 @@ export interface ServerDeps {
   database: HeraldDatabase;
   verifier: TokenVerifier;
   logger: Logger;
+  pubsub: PubSubService;
+  metrics: ApiMetrics;
 }
 
 export interface HeraldServer {
   yoga: YogaServerInstance<Record<string, unknown>, Context>;
   /** The node:http server; not listening until the caller calls `listen`. */
   httpServer: Server;
+  /** graphql-ws on the same server, port and path. */
+  webSockets: HeraldWebSocketServer;
   /** `/readiness` answers 503 from now on, so load balancers stop sending new work here. */
   drain(): void;
   readonly draining: boolean;
 }
 
 /**
- * Builds Herald's HTTP server: Yoga on `/graphql` (POST, and GET for queries only), `/health`
- * (liveness: the process answers) and `/readiness` (the database answers and we're not draining).
+ * Builds Herald's HTTP server: Yoga on `/graphql` (POST, and GET for queries only), graphql-ws on the
+ * same path, `/health` (liveness: the process answers), `/readiness` (the database answers and we're
+ * not draining) and `/metrics` (Prometheus).
  * Never listens by itself and has no side effects beyond the objects it returns.
  */
 export function createServer(deps: ServerDeps): HeraldServer {
   const { config, database, logger } = deps;
   let draining = false;
-  const buildContext = createContextBuilder({ verifier: deps.verifier, db: database.db, logger });
+  const buildContext = createContextBuilder({ verifier: deps.verifier, db: database.db, pubsub: deps.pubsub, logger });
 
   const plugins: Plugin[] = [
     useRequestLogging(logger),
+    useMetricsEndpoint(deps.metrics.registry),
     useReadinessCheck({
       endpoint: READINESS_PATH,
       check: async () => {
@@ -110,9 +114,19 @@ export function createServer(deps: ServerDeps): HeraldServer {
   });
 
   const httpServer = createHttpServer(yoga);
+  const webSockets = createWebSocketServer({
+    httpServer,
+    yoga,
+    verifier: deps.verifier,
+    logger,
+    metrics: deps.metrics,
+    path: GRAPHQL_PATH,
+    keepAliveMs: config.ws.keepAliveMs,
+  });
   return {
     yoga,
     httpServer,
+    webSockets,
     drain() {
       draining = true;
     },

@@ -49,3 +49,4 @@ export const builder = new SchemaBuilder<{
 
 builder.queryType();
 builder.mutationType();
+builder.subscriptionType();

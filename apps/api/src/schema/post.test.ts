@@ -2,6 +2,7 @@ import { createTokenVerifier } from '@herald/auth';
 import type { KyselyPlugin } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createApiMetrics } from '../metrics.js';
 import { createServer } from '../server.js';
 import { startTestApi, TEST_JWT_SECRET, type TestApi } from '../testing/test-api.js';
 
@@ -155,6 +156,8 @@ function startCountingApi(plugin: KyselyPlugin): Pick<TestApi, 'graphql'> {
     database: { ...api.app.database, db: api.app.database.db.withPlugin(plugin) },
     verifier: createTokenVerifier({ key: { kind: 'secret', secret: TEST_JWT_SECRET } }),
     logger: pino({ level: 'silent' }),
+    pubsub: api.app.pubsub,
+    metrics: createApiMetrics(),
   });
   return {
     async graphql(query, variables, token) {

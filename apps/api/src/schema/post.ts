@@ -1,7 +1,10 @@
 import { isMemberOf } from '@herald/auth';
 import { findPostById, insertPost, listPostsByOrg, type Post, publishPostInTransaction, upsertUser } from '@herald/db';
 import { resolveCursorConnection } from '@pothos/plugin-relay';
+import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
+import { loadersFor } from '../loaders.js';
+import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../pubsub.js';
 import { builder } from './builder.js';
 
 const MAX_TITLE_LENGTH = 300;
@@ -37,8 +40,8 @@ export const PostRef = builder.objectRef<Post>('Post').implement({
     publishedAt: t.field({ type: 'DateTime', nullable: true, resolve: (post) => post.published_at }),
     author: t.field({
       type: AuthorRef,
-      resolve: async (post, _args, context) => {
-        const author = await context.loaders.author.load(post.author_id);
+      resolve: async (post, _args, context, info) => {
+        const author = await loadersFor(context, info).author.load(post.author_id);
         // posts.author_id references users.id, so a missing author is a broken invariant, not user error.
         if (!author) throw new Error(`author ${post.author_id} of post ${post.id} is missing`);
         return author;
@@ -136,7 +139,35 @@ builder.mutationFields((t) => ({
       });
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post.
+      if (result.published) context.pubsub.publishPostPublished(result.post);
       return result.post;
+    },
+  }),
+}));
+
+builder.subscriptionFields((t) => ({
+  postPublished: t.field({
+    type: PostRef,
+    description:
+      "Posts of an organisation you belong to, as they are published. With `tags`, only posts sharing at least one of them. Events published while you're disconnected are not replayed: after reconnecting, reconcile with `posts`.",
+    authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.orgId) }),
+    args: {
+      orgId: t.arg.id({ required: true }),
+      tags: t.arg.stringList({ description: 'Deliver only posts that carry at least one of these tags.' }),
+    },
+    subscribe: (_root, { orgId, tags }, context) => {
+      const events = context.pubsub.pubsub.subscribe(POST_PUBLISHED_TOPIC, String(orgId));
+      // Defence in depth: the channel is per organisation, but never hand over another tenant's post.
+      const wanted = tags && tags.length > 0 ? new Set(tags) : undefined;
+      return pipe(
+        events,
+        filter((event: PostPublishedEvent) => event.org_id === String(orgId)),
+        filter((event: PostPublishedEvent) => !wanted || event.tags.some((tag) => wanted.has(tag))),
+      );
+    },
+    resolve: (event, _args, context) => {
+      context.eventEmittedAt = event.emitted_at;
+      return event as unknown as Post;
     },
   }),
 }));

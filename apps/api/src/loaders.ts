@@ -1,0 +1,28 @@
+import { type AuthorLoader, createAuthorLoader } from '@herald/db';
+import type { GraphQLResolveInfo } from 'graphql';
+import type { Context } from './context.js';
+
+export interface Loaders {
+  author: AuthorLoader;
+}
+
+/** Loaders of subscription events, keyed by the event (the root value of that event's execution). */
+const eventLoaders = new WeakMap<object, Loaders>();
+
+/**
+ * The batching loaders a resolver must use. Queries and mutations get the request's loaders. A
+ * subscription runs one fresh execution per event with the event as root value (seed §6.1), so each
+ * event gets fresh loaders too: nothing cached for one event is served for the next.
+ */
+export function loadersFor(context: Context, info: GraphQLResolveInfo): Loaders {
+  const root = info.rootValue as unknown;
+  if (info.operation.operation !== 'subscription' || root == null || typeof root !== 'object') {
+    return context.loaders;
+  }
+  let loaders = eventLoaders.get(root);
+  if (!loaders) {
+    loaders = { author: createAuthorLoader(context.db) };
+    eventLoaders.set(root, loaders);
+  }
+  return loaders;
+}

@@ -1,0 +1,56 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/**
+ * The API's Prometheus metrics, served on `/metrics`. No label carries an organisation or user id:
+ * tenants are unbounded, and every label value is a new time series.
+ */
+export interface ApiMetrics {
+  registry: Registry;
+  openSockets: Gauge;
+  activeSubscriptions: Gauge;
+  eventsPublished: Counter;
+  eventsDelivered: Counter;
+  deliveryErrors: Counter<'reason'>;
+  eventToSendSeconds: Histogram;
+}
+
+/** One registry per server instance, so tests and several servers in one process don't collide. */
+export function createApiMetrics(): ApiMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'herald_api_' });
+  return {
+    registry,
+    openSockets: new Gauge({
+      name: 'herald_ws_open_sockets',
+      help: 'WebSocket connections currently open',
+      registers: [registry],
+    }),
+    activeSubscriptions: new Gauge({
+      name: 'herald_subscriptions_active',
+      help: 'GraphQL subscriptions currently streaming',
+      registers: [registry],
+    }),
+    eventsPublished: new Counter({
+      name: 'herald_events_published_total',
+      help: 'Events this pod published to pub/sub',
+      registers: [registry],
+    }),
+    eventsDelivered: new Counter({
+      name: 'herald_events_delivered_total',
+      help: 'next messages sent to subscribers',
+      registers: [registry],
+    }),
+    deliveryErrors: new Counter({
+      name: 'herald_delivery_errors_total',
+      help: 'Events that could not be sent to a subscriber, or could not be published',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+    eventToSendSeconds: new Histogram({
+      name: 'herald_event_to_send_seconds',
+      help: 'Time from publishing an event to sending it on a socket',
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers: [registry],
+    }),
+  };
+}

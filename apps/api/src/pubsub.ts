@@ -1,0 +1,143 @@
+import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
+import type { Post } from '@herald/db';
+import { createPubSub } from 'graphql-yoga';
+import { Redis } from 'ioredis';
+import type { Logger } from './logger.js';
+import type { ApiMetrics } from './metrics.js';
+
+/** Topic of `post-published:<orgId>` (Yoga's pub/sub appends `:<id>`: see @herald/contracts). */
+export const POST_PUBLISHED_TOPIC = 'post-published';
+
+/**
+ * What travels on `post-published:<orgId>`: the post row as JSON (dates as ISO strings), plus when it
+ * was published to pub/sub, for the event-to-send latency metric.
+ */
+export type PostPublishedEvent = Omit<Post, 'created_at' | 'published_at' | 'seq'> & {
+  created_at: string;
+  published_at: string | null;
+  seq: string;
+  emitted_at: number;
+};
+
+export type HeraldPubSub = ReturnType<typeof createTypedPubSub>;
+
+function createTypedPubSub(eventTarget?: ReturnType<typeof createRedisEventTarget>) {
+  return createPubSub<{ [POST_PUBLISHED_TOPIC]: [orgId: string, event: PostPublishedEvent] }>(
+    eventTarget ? { eventTarget } : undefined,
+  );
+}
+
+export interface PubSubService {
+  pubsub: HeraldPubSub;
+  kind: 'memory' | 'redis';
+  /** Announces a published post to its organisation's subscribers on every pod. Never throws. */
+  publishPostPublished(post: Post): void;
+  /** Closes the Redis connections (no-op in memory). */
+  close(): Promise<void>;
+}
+
+export interface PubSubDeps {
+  redisUrl: string | undefined;
+  logger: Logger;
+  metrics: ApiMetrics;
+}
+
+/**
+ * Yoga's in-memory pub/sub (one process), or with `REDIS_URL` the Redis event target over two ioredis
+ * connections so every pod sees every event.
+ *
+ * Redis outages: the subscriber connection reconnects by itself and ioredis re-subscribes its channels
+ * (`autoResubscribe`), so later events arrive again. Events published while Redis is unreachable fail
+ * fast (no offline queue on the publisher) and are logged and counted: Redis pub/sub has no replay, and
+ * clients reconcile with a `posts` query after reconnecting (see README).
+ */
+export function createPubSubService(deps: PubSubDeps): PubSubService {
+  const { logger, metrics } = deps;
+  if (!deps.redisUrl) {
+    const pubsub = createTypedPubSub();
+    return {
+      pubsub,
+      kind: 'memory',
+      publishPostPublished: (post) => publish(pubsub, post, metrics),
+      close: async () => {},
+    };
+  }
+
+  const publisher = new Redis(deps.redisUrl, {
+    lazyConnect: false,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    connectionName: 'herald-api-publish',
+  });
+  const subscriber = new Redis(deps.redisUrl, {
+    // Subscriptions made during an outage wait for the reconnect instead of failing.
+    maxRetriesPerRequest: null,
+    autoResubscribe: true,
+    connectionName: 'herald-api-subscribe',
+  });
+  for (const [name, client] of [
+    ['publish', publisher],
+    ['subscribe', subscriber],
+  ] as const) {
+    client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
+    client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
+  }
+
+  // The event target fires publish/subscribe without awaiting them; catch here so a failed command is
+  // logged and counted instead of becoming an unhandled rejection.
+  const publishClient = {
+    publish: (channel: string, message: string) =>
+      publisher.publish(channel, message).catch((error: Error) => {
+        metrics.deliveryErrors.inc({ reason: 'publish_failed' });
+        logger.error({ err: error, channel }, 'event not published: redis unavailable (not replayed)');
+        return 0;
+      }),
+  };
+  const subscribeClient = {
+    on: subscriber.on.bind(subscriber),
+    subscribe: (channel: string) =>
+      subscriber
+        .subscribe(channel)
+        .catch((error: Error) => logger.error({ err: error, channel }, 'redis subscribe failed')),
+    unsubscribe: (channel: string) =>
+      subscriber
+        .unsubscribe(channel)
+        .catch((error: Error) => logger.warn({ err: error, channel }, 'redis unsubscribe failed')),
+  };
+  const pubsub = createTypedPubSub(
+    createRedisEventTarget({
+      publishClient: publishClient as unknown as Redis,
+      subscribeClient: subscribeClient as unknown as Redis,
+    }),
+  );
+  return {
+    pubsub,
+    kind: 'redis',
+    publishPostPublished: (post) => publish(pubsub, post, metrics),
+    async close() {
+      await Promise.allSettled([publisher.quit(), subscriber.quit()]);
+      publisher.disconnect();
+      subscriber.disconnect();
+    },
+  };
+}
+
+function publish(pubsub: HeraldPubSub, post: Post, metrics: ApiMetrics): void {
+  metrics.eventsPublished.inc();
+  pubsub.publish(POST_PUBLISHED_TOPIC, post.org_id, toPostPublishedEvent(post));
+}
+
+/** The JSON-safe event for a post (bigint and Date become strings). */
+export function toPostPublishedEvent(post: Post): PostPublishedEvent {
+  return {
+    ...post,
+    seq: String(post.seq),
+    created_at: toIso(post.created_at),
+    published_at: post.published_at == null ? null : toIso(post.published_at),
+    emitted_at: Date.now(),
+  };
+}
+
+function toIso(value: Date | string): string {
+  return value instanceof Date ? value.toISOString() : new Date(value).toISOString();
+}

@@ -1,0 +1,239 @@
+import type { Server } from 'node:http';
+import type { TokenVerifier, Viewer } from '@herald/auth';
+import { type execute, GraphQLError, type subscribe } from 'graphql';
+import { CloseCode } from 'graphql-ws';
+import { type Extra, useServer } from 'graphql-ws/use/ws';
+import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
+import { WebSocketServer } from 'ws';
+import { type Context, readConnectionToken } from './context.js';
+import type { Logger } from './logger.js';
+import type { ApiMetrics } from './metrics.js';
+
+/** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
+export const CONNECTION_INIT_TIMEOUT_MS = 3_000;
+/** SPEC §8: largest WebSocket message accepted; a larger one closes the socket with 1009. */
+export const MAX_WS_MESSAGE_BYTES = 1024 * 1024;
+/** SPEC §8: subscriptions per socket; the next subscribe gets an error and the socket stays up. */
+export const MAX_SUBSCRIPTIONS_PER_SOCKET = 50;
+/** Close code for a graceful shutdown: "Service Restart", so clients reconnect to another pod. */
+export const SERVICE_RESTART_CLOSE_CODE = 1012;
+/** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** Yoga's enveloped execute/subscribe, carried to graphql-ws's execute/subscribe in the root value. */
+interface EnvelopedRoot {
+  execute: typeof execute;
+  subscribe: typeof subscribe;
+}
+
+/** What Herald keeps per socket beside graphql-ws's own state. */
+interface SocketState {
+  /** Set once at `connection_init`; null for an anonymous socket. */
+  viewer?: Viewer | null;
+  expiryTimer?: NodeJS.Timeout;
+}
+
+export interface WebSocketDeps {
+  httpServer: Server;
+  yoga: YogaServerInstance<Record<string, unknown>, Context>;
+  verifier: TokenVerifier;
+  logger: Logger;
+  metrics: ApiMetrics;
+  path: string;
+  keepAliveMs: number;
+}
+
+export interface HeraldWebSocketServer {
+  /** Closes every socket with 1012 and stops accepting upgrades; resolves once they are closed. */
+  close(): Promise<void>;
+  /** Drops every socket at once (end of the shutdown grace period). */
+  terminate(): void;
+  /** Sockets currently open. */
+  readonly size: number;
+}
+
+/**
+ * graphql-ws (`graphql-transport-ws`) on the HTTP server's port and path. Operations run through
+ * Yoga's envelop, so the same plugins, limits and error masking apply as over HTTP.
+ *
+ * - Auth happens once, at `connection_init` (`authToken`, or `authorization: "Bearer …"`), with the
+ *   same verifier as HTTP. A bad token closes the socket with 4403; no token means anonymous. At the
+ *   token's `exp` the socket is closed with 4403 "Forbidden: token expired".
+ * - The legacy `graphql-ws` sub-protocol (subscriptions-transport-ws) gets 4406.
+ * - Keep-alive: a ping every `keepAliveMs`; a socket that doesn't pong within it is dropped.
+ */
+export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServer {
+  const { yoga, verifier, logger, metrics } = deps;
+  const wss = new WebSocketServer({ server: deps.httpServer, path: deps.path, maxPayload: MAX_WS_MESSAGE_BYTES });
+  const states = new WeakMap<object, SocketState>();
+  const stateOf = (extra: Extra): SocketState => {
+    let state = states.get(extra.socket);
+    if (!state) {
+      state = {};
+      states.set(extra.socket, state);
+    }
+    return state;
+  };
+
+  wss.on('connection', (socket) => {
+    metrics.openSockets.inc();
+    socket.once('close', () => {
+      metrics.openSockets.dec();
+      clearTimeout(states.get(socket)?.expiryTimer);
+    });
+  });
+
+  const server = useServer<Record<string, unknown>>(
+    {
+      connectionInitWaitTimeout: CONNECTION_INIT_TIMEOUT_MS,
+      async onConnect(ctx) {
+        const state = stateOf(ctx.extra);
+        let token: string | undefined;
+        try {
+          token = readConnectionToken(ctx.connectionParams);
+        } catch {
+          return false;
+        }
+        if (token === undefined) {
+          state.viewer = null;
+          return true;
+        }
+        try {
+          state.viewer = await verifier.verify(token);
+        } catch {
+          return false; // graphql-ws closes with 4403 Forbidden
+        }
+        scheduleExpiry(ctx.extra, state, state.viewer.expiresAt);
+        return true;
+      },
+      async onSubscribe(ctx, _id, payload) {
+        // graphql-ws has already registered this id, so the count includes the one being subscribed.
+        if (Object.keys(ctx.subscriptions).length > MAX_SUBSCRIPTIONS_PER_SOCKET) {
+          return [
+            new GraphQLError(`Too many subscriptions on this socket: at most ${MAX_SUBSCRIPTIONS_PER_SOCKET}`, {
+              extensions: { code: 'SUBSCRIPTION_LIMIT_EXCEEDED' },
+            }),
+          ];
+        }
+        const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
+          ...ctx,
+          socketViewer: stateOf(ctx.extra).viewer ?? null,
+          params: payload,
+        });
+        let document: ReturnType<typeof parse>;
+        try {
+          document = parse(payload.query);
+        } catch (error) {
+          return [error instanceof GraphQLError ? error : new GraphQLError('Syntax Error: could not parse the query')];
+        }
+        const errors = validate(schema, document);
+        if (errors.length > 0) return errors;
+        return {
+          schema,
+          document,
+          operationName: payload.operationName,
+          variableValues: payload.variables,
+          contextValue: await contextFactory(),
+          rootValue: { execute, subscribe },
+        };
+      },
+      execute: (args) => (args.rootValue as EnvelopedRoot).execute(args),
+      subscribe: async (args) => {
+        const result = await (args.rootValue as EnvelopedRoot).subscribe(args);
+        if (!isAsyncIterable(result)) return result;
+        metrics.activeSubscriptions.inc();
+        return onEnd(result, () => metrics.activeSubscriptions.dec());
+      },
+      onNext(_ctx, _id, _payload, args) {
+        metrics.eventsDelivered.inc();
+        const context = args.contextValue as Context | undefined;
+        if (context?.eventEmittedAt !== undefined) {
+          metrics.eventToSendSeconds.observe((Date.now() - context.eventEmittedAt) / 1000);
+          context.eventEmittedAt = undefined;
+        }
+      },
+      onError(_ctx, _id, _payload, errors) {
+        logger.debug({ errors: errors.map((error) => error.message) }, 'subscribe refused');
+      },
+    },
+    wss,
+    deps.keepAliveMs,
+  );
+
+  function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
+    if (expiresAt === undefined) return;
+    const remainingMs = expiresAt * 1000 - Date.now();
+    if (remainingMs <= 0) {
+      extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+      return;
+    }
+    state.expiryTimer = setTimeout(
+      () => {
+        if (remainingMs > MAX_TIMER_MS) scheduleExpiry(extra, state, expiresAt);
+        else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+      },
+      Math.min(remainingMs, MAX_TIMER_MS),
+    );
+    state.expiryTimer.unref();
+  }
+
+  return {
+    async close() {
+      const sockets = [...wss.clients];
+      const allClosed = Promise.all(
+        sockets.map((socket) =>
+          socket.readyState === socket.CLOSED ? undefined : new Promise((resolve) => socket.once('close', resolve)),
+        ),
+      );
+      for (const socket of sockets) socket.close(SERVICE_RESTART_CLOSE_CODE, 'Service Restart');
+      await allClosed;
+      await server.dispose();
+    },
+    terminate() {
+      for (const socket of wss.clients) socket.terminate();
+    },
+    get size() {
+      return wss.clients.size;
+    },
+  };
+}
+
+/**
+ * Calls `onEndOnce` when the stream ends for any reason (done, error, or `return()` from the client's
+ * `complete` or a closed socket). A plain iterator rather than an async generator: a generator's
+ * `return()` would wait for the pending `next()`, i.e. for the next event.
+ */
+function onEnd<T>(iterable: AsyncIterable<T>, onEndOnce: () => void): AsyncIterableIterator<T> {
+  const iterator = iterable[Symbol.asyncIterator]();
+  let ended = false;
+  const end = () => {
+    if (!ended) {
+      ended = true;
+      onEndOnce();
+    }
+  };
+  return {
+    [Symbol.asyncIterator]() {
+      return this;
+    },
+    async next() {
+      try {
+        const result = await iterator.next();
+        if (result.done) end();
+        return result;
+      } catch (error) {
+        end();
+        throw error;
+      }
+    },
+    async return(value?: unknown) {
+      end();
+      return iterator.return ? iterator.return(value) : { done: true, value: value as T };
+    },
+    async throw(error?: unknown) {
+      end();
+      if (iterator.throw) return iterator.throw(error);
+      throw error;
+    },
+  };
+}

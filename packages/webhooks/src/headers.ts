@@ -1,0 +1,12 @@
+/**
+ * Header names of a webhook delivery, exactly as SPEC §7 spells them. Senders set them with this
+ * casing; receivers look them up case-insensitively (HTTP header names are case-insensitive, and
+ * node:http lower-cases them).
+ */
+
+/** The event id; always equal to the body's `id`, so a receiver can deduplicate before parsing. */
+export const WEBHOOK_ID_HEADER = 'X-Webhook-ID';
+/** Unix time in seconds at which this attempt was signed; the same value as the signature's `t`. */
+export const WEBHOOK_TIMESTAMP_HEADER = 'X-Webhook-Timestamp';
+/** `t=<unix seconds>,v1=<hex>[,v1=<hex>…]`: Stripe's scheme, one `v1` per active signing secret. */
+export const WEBHOOK_SIGNATURE_HEADER = 'X-Webhook-Signature';

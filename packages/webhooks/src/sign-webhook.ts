@@ -1,0 +1,46 @@
+import { WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER } from './headers.js';
+import { computeSignature, formatSignatureHeader } from './signature.js';
+
+export interface SignWebhookOptions {
+  /** The event id (`evt_…`), sent as `X-Webhook-ID`; must equal the body's `id`. */
+  eventId: string;
+  /** The exact bytes that will be sent as the body; sign after serialising, never re-serialise after. */
+  rawBody: string;
+  /**
+   * The endpoint's active signing secrets: one during normal operation, the new and the old one
+   * during a rotation's grace period. One `v1` entry is produced per secret, in this order.
+   * An empty list throws a `TypeError`: an unsigned delivery is never sent.
+   */
+  secrets: readonly string[];
+  /** Unix seconds to sign with (`t`). @default now */
+  timestamp?: number;
+}
+
+/**
+ * The headers of one delivery attempt (SPEC §7): `Content-Type: application/json`, `X-Webhook-ID`,
+ * `X-Webhook-Timestamp` and `X-Webhook-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`, where each hex is
+ * HMAC-SHA256(secret, `${t}.${rawBody}`). Sign every attempt afresh so that `t` is current: a retry
+ * signed with the first attempt's time would fall out of the receiver's replay window.
+ *
+ * @throws TypeError when `secrets` is empty, `eventId` is empty or contains a line break, or
+ *   `timestamp` is not a non-negative integer.
+ */
+export function signWebhook(options: SignWebhookOptions): Record<string, string> {
+  const { eventId, rawBody, secrets } = options;
+  const timestampSec = options.timestamp ?? Math.floor(Date.now() / 1000);
+  if (secrets.length === 0) throw new TypeError('signWebhook: at least one secret is required');
+  if (secrets.some((secret) => secret.length === 0)) throw new TypeError('signWebhook: a secret is empty');
+  if (eventId.length === 0 || /[\r\n]/.test(eventId)) {
+    throw new TypeError('signWebhook: eventId must be non-empty and on one line');
+  }
+  if (!Number.isSafeInteger(timestampSec) || timestampSec < 0) {
+    throw new TypeError('signWebhook: timestamp must be a non-negative integer (Unix seconds)');
+  }
+  const signatures = secrets.map((secret) => computeSignature(secret, timestampSec, rawBody));
+  return {
+    'Content-Type': 'application/json',
+    [WEBHOOK_ID_HEADER]: eventId,
+    [WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
+    [WEBHOOK_SIGNATURE_HEADER]: formatSignatureHeader(timestampSec, signatures),
+  };
+}

@@ -8,6 +8,9 @@ import { type ApiMetrics, createApiMetrics } from './metrics.js';
 import { createPubSubService, type PubSubService } from './pubsub.js';
 import { createServer, type HeraldServer } from './server.js';
 
+/** How long start-up waits for Redis (cluster mode) before giving up. */
+const REDIS_CONNECT_TIMEOUT_MS = 10_000;
+
 export interface HeraldApp extends HeraldServer {
   database: HeraldDatabase;
   pubsub: PubSubService;
@@ -45,6 +48,12 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
   const metrics = createApiMetrics();
   const pubsub = createPubSubService({ redisUrl: config.redisUrl, logger, metrics });
+  try {
+    await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
+  } catch (error) {
+    await Promise.all([pubsub.close(), database.close()]);
+    throw error;
+  }
   const server = createServer({ config, database, verifier, logger, pubsub, metrics });
   const { httpServer } = server;
 

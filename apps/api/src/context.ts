@@ -2,6 +2,7 @@ import { InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth
 import { createAuthorLoader, type Database } from '@herald/db';
 import type { YogaInitialContext } from 'graphql-yoga';
 import type { Kysely } from 'kysely';
+import type { ApiConfig } from './env.js';
 import { InvalidCredentialsError } from './errors.js';
 import type { Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
@@ -21,6 +22,8 @@ export interface Context extends YogaInitialContext {
   pubsub: PubSubService;
   /** Logger bound to this request's id. */
   log: Logger;
+  /** Webhook settings resolvers apply (the receiver URL policy). */
+  webhooks: ApiConfig['webhooks'];
   /**
    * Subscriptions: when the event being delivered was published (ms since epoch), for the
    * event-to-send latency metric. Set per event; a subscription's events are executed one at a time.
@@ -44,6 +47,7 @@ export interface ContextDeps {
   db: Kysely<Database>;
   pubsub: PubSubService;
   logger: Logger;
+  webhooks: ApiConfig['webhooks'];
 }
 
 /**
@@ -67,6 +71,7 @@ export function createContextBuilder(deps: ContextDeps) {
       pubsub: deps.pubsub,
       loaders: { author: createAuthorLoader(deps.db) },
       log: initial.log ?? deps.logger,
+      webhooks: deps.webhooks,
     };
   };
 }
@@ -93,14 +98,18 @@ export function readToken(authorization: string | null | undefined): string | un
 }
 
 /**
- * Reads the JWT from a graphql-ws `connection_init` payload: `authToken`, else `authorization: "Bearer …"`.
+ * Reads the JWT from a graphql-ws `connection_init` payload: `authToken`, else `authorization: "Bearer …"`
+ * (any capitalisation of the key).
  * @returns undefined when the payload carries no credentials
  * @throws InvalidCredentialsError for a malformed `authorization` value
  */
 export function readConnectionToken(params: Readonly<Record<string, unknown>> | undefined): string | undefined {
   if (!params) return undefined;
   if (typeof params.authToken === 'string' && params.authToken.length > 0) return params.authToken;
-  if (typeof params.authorization === 'string') return stripBearer(params.authorization);
+  // Header-style params (GraphiQL sends its Headers tab as connection params) may be capitalised.
+  const key = Object.keys(params).find((name) => name.toLowerCase() === 'authorization');
+  const authorization = key === undefined ? undefined : params[key];
+  if (typeof authorization === 'string') return stripBearer(authorization);
   return undefined;
 }
 

@@ -32,6 +32,12 @@ export interface PubSubService {
   kind: 'memory' | 'redis';
   /** Announces a published post to its organisation's subscribers on every pod. Never throws. */
   publishPostPublished(post: Post): void;
+  /**
+   * Resolves once both Redis connections are ready (at once in memory). A pod starts serving only
+   * after this, so its first events are not dropped.
+   * @throws Error when Redis is not reachable within `timeoutMs`
+   */
+  ready(timeoutMs: number): Promise<void>;
   /** Closes the Redis connections (no-op in memory). */
   close(): Promise<void>;
 }
@@ -59,6 +65,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       pubsub,
       kind: 'memory',
       publishPostPublished: (post) => publish(pubsub, post, metrics),
+      ready: async () => {},
       close: async () => {},
     };
   }
@@ -114,12 +121,30 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     pubsub,
     kind: 'redis',
     publishPostPublished: (post) => publish(pubsub, post, metrics),
+    async ready(timeoutMs) {
+      await Promise.all([untilReady(publisher, timeoutMs), untilReady(subscriber, timeoutMs)]);
+    },
     async close() {
       await Promise.allSettled([publisher.quit(), subscriber.quit()]);
       publisher.disconnect();
       subscriber.disconnect();
     },
   };
+}
+
+function untilReady(client: Redis, timeoutMs: number): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      client.off('ready', onReady);
+      reject(new Error(`Redis not reachable within ${timeoutMs} ms (REDIS_URL)`));
+    }, timeoutMs);
+    const onReady = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    client.once('ready', onReady);
+  });
 }
 
 function publish(pubsub: HeraldPubSub, post: Post, metrics: ApiMetrics): void {

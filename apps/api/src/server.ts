@@ -62,7 +62,13 @@ export interface HeraldServer {
 export function createServer(deps: ServerDeps): HeraldServer {
   const { config, database, logger } = deps;
   let draining = false;
-  const buildContext = createContextBuilder({ verifier: deps.verifier, db: database.db, pubsub: deps.pubsub, logger });
+  const buildContext = createContextBuilder({
+    verifier: deps.verifier,
+    db: database.db,
+    pubsub: deps.pubsub,
+    logger,
+    webhooks: config.webhooks,
+  });
 
   const plugins: Plugin[] = [
     useRequestLogging(logger),

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import { signToken } from '@herald/auth';
+import { createTestSchema, type TestSchema } from '@herald/testing';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type ApiProcess, startApiProcess } from './support/api-process.js';
+import { freePort, waitFor } from './support/ports.js';
+import { type OwnRedis, ownRedis } from './support/redis-server.js';
+import { createAndPublish, readMetric, type Subscriber, subscribePostPublished } from './support/subscribers.js';
+
+// Redis restarts (killed, no persistence): every pod resubscribes by itself and later events arrive
+// again. Events published during the outage are not replayed (seed §6.1); publishPost still succeeds.
+
+const JWT_SECRET = 'redis-loss-test-secret-0123456789abcdef';
+const ORG = `org-${randomUUID()}`;
+
+let schema: TestSchema;
+let redis: OwnRedis;
+let pods: ApiProcess[];
+let subscribers: Subscriber[];
+let token: string;
+
+beforeAll(async () => {
+  schema = await createTestSchema(inject('databaseUrl'));
+  redis = await ownRedis(await freePort());
+  await redis.start();
+  token = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
+  const env = { DATABASE_URL: schema.url, REDIS_URL: redis.url, JWT_SECRET };
+  pods = await Promise.all([startApiProcess(env), startApiProcess(env)]);
+  subscribers = pods.map((pod) => subscribePostPublished(`ws://127.0.0.1:${pod.port}/graphql`, token, ORG));
+  await waitFor('a subscription on each pod', async () => {
+    const counts = await Promise.all(pods.map((pod) => readMetric(pod.baseUrl, 'herald_subscriptions_active')));
+    return counts.every((count) => count === 1);
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all((subscribers ?? []).map((subscriber) => subscriber.client.dispose()));
+  await Promise.all((pods ?? []).map((pod) => pod.stop('SIGTERM')));
+  await redis?.cleanup();
+  await schema?.drop();
+});
+
+describe('Redis restart', () => {
+  it('delivers across pods before the outage', async () => {
+    await createAndPublish(pods[0]!.baseUrl, token, ORG, 'before');
+    await waitFor('both pods to deliver', () => subscribers.every((s) => s.count('before') === 1));
+  });
+
+  it('keeps publishPost working while Redis is down (the event itself is not replayed)', async () => {
+    await redis.kill();
+    const published = await createAndPublish(pods[1]!.baseUrl, token, ORG, 'during outage');
+    expect(published.errors).toBeUndefined();
+    expect(published.data.publishPost.status).toBe('PUBLISHED');
+  });
+
+  it('resubscribes every pod after Redis comes back, and later events arrive again', async () => {
+    await redis.start();
+    // Probe until each pod's subscriber connection is back (ioredis reconnects with backoff).
+    let probe = 0;
+    await waitFor(
+      'every pod to receive events again',
+      async () => {
+        probe++;
+        await createAndPublish(pods[probe % 2]!.baseUrl, token, ORG, `probe ${probe}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        return subscribers.every((s) => s.titles.some((title) => title.startsWith('probe')));
+      },
+      { timeoutMs: 30_000, intervalMs: 300 },
+    );
+    await createAndPublish(pods[0]!.baseUrl, token, ORG, 'after restart');
+    await waitFor('both pods to deliver after the restart', () =>
+      subscribers.every((s) => s.count('after restart') === 1),
+    );
+    for (const subscriber of subscribers) {
+      expect(subscriber.count('during outage')).toBe(0);
+      expect(subscriber.errors).toEqual([]);
+      // The WebSocket itself never dropped: only the pod's Redis connection did.
+      expect(subscriber.connections).toBe(1);
+    }
+  });
+});

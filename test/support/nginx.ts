@@ -1,0 +1,91 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { freePort, waitFor } from './ports.js';
+
+/** The reverse-proxy config users deploy; the tests render and run exactly this file. */
+export const NGINX_TEMPLATE = fileURLToPath(new URL('../../deploy/nginx/herald.conf.template', import.meta.url));
+const NGINX_BINARY = process.env.NGINX_BINARY ?? 'nginx';
+
+/** Fills the template's placeholders (what envsubst does in the official nginx image). */
+export async function renderHeraldNginxConf(listen: number, upstreamPorts: number[]): Promise<string> {
+  const template = await readFile(NGINX_TEMPLATE, 'utf8');
+  return template
+    .replaceAll('${HERALD_LISTEN}', `127.0.0.1:${listen}`)
+    .replaceAll(
+      '${HERALD_UPSTREAM_SERVERS}',
+      upstreamPorts.map((port) => `server 127.0.0.1:${port} max_fails=1 fail_timeout=2s;`).join('\n    '),
+    );
+}
+
+/** A main nginx.conf that keeps every file nginx writes inside `dir`, so it runs without system paths. */
+function mainConf(dir: string): string {
+  return `daemon off;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  include ${dir}/herald.conf;
+}
+`;
+}
+
+export interface NginxProcess {
+  port: number;
+  baseUrl: string;
+  dir: string;
+  stop(): Promise<void>;
+}
+
+/** Writes a config from the template into a temp dir and checks it with `nginx -t`. */
+export async function prepareNginx(upstreamPorts: number[]): Promise<{ dir: string; port: number; confPath: string }> {
+  const dir = await mkdtemp(join(tmpdir(), 'herald-nginx-'));
+  await mkdir(join(dir, 'logs'));
+  const port = await freePort();
+  await writeFile(join(dir, 'herald.conf'), await renderHeraldNginxConf(port, upstreamPorts));
+  const confPath = join(dir, 'nginx.conf');
+  await writeFile(confPath, mainConf(dir));
+  await promisify(execFile)(NGINX_BINARY, ['-t', '-q', '-p', dir, '-c', confPath]);
+  return { dir, port, confPath };
+}
+
+/** Starts nginx in front of `upstreamPorts` on a spare port, as the current user. */
+export async function startNginx(upstreamPorts: number[]): Promise<NginxProcess> {
+  const { dir, port, confPath } = await prepareNginx(upstreamPorts);
+  const child: ChildProcess = spawn(NGINX_BINARY, ['-p', dir, '-c', confPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const exited = once(child, 'exit');
+  await waitFor(`nginx on port ${port} (${stderr})`, async () => {
+    if (child.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
+    try {
+      await fetch(`http://127.0.0.1:${port}/health`);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  return {
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    dir,
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGQUIT');
+      await exited;
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}

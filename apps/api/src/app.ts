@@ -10,6 +10,8 @@ import { createServer, type HeraldServer } from './server.js';
 
 /** How long start-up waits for Redis (cluster mode) before giving up. */
 const REDIS_CONNECT_TIMEOUT_MS = 10_000;
+/** During shutdown, how often connections that went idle are closed. */
+const IDLE_SWEEP_INTERVAL_MS = 100;
 
 export interface HeraldApp extends HeraldServer {
   database: HeraldDatabase;
@@ -59,7 +61,13 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
 
   let stopping: Promise<void> | undefined;
   return {
-    ...server,
+    yoga: server.yoga,
+    httpServer,
+    webSockets: server.webSockets,
+    drain: server.drain,
+    get draining() {
+      return server.draining;
+    },
     database,
     pubsub,
     metrics,
@@ -77,7 +85,9 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
       stopping ??= (async () => {
         server.drain();
         const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+        // Keep-alive connections become idle as their in-flight request finishes: close them as they do.
         httpServer.closeIdleConnections();
+        const sweep = setInterval(() => httpServer.closeIdleConnections(), IDLE_SWEEP_INTERVAL_MS);
         const timer = setTimeout(() => {
           logger.warn('shutdown grace period over: cutting remaining connections');
           httpServer.closeAllConnections();
@@ -86,6 +96,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         timer.unref();
         await server.webSockets.close();
         await closed;
+        clearInterval(sweep);
         clearTimeout(timer);
         await pubsub.close();
         await database.close();

@@ -338,8 +338,41 @@ describe('metrics', () => {
 });
 
 describe('shutdown', () => {
+  it('turns readiness off at once but lets an in-flight HTTP request finish', async () => {
+    const { request } = await import('node:http');
+    const other = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
+    const token = await other.token({ sub: 'late', orgs: ['o'] });
+    const body = JSON.stringify({ query: '{ me { id } }' });
+    const response = new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request(
+        `${other.baseUrl}/graphql`,
+        { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` } },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (chunk) => {
+            text += chunk;
+          });
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        },
+      );
+      req.on('error', reject);
+      // Half the body now, the rest after shutdown has begun: the request is in flight throughout.
+      req.write(body.slice(0, 10));
+      setTimeout(() => req.end(body.slice(10)), 300);
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const stopped = other.app.stop();
+    expect(other.app.draining).toBe(true);
+    expect((await other.fetch('/readiness')).status).toBe(503);
+    const finished = await response;
+    expect(finished.status).toBe(200);
+    expect(JSON.parse(finished.text)).toEqual({ data: { me: { id: 'late' } } });
+    await stopped;
+    await other.close();
+  });
+
   it('closes open sockets with 1012 so clients reconnect elsewhere', async () => {
-    const other = await startTestApi({ listen: true });
+    const other = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
     const raw = await openAckedSocket(`${other.baseUrl!.replace('http', 'ws')}/graphql`);
     const stopped = other.close();
     expect((await raw.closed).code).toBe(1012);

@@ -1,2 +1,3 @@
 export * from './channels.js';
 export * from './errors.js';
+export * from './webhooks.js';

@@ -1,4 +1,12 @@
 import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+import type {
+  WebhookAttemptsTable,
+  WebhookDeliveriesTable,
+  WebhookEndpointSecretsTable,
+  WebhookEndpointsTable,
+  WebhookOutboxTable,
+  WebhookQueueTable,
+} from './webhook-tables.js';
 
 /**
  * The tables Herald's code reads and writes, as Kysely sees them. Migrations (in `migrations/`) are
@@ -7,6 +15,12 @@ import type { ColumnType, Generated, Insertable, Selectable, Updateable } from '
 export interface Database {
   users: UsersTable;
   posts: PostsTable;
+  webhook_endpoints: WebhookEndpointsTable;
+  webhook_endpoint_secrets: WebhookEndpointSecretsTable;
+  webhook_outbox: WebhookOutboxTable;
+  webhook_deliveries: WebhookDeliveriesTable;
+  webhook_attempts: WebhookAttemptsTable;
+  webhook_queue: WebhookQueueTable;
 }
 
 /** A user as last seen in a token. Authors of posts are users. */

@@ -49,7 +49,8 @@ describe.each(backends)('data layer on $name', ({ open }) => {
     ({ database, schema } = await open());
     db = database.db;
     const results = await migrateToLatest(db);
-    expect(results.map((result) => result.status)).toEqual(['Success']);
+    expect(results.length).toBeGreaterThan(0);
+    expect(results.every((result) => result.status === 'Success')).toBe(true);
   });
 
   afterAll(async () => {

@@ -4,6 +4,7 @@ import { resolveCursorConnection } from '@pothos/plugin-relay';
 import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
+import { recordPostPublishedWebhook } from '../post-published-webhook.js';
 import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../pubsub.js';
 import { builder } from './builder.js';
 
@@ -135,6 +136,7 @@ builder.mutationFields((t) => ({
       const result = await context.db.transaction().execute(async (trx) => {
         const outcome = await publishPostInTransaction(trx, String(id), context.viewer.orgs);
         // Durable events caused by the change (webhook outbox) are written here, inside the transaction.
+        if (outcome?.published) await recordPostPublishedWebhook(trx, outcome.post);
         return outcome;
       });
       if (!result) throw new NotFoundError('Post');

@@ -1,5 +1,6 @@
 import type { Migration, MigrationProvider } from 'kysely';
 import * as createUsersAndPosts from './2026-11-21T07-30_create-users-and-posts.js';
+import * as createWebhooks from './2026-11-21T08-00_create-webhooks.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -8,6 +9,7 @@ import * as createUsersAndPosts from './2026-11-21T07-30_create-users-and-posts.
  */
 const MIGRATIONS: Record<string, Migration> = {
   '2026-11-21T07-30_create-users-and-posts': createUsersAndPosts,
+  '2026-11-21T08-00_create-webhooks': createWebhooks,
 };
 
 export const migrationProvider: MigrationProvider = {

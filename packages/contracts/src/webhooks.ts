@@ -1,0 +1,58 @@
+/**
+ * Webhook names shared by the API (which records events) and the dispatcher (which delivers them):
+ * event types, id prefixes, and every Redis key the dispatcher uses. Keys are built from a prefix
+ * (`HERALD_REDIS_PREFIX`, default `herald:`) so that several Herald installations, or parallel test
+ * runs, can share one Redis without seeing each other's work.
+ */
+
+/** Event type sent when a draft post is published (SPEC §7). */
+export const POST_PUBLISHED_EVENT = 'post.published';
+
+/** Every event type an endpoint may subscribe to. Additive only: receivers rely on these names. */
+export const WEBHOOK_EVENT_TYPES = [POST_PUBLISHED_EVENT] as const;
+
+export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+
+/** Event ids look like `evt_…` (SPEC §7); the id is the receiver's deduplication key. */
+export const WEBHOOK_EVENT_ID_PREFIX = 'evt_';
+/** Webhook endpoint ids look like `we_…`. */
+export const WEBHOOK_ENDPOINT_ID_PREFIX = 'we_';
+/** Delivery ids (one event to one endpoint) look like `del_…`. */
+export const WEBHOOK_DELIVERY_ID_PREFIX = 'del_';
+
+/** Prefix of every Redis key Herald writes, unless `HERALD_REDIS_PREFIX` says otherwise. */
+export const DEFAULT_REDIS_PREFIX = 'herald:';
+
+/**
+ * Stream of dispatcher work (suffix of the prefixed key). Entries are either `event` (fan an outbox
+ * event out to the organisation's endpoints) or `delivery` (make one attempt of one delivery). The
+ * database stays the source of truth; this stream only distributes work among dispatchers.
+ */
+export const WEBHOOK_WORK_STREAM = 'webhooks:work';
+
+/**
+ * Stream where deliveries that ran out of retries are parked for operators (suffix of the prefixed
+ * key). One entry per delivery that went DEAD; `dlq replay` removes it.
+ */
+export const WEBHOOK_DEAD_LETTER_STREAM = 'webhooks:dead-letters';
+
+/** Consumer group on {@link WEBHOOK_WORK_STREAM} shared by every dispatcher replica. */
+export const WEBHOOK_CONSUMER_GROUP = 'webhook-dispatchers';
+
+export interface WebhookRedisKeys {
+  /** The work stream, `<prefix>webhooks:work`. */
+  workStream: string;
+  /** The dead-letter stream, `<prefix>webhooks:dead-letters`. */
+  deadLetterStream: string;
+  /** The consumer group on the work stream (a name inside the stream, not a key: never prefixed). */
+  consumerGroup: string;
+}
+
+/** The Redis keys for one installation. */
+export function webhookRedisKeys(prefix: string = DEFAULT_REDIS_PREFIX): WebhookRedisKeys {
+  return {
+    workStream: `${prefix}${WEBHOOK_WORK_STREAM}`,
+    deadLetterStream: `${prefix}${WEBHOOK_DEAD_LETTER_STREAM}`,
+    consumerGroup: WEBHOOK_CONSUMER_GROUP,
+  };
+}

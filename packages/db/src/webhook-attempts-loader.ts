@@ -1,0 +1,28 @@
+import DataLoader from 'dataloader';
+import type { Kysely } from 'kysely';
+import type { Database } from './database.js';
+import type { WebhookAttempt } from './webhook-tables.js';
+
+export type WebhookAttemptsLoader = DataLoader<string, WebhookAttempt[]>;
+
+/**
+ * Batches attempt look-ups by delivery id, oldest attempt first: a page of N deliveries costs one query
+ * for all their attempts. Create one per request; its cache must never outlive the operation.
+ */
+export function createWebhookAttemptsLoader(db: Kysely<Database>): WebhookAttemptsLoader {
+  return new DataLoader(async (deliveryIds) => {
+    const rows = await db
+      .selectFrom('webhook_attempts')
+      .selectAll()
+      .where('delivery_id', 'in', [...deliveryIds])
+      .orderBy('id')
+      .execute();
+    const byDelivery = new Map<string, WebhookAttempt[]>();
+    for (const row of rows) {
+      const list = byDelivery.get(row.delivery_id);
+      if (list) list.push(row);
+      else byDelivery.set(row.delivery_id, [row]);
+    }
+    return deliveryIds.map((id) => byDelivery.get(id) ?? []);
+  });
+}

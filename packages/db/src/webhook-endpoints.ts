@@ -1,0 +1,108 @@
+import { randomUUID } from 'node:crypto';
+import { WEBHOOK_ENDPOINT_ID_PREFIX } from '@herald/contracts';
+import { type Kysely, sql } from 'kysely';
+import type { Database } from './database.js';
+import type { WebhookEndpoint } from './webhook-tables.js';
+
+export interface NewWebhookEndpointInput {
+  orgId: string;
+  url: string;
+  eventTypes: readonly string[];
+  /** The first signing secret. */
+  secret: string;
+}
+
+/** Registers an endpoint with its first signing secret, atomically. */
+export async function insertWebhookEndpoint(
+  db: Kysely<Database>,
+  input: NewWebhookEndpointInput,
+): Promise<WebhookEndpoint> {
+  return db.transaction().execute(async (trx) => {
+    const endpoint = await trx
+      .insertInto('webhook_endpoints')
+      .values({
+        id: `${WEBHOOK_ENDPOINT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`,
+        org_id: input.orgId,
+        url: input.url,
+        event_types: [...new Set(input.eventTypes)],
+      })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    await trx
+      .insertInto('webhook_endpoint_secrets')
+      .values({ endpoint_id: endpoint.id, secret: input.secret })
+      .execute();
+    return endpoint;
+  });
+}
+
+export async function findWebhookEndpointById(db: Kysely<Database>, id: string): Promise<WebhookEndpoint | undefined> {
+  return db.selectFrom('webhook_endpoints').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** An organisation's endpoints, oldest first. */
+export async function listWebhookEndpointsByOrg(db: Kysely<Database>, orgId: string): Promise<WebhookEndpoint[]> {
+  return db.selectFrom('webhook_endpoints').selectAll().where('org_id', '=', orgId).orderBy('seq').execute();
+}
+
+/**
+ * Deletes an endpoint with its secrets, deliveries and attempts (work already queued for it is dropped
+ * when a dispatcher finds the delivery gone).
+ * @param orgIds the organisations the caller may act on; an endpoint outside them is treated as absent
+ * @returns whether an endpoint was deleted
+ */
+export async function deleteWebhookEndpoint(
+  db: Kysely<Database>,
+  id: string,
+  orgIds: readonly string[],
+): Promise<boolean> {
+  if (orgIds.length === 0) return false;
+  const result = await db
+    .deleteFrom('webhook_endpoints')
+    .where('id', '=', id)
+    .where('org_id', 'in', [...orgIds])
+    .executeTakeFirst();
+  return result.numDeletedRows > 0n;
+}
+
+export interface RotateSecretInput {
+  endpointId: string;
+  /** The new secret; it signs from now on. */
+  secret: string;
+  /** How long the secrets in use keep signing beside the new one (0: they stop at once). */
+  graceMs: number;
+}
+
+/**
+ * Starts signing with a new secret. Every secret still in use expires after `graceMs` (or keeps its
+ * earlier expiry), so during the grace period deliveries carry one `v1=` per secret and receivers can
+ * switch over without dropping a delivery.
+ */
+export async function rotateWebhookSecret(db: Kysely<Database>, input: RotateSecretInput): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable('webhook_endpoint_secrets')
+      .set({
+        expires_at: sql<Date>`least(coalesce(expires_at, 'infinity'::timestamptz), now() + ${input.graceMs}::double precision * interval '1 millisecond')`,
+      })
+      .where('endpoint_id', '=', input.endpointId)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', sql<Date>`now()`)]))
+      .execute();
+    await trx
+      .insertInto('webhook_endpoint_secrets')
+      .values({ endpoint_id: input.endpointId, secret: input.secret })
+      .execute();
+  });
+}
+
+/** The secrets an endpoint signs with right now, newest first. */
+export async function listActiveWebhookSecrets(db: Kysely<Database>, endpointId: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('webhook_endpoint_secrets')
+    .select('secret')
+    .where('endpoint_id', '=', endpointId)
+    .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', sql<Date>`now()`)]))
+    .orderBy('id', 'desc')
+    .execute();
+  return rows.map((row) => row.secret);
+}

@@ -1,0 +1,82 @@
+import type { ColumnType, Generated, Selectable } from 'kysely';
+
+/** A receiver URL registered by an organisation, and the event types it wants. */
+export interface WebhookEndpointsTable {
+  id: string;
+  seq: Generated<string>;
+  org_id: string;
+  url: string;
+  event_types: string[];
+  created_at: ColumnType<Date, never, never>;
+}
+
+/** A signing secret of an endpoint; `expires_at` is set on the old one when the secret is rotated. */
+export interface WebhookEndpointSecretsTable {
+  id: Generated<string>;
+  endpoint_id: string;
+  secret: string;
+  created_at: ColumnType<Date, never, never>;
+  expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+/** The transactional outbox: one row per event, written with the change that caused it. */
+export interface WebhookOutboxTable {
+  /** The event id, `evt_…`. */
+  id: string;
+  seq: Generated<string>;
+  org_id: string;
+  type: string;
+  /** The exact JSON body (`{id, type, created, data}`) that every attempt signs and sends. */
+  body: string;
+  created_at: ColumnType<Date, Date | undefined, never>;
+  /** When a relay last handed the event to the queue; null until then. */
+  relayed_at: ColumnType<Date | null, never, Date | null>;
+  /** When a dispatcher created the event's deliveries: the event is acknowledged. */
+  dispatched_at: ColumnType<Date | null, never, Date | null>;
+}
+
+export type WebhookDeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD';
+
+/** One event to one endpoint, with its retry state. */
+export interface WebhookDeliveriesTable {
+  id: string;
+  seq: Generated<string>;
+  event_id: string;
+  endpoint_id: string;
+  org_id: string;
+  event_type: string;
+  status: ColumnType<WebhookDeliveryStatus, WebhookDeliveryStatus | undefined, WebhookDeliveryStatus>;
+  attempt_count: ColumnType<number, number | undefined, number>;
+  /** When the next attempt is due; null once SUCCEEDED or DEAD. */
+  next_attempt_at: Date | null;
+  /** The retry horizon counts from here: the delivery's creation, or its last replay. */
+  horizon_from: ColumnType<Date, Date | undefined, Date>;
+  /** `q:…` while queued, `a:…` while an attempt runs; see the migration. */
+  lease_token: string | null;
+  leased_until: Date | null;
+  created_at: ColumnType<Date, never, never>;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** One HTTP attempt of a delivery. */
+export interface WebhookAttemptsTable {
+  id: Generated<string>;
+  delivery_id: string;
+  at: Date;
+  /** The HTTP status, null when no response arrived (timeout, connection error, refused address). */
+  status_code: number | null;
+  duration_ms: number;
+  error: string | null;
+}
+
+/** Embedded mode's work queue (the Redis stream's stand-in). */
+export interface WebhookQueueTable {
+  id: Generated<string>;
+  message: ColumnType<unknown, string, never>;
+  claimed_at: Date | null;
+}
+
+export type WebhookEndpoint = Selectable<WebhookEndpointsTable>;
+export type WebhookOutboxEvent = Selectable<WebhookOutboxTable>;
+export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
+export type WebhookAttempt = Selectable<WebhookAttemptsTable>;

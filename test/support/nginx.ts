@@ -15,11 +15,16 @@ const NGINX_BINARY = process.env.NGINX_BINARY ?? 'nginx';
 export async function renderHeraldNginxConf(listen: number, upstreamPorts: number[]): Promise<string> {
   const template = await readFile(NGINX_TEMPLATE, 'utf8');
   return template
-    .replaceAll('${HERALD_LISTEN}', `127.0.0.1:${listen}`)
+    .replaceAll(placeholder('HERALD_LISTEN'), `127.0.0.1:${listen}`)
     .replaceAll(
-      '${HERALD_UPSTREAM_SERVERS}',
+      placeholder('HERALD_UPSTREAM_SERVERS'),
       upstreamPorts.map((port) => `server 127.0.0.1:${port} max_fails=1 fail_timeout=2s;`).join('\n    '),
     );
+}
+
+/** `${NAME}`, the envsubst placeholder syntax the template uses. */
+function placeholder(name: string): string {
+  return `\${${name}}`;
 }
 
 /** A main nginx.conf that keeps every file nginx writes inside `dir`, so it runs without system paths. */

@@ -58,6 +58,7 @@ const EnvSchema = z.object({
   WS_KEEPALIVE_MS: positiveInt
     .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
     .default(12_000),
+  WS_SHARED_EXECUTION: z.stringbool().default(true),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -93,7 +94,7 @@ export interface ApiConfig {
     maxAliases: number;
     maxTokens: number;
   };
-  ws: { keepAliveMs: number };
+  ws: { keepAliveMs: number; sharedExecution: boolean };
   webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
 }
 
@@ -141,7 +142,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxAliases: parsed.MAX_QUERY_ALIASES,
       maxTokens: parsed.MAX_QUERY_TOKENS,
     },
-    ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS },
+    ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,

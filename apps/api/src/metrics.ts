@@ -12,6 +12,7 @@ export interface ApiMetrics {
   eventsDelivered: Counter;
   deliveryErrors: Counter<'reason'>;
   eventToSendSeconds: Histogram;
+  slowConsumersClosed: Counter;
 }
 
 /** One registry per server instance, so tests and several servers in one process don't collide. */
@@ -50,6 +51,11 @@ export function createApiMetrics(): ApiMetrics {
       name: 'herald_event_to_send_seconds',
       help: 'Time from publishing an event to sending it on a socket',
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers: [registry],
+    }),
+    slowConsumersClosed: new Counter({
+      name: 'herald_ws_slow_consumers_closed_total',
+      help: 'Sockets closed because their send buffer passed the limit when an event was due',
       registers: [registry],
     }),
   };

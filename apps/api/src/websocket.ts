@@ -8,6 +8,7 @@ import { WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from './context.js';
 import type { Logger } from './logger.js';
 import type { ApiMetrics } from './metrics.js';
+import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
 export const CONNECTION_INIT_TIMEOUT_MS = 3_000;
@@ -17,6 +18,8 @@ export const MAX_WS_MESSAGE_BYTES = 1024 * 1024;
 export const MAX_SUBSCRIPTIONS_PER_SOCKET = 50;
 /** Close code for a graceful shutdown: "Service Restart", so clients reconnect to another pod. */
 export const SERVICE_RESTART_CLOSE_CODE = 1012;
+/** A socket with more than this waiting in its send buffer when an event is due is closed (1013). */
+export const MAX_BUFFERED_BYTES = 512 * 1024;
 /** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -24,6 +27,8 @@ const MAX_TIMER_MS = 2_147_483_647;
 interface EnvelopedRoot {
   execute: typeof execute;
   subscribe: typeof subscribe;
+  /** Set when this subscription may share execution with identical ones (see subscription-groups.ts). */
+  share?: { key: string; member: GroupMember };
 }
 
 /** What Herald keeps per socket beside graphql-ws's own state. */
@@ -41,6 +46,8 @@ export interface WebSocketDeps {
   metrics: ApiMetrics;
   path: string;
   keepAliveMs: number;
+  /** Share one execution per event among subscriptions whose results cannot differ. @default true */
+  sharedExecution: boolean;
 }
 
 export interface HeraldWebSocketServer {
@@ -50,6 +57,8 @@ export interface HeraldWebSocketServer {
   terminate(): void;
   /** Sockets currently open. */
   readonly size: number;
+  /** Groups of subscriptions currently sharing execution. */
+  readonly sharedGroups: number;
 }
 
 /**
@@ -64,6 +73,11 @@ export interface HeraldWebSocketServer {
  */
 export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServer {
   const { yoga, verifier, logger, metrics } = deps;
+  const groups = createSubscriptionGroups({
+    schema: yoga.getEnveloped().schema,
+    metrics,
+    maxBufferedBytes: MAX_BUFFERED_BYTES,
+  });
   const wss = new WebSocketServer({ server: deps.httpServer, path: deps.path, maxPayload: MAX_WS_MESSAGE_BYTES });
   const states = new WeakMap<object, SocketState>();
   const stateOf = (extra: Extra): SocketState => {
@@ -106,7 +120,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         scheduleExpiry(ctx.extra, state, state.viewer.expiresAt);
         return true;
       },
-      async onSubscribe(ctx, _id, payload) {
+      async onSubscribe(ctx, id, payload) {
         // graphql-ws has already registered this id, so the count includes the one being subscribed.
         if (Object.keys(ctx.subscriptions).length > MAX_SUBSCRIPTIONS_PER_SOCKET) {
           return [
@@ -128,23 +142,42 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         }
         const errors = validate(schema, document);
         if (errors.length > 0) return errors;
+        const shareKey = deps.sharedExecution
+          ? groups.keyFor(document, payload.operationName, payload.query, payload.variables)
+          : undefined;
+        const rootValue: EnvelopedRoot = {
+          execute,
+          subscribe,
+          ...(shareKey ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id } } } : {}),
+        };
         return {
           schema,
           document,
           operationName: payload.operationName,
           variableValues: payload.variables,
           contextValue: await contextFactory(),
-          rootValue: { execute, subscribe },
+          rootValue,
         };
       },
       execute: (args) => (args.rootValue as EnvelopedRoot).execute(args),
       subscribe: async (args) => {
-        const result = await (args.rootValue as EnvelopedRoot).subscribe(args);
+        const root = args.rootValue as EnvelopedRoot;
+        // The real subscribe runs for every subscriber, so authorization is never shared.
+        const result = await root.subscribe(args);
         if (!isAsyncIterable(result)) return result;
         metrics.activeSubscriptions.inc();
-        return onEnd(result, () => metrics.activeSubscriptions.dec());
+        const stream = root.share
+          ? groups.join(root.share.key, root.share.member, result, args.contextValue as Context)
+          : result;
+        return onEnd(stream, () => metrics.activeSubscriptions.dec());
       },
-      onNext(_ctx, _id, _payload, args) {
+      onNext(ctx, _id, _payload, args) {
+        const { socket } = ctx.extra;
+        if (socket.bufferedAmount > MAX_BUFFERED_BYTES) {
+          metrics.slowConsumersClosed.inc();
+          socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
+          return;
+        }
         metrics.eventsDelivered.inc();
         const context = args.contextValue as Context | undefined;
         if (context?.eventEmittedAt !== undefined) {
@@ -194,6 +227,9 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     },
     get size() {
       return wss.clients.size;
+    },
+    get sharedGroups() {
+      return groups.size;
     },
   };
 }

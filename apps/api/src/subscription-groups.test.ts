@@ -1,0 +1,219 @@
+import { randomUUID } from 'node:crypto';
+import { buildSchema, parse } from 'graphql';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { schema as heraldSchema } from './schema/index.js';
+import { SHARED_ACROSS_VIEWERS, selectionIsViewerIndependent } from './subscription-groups.js';
+import { openAckedSocket, type RawSocket } from './testing/raw-socket.js';
+import { startTestApi, type TestApi } from './testing/test-api.js';
+
+let api: TestApi;
+let wsUrl: string;
+let alice: string; // org-a
+let bob: string; // org-b
+let carol: string; // org-a and org-b
+
+beforeAll(async () => {
+  api = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
+  wsUrl = `${api.baseUrl!.replace('http', 'ws')}/graphql`;
+  alice = await api.token({ sub: 'alice', name: 'Alice', orgs: ['org-a'] });
+  bob = await api.token({ sub: 'bob', name: 'Bob', orgs: ['org-b'] });
+  carol = await api.token({ sub: 'carol', name: 'Carol', orgs: ['org-a', 'org-b'] });
+});
+
+afterAll(() => api.close());
+
+async function publish(token: string, orgId: string, title: string, tags: string[] = []): Promise<string> {
+  const created = await api.graphql(
+    'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+    { input: { orgId, title, tags } },
+    token,
+  );
+  const id = created.body.data.createPost.id as string;
+  await api.graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id }, token);
+  return id;
+}
+
+async function subscribe(token: string, query: string, variables?: Record<string, unknown>, id = randomUUID()) {
+  const raw = await openAckedSocket(wsUrl, { authToken: token });
+  raw.send({ id, type: 'subscribe', payload: { query, variables } });
+  return { raw, id };
+}
+
+async function activeSubscriptions(): Promise<number> {
+  return (await api.app.metrics.activeSubscriptions.get()).values[0]?.value ?? 0;
+}
+
+async function until(what: string, check: () => boolean | Promise<boolean>) {
+  const deadline = Date.now() + 5_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+const closeAll = (sockets: RawSocket[]) => {
+  for (const socket of sockets) socket.socket.close();
+};
+
+describe('shared execution', () => {
+  it('identical subscriptions on different sockets share one group and each gets its own id', async () => {
+    const query = 'subscription { postPublished(orgId: "org-a") { id title author { name } } }';
+    const before = await activeSubscriptions();
+    const subscribers = await Promise.all([subscribe(alice, query), subscribe(carol, query), subscribe(alice, query)]);
+    await until('3 subscriptions', async () => (await activeSubscriptions()) === before + 3);
+    expect(api.app.webSockets.sharedGroups).toBe(1);
+    const postId = await publish(alice, 'org-a', 'shared');
+    for (const { raw, id } of subscribers) {
+      const next = await raw.next('next');
+      expect(next).toEqual({
+        id,
+        type: 'next',
+        payload: { data: { postPublished: { id: postId, title: 'shared', author: { name: 'Alice' } } } },
+      });
+    }
+    closeAll(subscribers.map((s) => s.raw));
+    await until('the group to end', () => api.app.webSockets.sharedGroups === 0);
+  });
+
+  it('different selections and variables each get their own result', async () => {
+    const byTitle = await subscribe(alice, 'subscription { postPublished(orgId: "org-a") { title } }');
+    const byAuthor = await subscribe(alice, 'subscription { postPublished(orgId: "org-a") { author { name } } }');
+    const tagged = 'subscription($tags: [String!]) { postPublished(orgId: "org-a", tags: $tags) { title tags } }';
+    const tagA = await subscribe(carol, tagged, { tags: ['a'] });
+    const tagB = await subscribe(carol, tagged, { tags: ['b'] });
+    await until('4 groups', () => api.app.webSockets.sharedGroups === 4);
+
+    await publish(alice, 'org-a', 'only b', ['b']);
+    await publish(alice, 'org-a', 'only a', ['a']);
+    expect((await byTitle.raw.next('next')).payload.data).toEqual({ postPublished: { title: 'only b' } });
+    expect((await byAuthor.raw.next('next')).payload.data).toEqual({ postPublished: { author: { name: 'Alice' } } });
+    expect((await tagA.raw.next('next')).payload.data.postPublished).toEqual({ title: 'only a', tags: ['a'] });
+    expect((await tagB.raw.next('next')).payload.data.postPublished).toEqual({ title: 'only b', tags: ['b'] });
+    closeAll([byTitle.raw, byAuthor.raw, tagA.raw, tagB.raw]);
+  });
+
+  it('the same document for another org is another group, and a non-member is refused, not grouped', async () => {
+    const query = 'subscription($orgId: ID!) { postPublished(orgId: $orgId) { title orgId } }';
+    const inA = await subscribe(alice, query, { orgId: 'org-a' });
+    const inB = await subscribe(bob, query, { orgId: 'org-b' });
+    const intruder = await subscribe(bob, query, { orgId: 'org-a' });
+    const refusal = await intruder.raw.next();
+    const errors = refusal.type === 'error' ? refusal.payload : refusal.payload.errors;
+    expect(errors[0].extensions.code).toBe('FORBIDDEN');
+
+    await publish(alice, 'org-a', 'for a');
+    await publish(bob, 'org-b', 'for b');
+    expect((await inA.raw.next('next')).payload.data.postPublished).toEqual({ title: 'for a', orgId: 'org-a' });
+    expect((await inB.raw.next('next')).payload.data.postPublished).toEqual({ title: 'for b', orgId: 'org-b' });
+    intruder.raw.send({ type: 'ping' });
+    await intruder.raw.next('pong');
+    expect(intruder.raw.received.filter((message) => message.type === 'next' && message.payload.data)).toEqual([]);
+    closeAll([inA.raw, inB.raw, intruder.raw]);
+  });
+
+  it('keeps serving the group after the member whose stream it uses leaves (token expiry)', async () => {
+    const query = 'subscription { postPublished(orgId: "org-a") { title } }';
+    const shortLived = await api.token(
+      { sub: 'alice', orgs: ['org-a'] },
+      { expiresIn: Math.floor(Date.now() / 1000) + 2 },
+    );
+    const first = await subscribe(shortLived, query);
+    const second = await subscribe(carol, query);
+    await until('one group of two', async () => api.app.webSockets.sharedGroups === 1);
+    expect((await first.raw.closed).code).toBe(4403);
+    await publish(alice, 'org-a', 'after the first left');
+    expect((await second.raw.next('next')).payload.data.postPublished.title).toBe('after the first left');
+    closeAll([second.raw]);
+  });
+
+  it('still runs each event as a fresh execution for the whole group', async () => {
+    const query = 'subscription { postPublished(orgId: "org-b") { author { name } } }';
+    const members = await Promise.all([subscribe(bob, query), subscribe(carol, query)]);
+    await until('the group', () => api.app.webSockets.sharedGroups === 1);
+    await publish(bob, 'org-b', 'one');
+    for (const { raw } of members) expect((await raw.next('next')).payload.data.postPublished.author.name).toBe('Bob');
+    await publish(await api.token({ sub: 'bob', name: 'Robert', orgs: ['org-b'] }), 'org-b', 'two');
+    for (const { raw } of members)
+      expect((await raw.next('next')).payload.data.postPublished.author.name).toBe('Robert');
+    closeAll(members.map((m) => m.raw));
+  });
+
+  it('closes a consumer that stops reading once its send buffer passes the limit, and counts it', async () => {
+    const query = 'subscription { postPublished(orgId: "org-a") { title } }';
+    const reader = await subscribe(alice, query);
+    const stalled = await subscribe(alice, query);
+    await until('one group', () => api.app.webSockets.sharedGroups === 1);
+    // Stop reading from the TCP socket: the server's send buffer for it can only grow.
+    (stalled.raw.socket as unknown as { _socket: { pause(): void } })._socket.pause();
+    const bigTitle = 'x'.repeat(256 * 1024);
+    const { rows } = await (await import('kysely')).sql<{ id: string }>`select id from users limit 1`.execute(
+      api.app.database.db,
+    );
+    for (let i = 0; i < 200 && stalled.raw.socket.readyState === WebSocket.OPEN; i++) {
+      api.app.pubsub.publishPostPublished({
+        id: `big-${i}`,
+        seq: String(i),
+        org_id: 'org-a',
+        author_id: rows[0]!.id,
+        title: bigTitle,
+        tags: [],
+        status: 'PUBLISHED',
+        created_at: new Date(),
+        published_at: new Date(),
+      });
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      if ((await api.app.metrics.slowConsumersClosed.get()).values[0]?.value) break;
+    }
+    expect((await api.app.metrics.slowConsumersClosed.get()).values[0]?.value).toBeGreaterThanOrEqual(1);
+    expect(reader.raw.socket.readyState).toBe(WebSocket.OPEN);
+    (stalled.raw.socket as unknown as { _socket: { resume(): void } })._socket.resume();
+    expect((await stalled.raw.closed).code).toBe(1013);
+    closeAll([reader.raw]);
+  });
+});
+
+describe('selectionIsViewerIndependent', () => {
+  const schema = buildSchema(`
+    type Query { x: Int }
+    type Subscription { shared: Item  private: Item }
+    type Item { name: String  owner: Owner }
+    type Owner { email: String }
+  `);
+  schema.getSubscriptionType()!.getFields().shared!.extensions = { [SHARED_ACROSS_VIEWERS]: true };
+  (schema.getType('Item') as { extensions: Record<string, unknown> }).extensions = { [SHARED_ACROSS_VIEWERS]: true };
+
+  it('accepts a selection of flagged fields and types only', () => {
+    expect(selectionIsViewerIndependent(schema, parse('subscription { shared { name __typename } }'))).toBe(true);
+  });
+
+  it('refuses a root field, or a nested type, that is not flagged', () => {
+    expect(selectionIsViewerIndependent(schema, parse('subscription { private { name } }'))).toBe(false);
+    expect(selectionIsViewerIndependent(schema, parse('subscription { shared { owner { email } } }'))).toBe(false);
+    expect(
+      selectionIsViewerIndependent(
+        schema,
+        parse('subscription { shared { ...F } } fragment F on Item { owner { email } }'),
+      ),
+    ).toBe(false);
+  });
+
+  it('refuses queries and documents with several operations', () => {
+    expect(selectionIsViewerIndependent(schema, parse('{ x }'))).toBe(false);
+    expect(
+      selectionIsViewerIndependent(
+        schema,
+        parse('subscription A { shared { name } } subscription B { shared { name } }'),
+      ),
+    ).toBe(false);
+  });
+
+  it("marks Herald's postPublished selection of Post and Author as shareable", () => {
+    expect(
+      selectionIsViewerIndependent(
+        heraldSchema,
+        parse('subscription { postPublished(orgId: "o") { id title tags status publishedAt author { id name } } }'),
+      ),
+    ).toBe(true);
+  });
+});

@@ -1,0 +1,206 @@
+import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
+import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
+import type { WebSocket } from 'ws';
+import type { Context } from './context.js';
+import type { ApiMetrics } from './metrics.js';
+
+/**
+ * Shared execution for subscriptions whose results cannot differ between subscribers.
+ *
+ * Stock graphql-ws runs one execution per event *per subscription* and serializes each result on its
+ * own. When thousands of sockets subscribe with the same document and variables, those executions all
+ * compute the same bytes. Here such subscribers form a group: each subscriber is still authorized by the
+ * real `subscribe` resolver (scope auth: UNAUTHENTICATED/FORBIDDEN exactly as before); the first one's
+ * event stream is kept for the group and the others' are closed at once. Per event the group executes
+ * once (a fresh execution with the event as root value and fresh per-event loaders, as seed §6.1 asks),
+ * serializes the payload once, and writes one frame per member that differs only in the subscription id.
+ *
+ * A subscriber never receives a result computed for a viewer with different rights, because only
+ * selections whose every field is declared viewer-independent are shared (the field or its parent type
+ * carries `extensions.sharedAcrossViewers`; see schema/post.ts), and the group key is the exact
+ * document, operation name and variables. Anything else runs the stock per-subscription path.
+ *
+ * Slow consumers: a socket whose send buffer is above `maxBufferedBytes` when an event is due is closed
+ * (1013, counted), so one stuck client can't grow the server's memory without bound.
+ */
+
+/** Extension flag on an object type or field: its resolution doesn't depend on who is asking. */
+export const SHARED_ACROSS_VIEWERS = 'sharedAcrossViewers';
+/** Close code for a consumer too slow to keep up: "Try Again Later". */
+export const SLOW_CONSUMER_CLOSE_CODE = 1013;
+
+export interface GroupMember {
+  socket: WebSocket;
+  /** The graphql-ws subscription id. */
+  id: string;
+}
+
+export interface SubscriptionGroups {
+  /**
+   * The key under which `document` + `variables` may share execution, or undefined when the selection
+   * touches anything viewer-dependent (then the caller uses the stock path).
+   */
+  keyFor(
+    document: DocumentNode,
+    operationName: string | null | undefined,
+    query: string,
+    variables: unknown,
+  ): string | undefined;
+  /**
+   * Adds a member to the group `key`, handing over `stream` (the member's own, already authorized
+   * subscription) when the group is new, else closing it. Returns the iterable graphql-ws waits on for
+   * this subscription: it never yields (frames are written directly) and completes when the group ends;
+   * its `return()` (client `complete`, socket closed) removes the member.
+   */
+  join(
+    key: string,
+    member: GroupMember,
+    stream: AsyncIterable<ExecutionResult>,
+    context: Context,
+  ): AsyncIterableIterator<never>;
+  /** Number of live groups (for tests and metrics). */
+  readonly size: number;
+}
+
+interface Group {
+  members: Map<GroupMember, { prefix: string; done: (value: IteratorResult<never>) => void }>;
+  stream: AsyncIterator<ExecutionResult>;
+  context: Context;
+}
+
+export function createSubscriptionGroups(deps: {
+  schema: GraphQLSchema;
+  metrics: ApiMetrics;
+  maxBufferedBytes: number;
+}): SubscriptionGroups {
+  const { metrics } = deps;
+  const groups = new Map<string, Group>();
+  const shareable = new WeakMap<DocumentNode, boolean>();
+
+  function isShareable(document: DocumentNode): boolean {
+    let known = shareable.get(document);
+    if (known === undefined) {
+      known = selectionIsViewerIndependent(deps.schema, document);
+      shareable.set(document, known);
+    }
+    return known;
+  }
+
+  async function pump(key: string, group: Group) {
+    try {
+      for (;;) {
+        const { value: result, done } = await group.stream.next();
+        if (done || group.members.size === 0) break;
+        broadcast(group, result);
+      }
+    } catch {
+      // The stream failed (e.g. pub/sub gone): members complete below; clients resubscribe.
+    } finally {
+      if (groups.get(key) === group) groups.delete(key);
+      for (const { done } of group.members.values()) done({ done: true, value: undefined });
+      group.members.clear();
+    }
+  }
+
+  function broadcast(group: Group, result: ExecutionResult) {
+    // graphql-ws's `next` message, serialized once; only the leading id differs per member.
+    const suffix = `,"type":"next","payload":${JSON.stringify(result)}}`;
+    const emittedAt = group.context.eventEmittedAt;
+    group.context.eventEmittedAt = undefined;
+    for (const [member, { prefix }] of group.members) {
+      const { socket } = member;
+      if (socket.readyState !== socket.OPEN) continue;
+      if (socket.bufferedAmount > deps.maxBufferedBytes) {
+        metrics.slowConsumersClosed.inc();
+        socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
+        continue;
+      }
+      socket.send(prefix + suffix, (error) => {
+        if (error) metrics.deliveryErrors.inc({ reason: 'send_failed' });
+      });
+    }
+    metrics.eventsDelivered.inc(group.members.size);
+    if (emittedAt !== undefined) metrics.eventToSendSeconds.observe((Date.now() - emittedAt) / 1000);
+  }
+
+  return {
+    keyFor(document, operationName, query, variables) {
+      if (!isShareable(document)) return undefined;
+      return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;
+    },
+    join(key, member, stream, context) {
+      let group = groups.get(key);
+      if (group) {
+        // Authorized already; the group's stream serves this member, so its own is closed.
+        void stream[Symbol.asyncIterator]().return?.();
+      } else {
+        group = { members: new Map(), stream: stream[Symbol.asyncIterator](), context };
+        groups.set(key, group);
+        void pump(key, group);
+      }
+      const joined = group;
+      let finish!: (value: IteratorResult<never>) => void;
+      const finished = new Promise<IteratorResult<never>>((resolve) => {
+        finish = resolve;
+      });
+      joined.members.set(member, { prefix: `{"id":${JSON.stringify(member.id)}`, done: finish });
+      const leave = () => {
+        if (!joined.members.delete(member)) return;
+        finish({ done: true, value: undefined });
+        if (joined.members.size === 0) {
+          if (groups.get(key) === joined) groups.delete(key);
+          void joined.stream.return?.();
+        }
+      };
+      return {
+        [Symbol.asyncIterator]() {
+          return this;
+        },
+        next: () => finished,
+        async return() {
+          leave();
+          return { done: true, value: undefined };
+        },
+        async throw(error?: unknown) {
+          leave();
+          throw error;
+        },
+      };
+    },
+    get size() {
+      return groups.size;
+    },
+  };
+}
+
+/**
+ * True when every field the subscription selects is declared viewer-independent: the root field by its
+ * own `sharedAcrossViewers` extension, every other field by its parent type's.
+ */
+export function selectionIsViewerIndependent(schema: GraphQLSchema, document: DocumentNode): boolean {
+  const operations = document.definitions.filter((definition) => definition.kind === 'OperationDefinition');
+  if (operations.length !== 1 || operations[0]?.operation !== 'subscription') return false;
+  const subscriptionType = schema.getSubscriptionType();
+  const typeInfo = new TypeInfo(schema);
+  let independent = true;
+  visit(
+    document,
+    visitWithTypeInfo(typeInfo, {
+      Field() {
+        const parent = typeInfo.getParentType();
+        const field = typeInfo.getFieldDef();
+        if (!parent || !field) {
+          independent = false;
+          return;
+        }
+        if (field.name === '__typename') return;
+        const flagged =
+          parent === subscriptionType
+            ? field.extensions?.[SHARED_ACROSS_VIEWERS] === true
+            : isObjectType(getNamedType(parent)) && parent.extensions?.[SHARED_ACROSS_VIEWERS] === true;
+        if (!flagged) independent = false;
+      },
+    }),
+  );
+  return independent;
+}

@@ -128,6 +128,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     metrics: deps.metrics,
     path: GRAPHQL_PATH,
     keepAliveMs: config.ws.keepAliveMs,
+    sharedExecution: config.ws.sharedExecution,
   });
   return {
     yoga,

@@ -6,6 +6,7 @@ import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
 import { recordPostPublishedWebhook } from '../post-published-webhook.js';
 import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../pubsub.js';
+import { SHARED_ACROSS_VIEWERS } from '../subscription-groups.js';
 import { builder } from './builder.js';
 
 const MAX_TITLE_LENGTH = 300;
@@ -20,6 +21,8 @@ export const PostStatusEnum = builder.enumType('PostStatus', {
 });
 
 export const AuthorRef = builder.objectRef<{ id: string; name: string }>('Author').implement({
+  // Every field resolves the same for every viewer: subscriptions may share its execution.
+  extensions: { [SHARED_ACROSS_VIEWERS]: true },
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
@@ -31,6 +34,9 @@ export const AuthorRef = builder.objectRef<{ id: string; name: string }>('Author
  * trip (dates as ISO strings), which every field here accepts.
  */
 export const PostRef = builder.objectRef<Post>('Post').implement({
+  // Every field resolves the same for every viewer (tenancy is checked where a post is reached, not on
+  // its fields), so subscriptions may share its execution. A viewer-dependent field needs this removed.
+  extensions: { [SHARED_ACROSS_VIEWERS]: true },
   fields: (t) => ({
     id: t.exposeID('id'),
     orgId: t.exposeID('org_id'),
@@ -153,6 +159,9 @@ builder.subscriptionFields((t) => ({
     description:
       "Posts of an organisation you belong to, as they are published. With `tags`, only posts sharing at least one of them. Events published while you're disconnected are not replayed: after reconnecting, reconcile with `posts`.",
     authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.orgId) }),
+    // Authorized per subscriber at subscribe time; after that, what an event resolves to depends only on
+    // the arguments, so identical subscriptions may share one execution per event.
+    extensions: { [SHARED_ACROSS_VIEWERS]: true },
     args: {
       orgId: t.arg.id({ required: true }),
       tags: t.arg.stringList({ description: 'Deliver only posts that carry at least one of these tags.' }),

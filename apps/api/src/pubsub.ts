@@ -125,7 +125,10 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       await Promise.all([untilReady(publisher, timeoutMs), untilReady(subscriber, timeoutMs)]);
     },
     async close() {
-      await Promise.allSettled([publisher.quit(), subscriber.quit()]);
+      // QUIT lets pending replies arrive; a connection that never came up is just dropped.
+      await Promise.allSettled(
+        [publisher, subscriber].map((client) => (client.status === 'ready' ? client.quit() : client.disconnect())),
+      );
       publisher.disconnect();
       subscriber.disconnect();
     },

@@ -1,0 +1,146 @@
+import { performance } from 'node:perf_hooks';
+import { Agent, errors, request } from 'undici';
+import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
+
+/** Idle keep-alive connections to a receiver are closed after this long. */
+const KEEP_ALIVE_TIMEOUT_MS = 30_000;
+/** How much of a response body is read (and thrown away) so the connection can be reused. */
+const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
+/** Sent as `User-Agent`, so receivers can tell Herald's deliveries apart. */
+export const WEBHOOK_USER_AGENT = 'Herald-Webhooks/1.0 (+https://github.com/herald)';
+
+/** The result of one delivery attempt. Every failure is a value: `deliver` never throws. */
+export interface DeliveryOutcome {
+  /** True for a 2xx answer, the only acknowledgement (SPEC §7). */
+  ok: boolean;
+  /** The response status; null when no response arrived. */
+  statusCode: number | null;
+  /** From the start of the attempt until the answer (or the failure). */
+  durationMs: number;
+  /** Why the attempt failed, for the delivery history; null on success. */
+  error: string | null;
+  /** The response's `Retry-After` header, for the retry policy. */
+  retryAfter: string | null;
+}
+
+export interface DeliveryRequest {
+  url: string;
+  /** The exact bytes that were signed. */
+  body: string;
+  /** The signed headers (`signWebhook`). */
+  headers: Record<string, string>;
+}
+
+export interface DelivererOptions {
+  /** Gives up on an attempt after this long, connection included (`WEBHOOK_TIMEOUT_MS`). */
+  timeoutMs: number;
+  /** Which addresses receivers may have; checked on the address actually connected to. */
+  policy: UrlPolicy;
+  /** Most connections kept open to one receiver (origin). @default 10 */
+  connectionsPerOrigin?: number;
+}
+
+export interface Deliverer {
+  /** One POST; never follows a redirect, never throws. */
+  deliver(request: DeliveryRequest): Promise<DeliveryOutcome>;
+  /** Closes the keep-alive connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * One HTTP attempt per call, over an undici `Agent`: the agent keeps one keep-alive connection pool per
+ * receiver origin, so repeated deliveries to an endpoint reuse their connections, and a slow receiver
+ * only ties up its own pool. Every new connection resolves the host through the guarded lookup: the
+ * address checked is the address connected to (no DNS rebinding between check and connect).
+ */
+export function createDeliverer(options: DelivererOptions): Deliverer {
+  const { timeoutMs, policy } = options;
+  const agent = new Agent({
+    connections: options.connectionsPerOrigin ?? 10,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+    connect: { timeout: timeoutMs, lookup: createGuardedLookup(policy) },
+  });
+
+  return {
+    async deliver({ url, body, headers }) {
+      const started = performance.now();
+      const elapsed = () => Math.round(performance.now() - started);
+      // An IP-literal host is connected to without any lookup, so it is checked here.
+      const parsed = parseWebhookUrl(url, policy);
+      if ('refused' in parsed) {
+        return {
+          ok: false,
+          statusCode: null,
+          durationMs: elapsed(),
+          error: `refused: ${parsed.refused}`,
+          retryAfter: null,
+        };
+      }
+      const signal = AbortSignal.timeout(timeoutMs);
+      try {
+        const response = await request(parsed.url, {
+          method: 'POST',
+          headers: { ...headers, 'User-Agent': WEBHOOK_USER_AGENT },
+          body,
+          dispatcher: agent,
+          signal,
+        });
+        // Read what the receiver sent (bounded) so the connection can serve the next delivery.
+        await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES, signal }).catch(() => {});
+        const statusCode = response.statusCode;
+        const retryAfter = response.headers['retry-after'];
+        return {
+          ok: statusCode >= 200 && statusCode < 300,
+          statusCode,
+          durationMs: elapsed(),
+          error: describeStatus(statusCode),
+          retryAfter: Array.isArray(retryAfter) ? (retryAfter[0] ?? null) : (retryAfter ?? null),
+        };
+      } catch (error) {
+        return {
+          ok: false,
+          statusCode: null,
+          durationMs: elapsed(),
+          error: describeError(error, timeoutMs),
+          retryAfter: null,
+        };
+      }
+    },
+    close: () => agent.close(),
+  };
+}
+
+function describeStatus(statusCode: number): string | null {
+  if (statusCode >= 200 && statusCode < 300) return null;
+  if (statusCode >= 300 && statusCode < 400) return `HTTP ${statusCode}: redirects are not followed`;
+  return `HTTP ${statusCode}`;
+}
+
+/** A short, operator-readable reason for a failed attempt. */
+function describeError(error: unknown, timeoutMs: number): string {
+  const root = rootCause(error);
+  if (root instanceof RefusedUrlError) return `refused: ${root.message}`;
+  if (
+    root instanceof errors.HeadersTimeoutError ||
+    root instanceof errors.BodyTimeoutError ||
+    root instanceof errors.ConnectTimeoutError ||
+    (root instanceof Error && (root.name === 'TimeoutError' || root.name === 'AbortError'))
+  ) {
+    return `timed out after ${timeoutMs} ms`;
+  }
+  if (root instanceof Error) {
+    const code = (root as NodeJS.ErrnoException).code;
+    return code && !root.message.includes(code) ? `${code}: ${root.message}` : root.message;
+  }
+  return String(root);
+}
+
+function rootCause(error: unknown): unknown {
+  let current = error;
+  for (let depth = 0; depth < 5 && current instanceof Error && current.cause !== undefined; depth++) {
+    current = current.cause;
+  }
+  return current;
+}

@@ -1,0 +1,78 @@
+import { durationMs, parseEnv } from '@herald/config';
+import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import { z } from 'zod';
+import type { DispatcherSettings } from './dispatcher.js';
+
+const port = z.coerce.number().int().min(0).max(65_535);
+const positiveInt = z.coerce.number().int().positive();
+const redisUrl = z.url({ protocol: /^rediss?$/, error: 'expected a redis:// or rediss:// URL' });
+const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
+
+const EnvSchema = z.object({
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+
+  // operations server (/health, /readiness, /metrics)
+  PORT: port.default(4001),
+  HOST: z.string().min(1).default('0.0.0.0'),
+  SHUTDOWN_GRACE_MS: positiveInt.default(15_000),
+
+  // storage: the dispatcher app is cluster mode only (embedded mode runs it inside the API)
+  DATABASE_URL: postgresUrl,
+  DATABASE_POOL_MAX: positiveInt.default(10),
+  REDIS_URL: redisUrl,
+  HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+
+  // delivery (SPEC §3)
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
+  WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
+  WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
+  WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().default(false),
+
+  // capacity and timing
+  WEBHOOK_CONCURRENCY: positiveInt.default(100),
+  WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(10),
+  WEBHOOK_POLL_INTERVAL_MS: positiveInt.default(500),
+  WEBHOOK_REQUEUE_AFTER: durationMs().default(120_000),
+});
+
+/** The dispatcher's configuration, grouped by concern. Built once by {@link loadDispatcherConfig}. */
+export interface DispatcherConfig {
+  env: 'development' | 'production' | 'test';
+  logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
+  http: { host: string; port: number; shutdownGraceMs: number };
+  databaseUrl: string;
+  databasePoolMax: number;
+  redisUrl: string;
+  /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
+  redisPrefix: string;
+  webhooks: DispatcherSettings &
+    Required<Pick<DispatcherSettings, 'concurrency' | 'endpointConcurrency' | 'pollIntervalMs' | 'requeueAfterMs'>>;
+}
+
+/**
+ * Parses and validates the environment. The only reader of `process.env` in the dispatcher.
+ * @throws InvalidConfigError with one line per bad variable
+ */
+export function loadDispatcherConfig(env: Record<string, string | undefined> = process.env): DispatcherConfig {
+  const parsed = parseEnv(EnvSchema, env);
+  return {
+    env: parsed.NODE_ENV,
+    logLevel: parsed.LOG_LEVEL,
+    http: { host: parsed.HOST, port: parsed.PORT, shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS },
+    databaseUrl: parsed.DATABASE_URL,
+    databasePoolMax: parsed.DATABASE_POOL_MAX,
+    redisUrl: parsed.REDIS_URL,
+    redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    webhooks: {
+      timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
+      retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,
+      retryHorizonMs: parsed.WEBHOOK_RETRY_HORIZON,
+      allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS,
+      concurrency: parsed.WEBHOOK_CONCURRENCY,
+      endpointConcurrency: parsed.WEBHOOK_ENDPOINT_CONCURRENCY,
+      pollIntervalMs: parsed.WEBHOOK_POLL_INTERVAL_MS,
+      requeueAfterMs: parsed.WEBHOOK_REQUEUE_AFTER,
+    },
+  };
+}

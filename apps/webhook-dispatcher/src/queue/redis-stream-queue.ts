@@ -1,0 +1,229 @@
+/**
+ * The cluster-mode queue: one Redis stream read through one consumer group by every dispatcher.
+ *
+ * - Producers (the outbox relay and the scheduler, in any dispatcher) XADD entries to the work stream,
+ *   trimmed approximately to {@link MAX_STREAM_LENGTH}: entries are tiny, and the database can rebuild
+ *   anything trimmed or lost (see below).
+ * - Each dispatcher reads with XREADGROUP under its own consumer name, so an entry goes to exactly one
+ *   of them and sits in the group's pending-entries list (PEL) until XACKed after the work is done.
+ * - A dispatcher that dies leaves its entries pending. Every dispatcher periodically XAUTOCLAIMs entries
+ *   idle longer than the reclaim time (longer than a delivery attempt may take, so an attempt still in
+ *   flight is not duplicated in the normal case) and does them itself.
+ * - If Redis loses the stream or the group (a restart without persistence, a FLUSHALL, a deleted key),
+ *   XREADGROUP/XAUTOCLAIM answer NOGROUP. The queue then recreates both (reading the stream from its
+ *   start) and fires `onReset`, on which the dispatcher hands out again whatever the database says is
+ *   not done: undispatched outbox events and queued deliveries. Nothing hangs, nothing is lost.
+ * - Dead letters go to a second stream; operators list and replay them with the `dlq` CLI.
+ */
+import type { WebhookRedisKeys } from '@herald/contracts';
+import { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import {
+  type DeadLetter,
+  decodeWorkMessage,
+  encodeWorkMessage,
+  type ParkedDeadLetter,
+  type QueueEntry,
+  type WebhookQueue,
+  type WorkMessage,
+} from './webhook-queue.js';
+
+/** The work stream is trimmed to roughly this many entries (acknowledged ones are never needed again). */
+export const MAX_STREAM_LENGTH = 100_000;
+/** The dead-letter stream keeps roughly this many entries. */
+export const MAX_DEAD_LETTER_STREAM_LENGTH = 100_000;
+/** Consumers with nothing pending and idle this long are removed from the group (dead dispatchers). */
+const STALE_CONSUMER_IDLE_MS = 24 * 3_600_000;
+
+export interface RedisStreamQueueOptions {
+  /** `redis://…`; the queue opens two connections (one for blocking reads). */
+  redisUrl: string;
+  keys: WebhookRedisKeys;
+  logger: Logger;
+}
+
+type StreamEntry = [id: string, fields: string[]];
+
+export function createRedisStreamQueue(options: RedisStreamQueueOptions): WebhookQueue {
+  const { keys, logger } = options;
+  const { workStream, deadLetterStream, consumerGroup } = keys;
+  const commands = new Redis(options.redisUrl, { lazyConnect: false, enableAutoPipelining: true });
+  // XREADGROUP BLOCK holds its connection; it gets its own so other commands never wait behind it.
+  const blocking = commands.duplicate();
+  for (const client of [commands, blocking]) {
+    client.on('error', (error) => logger.warn({ err: error }, 'redis connection error'));
+  }
+  const resetListeners: Array<() => void> = [];
+  let reclaimCursor = '0-0';
+  let lastPrune = 0;
+
+  async function createGroup(): Promise<boolean> {
+    try {
+      await commands.xgroup('CREATE', workStream, consumerGroup, '0', 'MKSTREAM');
+      return true;
+    } catch (error) {
+      if (error instanceof Error && error.message.startsWith('BUSYGROUP')) return false;
+      throw error;
+    }
+  }
+
+  /** NOGROUP: the stream or the group is gone. Recreate them and tell the dispatcher to re-send. */
+  async function recover(error: unknown): Promise<boolean> {
+    if (!(error instanceof Error) || !error.message.startsWith('NOGROUP')) return false;
+    const created = await createGroup();
+    logger.warn({ stream: workStream, group: consumerGroup, created }, 'webhook stream or group was lost; recreated');
+    reclaimCursor = '0-0';
+    for (const listener of resetListeners) listener();
+    return true;
+  }
+
+  function toEntries(entries: StreamEntry[]): QueueEntry[] {
+    return entries.map(([id, fields]) => ({ id, message: decodeWorkMessage(pairs(fields)) }));
+  }
+
+  async function pruneStaleConsumers(): Promise<void> {
+    if (Date.now() - lastPrune < STALE_CONSUMER_IDLE_MS / 24) return;
+    lastPrune = Date.now();
+    const consumers = (await commands.xinfo('CONSUMERS', workStream, consumerGroup)) as unknown[][];
+    for (const raw of consumers) {
+      const info = pairs(raw as string[]);
+      if (Number(info.pending) === 0 && Number(info.idle) > STALE_CONSUMER_IDLE_MS && info.name) {
+        await commands.xgroup('DELCONSUMER', workStream, consumerGroup, info.name);
+      }
+    }
+  }
+
+  return {
+    kind: 'redis',
+    async init() {
+      await createGroup();
+    },
+    async enqueue(messages: readonly WorkMessage[]) {
+      if (messages.length === 0) return;
+      const pipeline = commands.pipeline();
+      for (const message of messages) {
+        pipeline.xadd(
+          workStream,
+          'MAXLEN',
+          '~',
+          MAX_STREAM_LENGTH,
+          '*',
+          ...Object.entries(encodeWorkMessage(message)).flat(),
+        );
+      }
+      const results = (await pipeline.exec()) ?? [];
+      const failed = results.find(([error]) => error);
+      if (failed?.[0]) throw failed[0];
+    },
+    async read(consumer, count, blockMs) {
+      try {
+        const result = (await blocking.xreadgroup(
+          'GROUP',
+          consumerGroup,
+          consumer,
+          'COUNT',
+          count,
+          'BLOCK',
+          blockMs,
+          'STREAMS',
+          workStream,
+          '>',
+        )) as Array<[string, StreamEntry[]]> | null;
+        return result ? toEntries(result[0]?.[1] ?? []) : [];
+      } catch (error) {
+        if (await recover(error)) return [];
+        throw error;
+      }
+    },
+    async reclaim(consumer, minIdleMs, count) {
+      try {
+        const [next, entries] = (await commands.xautoclaim(
+          workStream,
+          consumerGroup,
+          consumer,
+          minIdleMs,
+          reclaimCursor,
+          'COUNT',
+          count,
+        )) as [string, StreamEntry[], string[]];
+        reclaimCursor = next;
+        await pruneStaleConsumers().catch((error) => logger.debug({ err: error }, 'pruning stale consumers failed'));
+        // Entries trimmed from the stream come back without fields; XAUTOCLAIM has dropped them already.
+        return toEntries(entries.filter((entry) => Array.isArray(entry?.[1])));
+      } catch (error) {
+        if (await recover(error)) return [];
+        throw error;
+      }
+    },
+    async ack(ids) {
+      if (ids.length === 0) return;
+      await commands.xack(workStream, consumerGroup, ...ids);
+    },
+    interrupt() {
+      // Nothing to do: a read blocks for at most `blockMs`, and whatever it returns is still processed
+      // (cutting the connection could lose a reply, leaving entries pending until reclaimed).
+    },
+    async deadLetter(letter) {
+      await commands.xadd(
+        deadLetterStream,
+        'MAXLEN',
+        '~',
+        MAX_DEAD_LETTER_STREAM_LENGTH,
+        '*',
+        ...Object.entries(letter).flatMap(([field, value]) => [field, value == null ? '' : String(value)]),
+      );
+    },
+    async listDeadLetters(count) {
+      const entries = (await commands.xrange(deadLetterStream, '-', '+', 'COUNT', count)) as StreamEntry[];
+      return entries.map(([id, fields]): ParkedDeadLetter => ({ id, letter: toDeadLetter(pairs(fields)) }));
+    },
+    async removeDeadLetters(ids) {
+      if (ids.length > 0) await commands.xdel(deadLetterStream, ...ids);
+    },
+    async lag() {
+      try {
+        const groups = (await commands.xinfo('GROUPS', workStream)) as unknown[][];
+        for (const raw of groups) {
+          const info = pairs(raw as string[]);
+          if (info.name === consumerGroup) return Number(info.lag ?? 0) || 0;
+        }
+        return 0;
+      } catch {
+        return 0;
+      }
+    },
+    async ping() {
+      await commands.ping();
+    },
+    onReset(listener) {
+      resetListeners.push(listener);
+    },
+    async close() {
+      blocking.disconnect();
+      await commands.quit().catch(() => commands.disconnect());
+    },
+  };
+}
+
+/** `[k1, v1, k2, v2, …]` → `{ k1: v1, … }`. */
+function pairs(list: readonly unknown[]): Record<string, string> {
+  const record: Record<string, string> = {};
+  for (let i = 0; i + 1 < list.length; i += 2) record[String(list[i])] = String(list[i + 1]);
+  return record;
+}
+
+function toDeadLetter(fields: Record<string, string>): DeadLetter {
+  const number = (value: string | undefined) => (value ? Number(value) : null);
+  return {
+    deliveryId: fields.deliveryId ?? '',
+    eventId: fields.eventId ?? '',
+    eventType: fields.eventType ?? '',
+    orgId: fields.orgId ?? '',
+    endpointId: fields.endpointId ?? '',
+    url: fields.url ?? '',
+    attempts: Number(fields.attempts ?? 0),
+    lastStatusCode: number(fields.lastStatusCode),
+    lastError: fields.lastError || null,
+    deadAt: fields.deadAt ?? '',
+  };
+}

@@ -106,7 +106,7 @@ export function readToken(authorization: string | null | undefined): string | un
 export function readConnectionToken(params: Readonly<Record<string, unknown>> | undefined): string | undefined {
   if (!params) return undefined;
   if (typeof params.authToken === 'string' && params.authToken.length > 0) return params.authToken;
-  // Header-style params (GraphiQL sends its Headers tab as connection params) may be capitalised.
+  // Header-style params may come capitalised (`Authorization`), as clients copy them from HTTP headers.
   const key = Object.keys(params).find((name) => name.toLowerCase() === 'authorization');
   const authorization = key === undefined ? undefined : params[key];
   if (typeof authorization === 'string') return stripBearer(authorization);

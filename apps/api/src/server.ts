@@ -2,6 +2,7 @@ import { createServer as createHttpServer, type Server } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
+import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import type { GraphQLError, ValidationContext } from 'graphql';
@@ -105,6 +106,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
     healthCheckEndpoint: HEALTH_PATH,
     landingPage: false,
     graphiql: config.graphql.graphiql ? { title: 'Herald', subscriptionsProtocol: 'WS' } : false,
+    // GraphiQL bundled into the page (no CDN), so it works offline, as `pnpm start` promises.
+    renderGraphiQL,
     maxRequestBodySize: config.http.maxRequestBodyBytes,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),

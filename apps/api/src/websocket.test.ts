@@ -230,6 +230,55 @@ describe('auth on sockets', () => {
     raw.socket.close();
   });
 
+  it('an anonymous socket may send credentials with an operation (extensions.headers, as GraphiQL does)', async () => {
+    const raw = await openAckedSocket(wsUrl);
+    raw.send({
+      id: 'g',
+      type: 'subscribe',
+      payload: {
+        query: 'subscription { postPublished(orgId: "org-a") { title } }',
+        extensions: { headers: { Authorization: `Bearer ${alice}` } },
+      },
+    });
+    await waitForActiveSubscriptions(1);
+    await publish(alice, 'org-a', 'via operation headers');
+    expect((await raw.next('next')).payload.data.postPublished.title).toBe('via operation headers');
+    raw.socket.close();
+  });
+
+  it('refuses an invalid token in operation headers with UNAUTHENTICATED and keeps the socket', async () => {
+    const raw = await openAckedSocket(wsUrl);
+    raw.send({
+      id: 'bad',
+      type: 'subscribe',
+      payload: {
+        query: 'subscription { postPublished(orgId: "org-a") { title } }',
+        extensions: { headers: { authorization: 'Bearer nope' } },
+      },
+    });
+    const error = await raw.next('error');
+    expect(error.payload[0].extensions.code).toBe('UNAUTHENTICATED');
+    raw.send({ type: 'ping' });
+    await raw.next('pong');
+    raw.socket.close();
+  });
+
+  it('ignores operation headers on a socket that authenticated at connection_init', async () => {
+    const raw = await openAckedSocket(wsUrl, { authToken: alice });
+    raw.send({
+      id: 'swap',
+      type: 'subscribe',
+      payload: {
+        query: 'subscription { postPublished(orgId: "org-b") { title } }',
+        extensions: { headers: { authorization: `Bearer ${bob}` } },
+      },
+    });
+    const refusal = await raw.next();
+    const errors = refusal.type === 'error' ? refusal.payload : refusal.payload.errors;
+    expect(errors[0].extensions.code).toBe('FORBIDDEN');
+    raw.socket.close();
+  });
+
   it('closes the socket with 4403 "Forbidden: token expired" when the token expires', async () => {
     const shortLived = await api.token(
       { sub: 'alice', orgs: ['org-a'] },

@@ -36,6 +36,8 @@ interface SocketState {
   /** Set once at `connection_init`; null for an anonymous socket. */
   viewer?: Viewer | null;
   expiryTimer?: NodeJS.Timeout;
+  /** The earliest token expiry on this socket (Unix seconds). */
+  expiresAt?: number;
 }
 
 export interface WebSocketDeps {
@@ -67,7 +69,9 @@ export interface HeraldWebSocketServer {
  *
  * - Auth happens once, at `connection_init` (`authToken`, or `authorization: "Bearer …"`), with the
  *   same verifier as HTTP. A bad token closes the socket with 4403; no token means anonymous. At the
- *   token's `exp` the socket is closed with 4403 "Forbidden: token expired".
+ *   token's `exp` the socket is closed with 4403 "Forbidden: token expired". For GraphiQL's sake, an
+ *   anonymous socket may carry credentials per operation in `extensions.headers` (see
+ *   `authenticateOperation`).
  * - The legacy `graphql-ws` sub-protocol (subscriptions-transport-ws) gets 4406.
  * - Keep-alive: a ping every `keepAliveMs`; a socket that doesn't pong within it is dropped.
  */
@@ -129,9 +133,19 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
             }),
           ];
         }
+        const state = stateOf(ctx.extra);
+        let viewer = state.viewer ?? null;
+        if (viewer === null) {
+          const operationAuth = await authenticateOperation(payload.extensions);
+          if (operationAuth instanceof GraphQLError) return [operationAuth];
+          if (operationAuth) {
+            viewer = operationAuth;
+            scheduleExpiry(ctx.extra, state, viewer.expiresAt);
+          }
+        }
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
-          socketViewer: stateOf(ctx.extra).viewer ?? null,
+          socketViewer: viewer,
           params: payload,
         });
         let document: ReturnType<typeof parse>;
@@ -193,8 +207,32 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     deps.keepAliveMs,
   );
 
+  /**
+   * Credentials sent with one operation rather than at `connection_init`: Yoga's GraphiQL puts its
+   * Headers tab into each subscribe message as `extensions.headers` and never into `connection_init`.
+   * Only consulted for a socket that authenticated nobody at `connection_init`; verified exactly like
+   * connection credentials, and the socket is closed at that token's expiry as well.
+   * @returns the viewer, undefined when the operation carries no credentials, or the error to answer with
+   */
+  async function authenticateOperation(extensions: unknown): Promise<Viewer | GraphQLError | undefined> {
+    const headers = (extensions as { headers?: unknown } | null | undefined)?.headers;
+    if (headers == null || typeof headers !== 'object') return undefined;
+    try {
+      const token = readConnectionToken(headers as Record<string, unknown>);
+      return token === undefined ? undefined : await verifier.verify(token);
+    } catch {
+      return new GraphQLError('Invalid, expired or malformed token in the operation headers', {
+        extensions: { code: 'UNAUTHENTICATED' },
+      });
+    }
+  }
+
+  /** Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. */
   function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
     if (expiresAt === undefined) return;
+    if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
+    state.expiresAt = expiresAt;
+    clearTimeout(state.expiryTimer);
     const remainingMs = expiresAt * 1000 - Date.now();
     if (remainingMs <= 0) {
       extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
@@ -202,8 +240,10 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     }
     state.expiryTimer = setTimeout(
       () => {
-        if (remainingMs > MAX_TIMER_MS) scheduleExpiry(extra, state, expiresAt);
-        else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+        if (remainingMs > MAX_TIMER_MS) {
+          state.expiresAt = undefined;
+          scheduleExpiry(extra, state, expiresAt);
+        } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
       },
       Math.min(remainingMs, MAX_TIMER_MS),
     );

@@ -11,8 +11,9 @@ export default defineConfig({
   test: {
     include: ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts', 'test/**/*.test.ts'],
     globalSetup: ['packages/testing/src/global-setup.ts'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Generous: many tests start real processes (tsx, PGlite, nginx), and CI's two cores are shared.
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
     // Tests start real servers and processes; two cores run two files at a time without starving them.
     maxWorkers: 2,
   },

@@ -51,7 +51,7 @@ describe('embedded mode', () => {
     } finally {
       expect(await second.stop('SIGINT')).toBe(0);
     }
-  });
+  }, 180_000);
 });
 
 describe('configuration errors', () => {

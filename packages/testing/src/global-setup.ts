@@ -1,4 +1,5 @@
 import type { TestProject } from 'vitest/node';
+import { dropTestSchemas, newRunSchemaPrefix } from './postgres.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -6,6 +7,8 @@ declare module 'vitest' {
     databaseUrl: string;
     /** A Redis server URL; tests keep apart by unique channel, key and organisation names. */
     redisUrl: string;
+    /** Prefix of this run's PostgreSQL schemas (see `createTestSchema`). */
+    schemaPrefix: string;
   }
 }
 
@@ -29,9 +32,14 @@ export default async function setup(project: TestProject) {
     redisUrl = container.getConnectionUrl();
     stops.push(() => container.stop());
   }
+  const schemaPrefix = newRunSchemaPrefix();
+  await dropTestSchemas(databaseUrl, schemaPrefix);
   project.provide('databaseUrl', databaseUrl);
   project.provide('redisUrl', redisUrl);
+  project.provide('schemaPrefix', schemaPrefix);
+  const url = databaseUrl;
   return async () => {
+    await dropTestSchemas(url, schemaPrefix);
     await Promise.all(stops.map((stop) => stop()));
   };
 }

@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
+import { createEmbeddedDispatcher } from '@herald/webhook-dispatcher';
 import { loadOrCreateDevSecret } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
@@ -59,6 +60,16 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   const server = createServer({ config, database, verifier, logger, pubsub, metrics });
   const { httpServer } = server;
 
+  // --- webhooks (issue 4) -------------------------------------------------------------------------
+  // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
+  // runs in this process on the database-backed queue (embedded mode, SPEC §2). With Redis, separate
+  // dispatcher processes deliver and this process only writes the outbox.
+  const webhookDispatcher = config.redisUrl
+    ? undefined
+    : createEmbeddedDispatcher({ db: database.db, logger, settings: config.webhooks, registry: metrics.registry });
+  await webhookDispatcher?.start();
+  // --- end webhooks -------------------------------------------------------------------------------
+
   let stopping: Promise<void> | undefined;
   return {
     yoga: server.yoga,
@@ -99,6 +110,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         clearInterval(sweep);
         clearTimeout(timer);
         await pubsub.close();
+        await webhookDispatcher?.stop(); // webhooks: attempts in flight finish before the database closes
         await database.close();
       })();
       return stopping;

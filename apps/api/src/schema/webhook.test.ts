@@ -1,4 +1,5 @@
 import { fanOutEvent, listActiveWebhookSecrets } from '@herald/db';
+import { startTestReceiver, type TestReceiver } from '@herald/webhook-dispatcher/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 
@@ -45,7 +46,8 @@ let alice: string; // member of org-a
 let bob: string; // member of org-b
 
 beforeAll(async () => {
-  api = await startTestApi({ databaseUrl: inject('databaseUrl') });
+  // No Redis: the in-process dispatcher runs; nothing listens at PUBLIC_URL, so attempts fail fast.
+  api = await startTestApi({ databaseUrl: inject('databaseUrl'), env: { WEBHOOK_TIMEOUT_MS: '500' } });
   alice = await api.token({ sub: 'alice', name: 'Alice', orgs: ['org-a'] });
   bob = await api.token({ sub: 'bob', name: 'Bob', orgs: ['org-b'] });
 });
@@ -264,55 +266,7 @@ describe('publishPost and the outbox', () => {
   });
 });
 
-describe('deliveries and replay', () => {
-  it('pages deliveries newest first, filters by status, and replays one', async () => {
-    const token = await api.token({ sub: 'pia', name: 'Pia', orgs: ['org-pages'] });
-    const { endpoint } = await createEndpoint(token, 'org-pages');
-    for (let i = 0; i < 3; i++) {
-      const { body } = await api.graphql(CREATE_POST, { input: { orgId: 'org-pages', title: `p${i}` } }, token);
-      await api.graphql(PUBLISH, { id: body.data.createPost.id }, token);
-    }
-    const events = await api.app.database.db
-      .selectFrom('webhook_outbox')
-      .select('id')
-      .where('org_id', '=', 'org-pages')
-      .orderBy('seq')
-      .execute();
-    for (const event of events) await fanOutEvent(api.app.database.db, event.id);
-
-    const first = await api.graphql(ENDPOINT, { id: endpoint.id, first: 2 }, token);
-    const page = first.body.data.webhookEndpoint.deliveries;
-    expect(page.edges.map((edge: any) => edge.node.eventId)).toEqual([events[2]!.id, events[1]!.id]);
-    expect(page.pageInfo.hasNextPage).toBe(true);
-    const next = await api.graphql(ENDPOINT, { id: endpoint.id, first: 2, after: page.pageInfo.endCursor }, token);
-    expect(next.body.data.webhookEndpoint.deliveries.edges.map((edge: any) => edge.node.eventId)).toEqual([
-      events[0]!.id,
-    ]);
-
-    const dead = await api.graphql(ENDPOINT, { id: endpoint.id, status: 'DEAD' }, token);
-    expect(dead.body.data.webhookEndpoint.deliveries.edges).toEqual([]);
-    const node = page.edges[0].node;
-    expect(node).toMatchObject({ eventType: 'post.published', status: 'PENDING', attempts: [] });
-    expect(node.id).toMatch(/^del_/);
-
-    await api.app.database.db
-      .updateTable('webhook_deliveries')
-      .set({ status: 'DEAD', next_attempt_at: null })
-      .where('id', '=', node.id)
-      .execute();
-    const deadNow = await api.graphql(ENDPOINT, { id: endpoint.id, status: 'DEAD' }, token);
-    expect(deadNow.body.data.webhookEndpoint.deliveries.edges.map((edge: any) => edge.node.id)).toEqual([node.id]);
-    expect(deadNow.body.data.webhookEndpoint.deliveries.edges[0].node.nextAttemptAt).toBeNull();
-
-    const replayed = await api.graphql(REPLAY, { id: node.id }, token);
-    expect(replayed.body.data.replayWebhookDelivery).toMatchObject({
-      id: node.id,
-      eventId: node.eventId,
-      status: 'PENDING',
-    });
-    expect(Date.parse(replayed.body.data.replayWebhookDelivery.nextAttemptAt)).toBeGreaterThan(Date.now() - 60_000);
-  });
-
+describe('deliveries', () => {
   it('refuses a page size out of bounds and a garbled cursor', async () => {
     const { endpoint } = await createEndpoint(alice, 'org-a');
     expect(errorCode((await api.graphql(ENDPOINT, { id: endpoint.id, first: 1000 }, alice)).body)).toBe(
@@ -324,12 +278,111 @@ describe('deliveries and replay', () => {
   });
 });
 
-describe('with WEBHOOK_ALLOW_PRIVATE_URLS', () => {
+describe('with WEBHOOK_ALLOW_PRIVATE_URLS and a local receiver', () => {
   let local: TestApi;
+  let receiver: TestReceiver;
   beforeAll(async () => {
-    local = await startTestApi({ databaseUrl: inject('databaseUrl'), env: { WEBHOOK_ALLOW_PRIVATE_URLS: 'true' } });
+    // The in-process dispatcher delivers for real; millisecond retries and a 1 s horizon.
+    local = await startTestApi({
+      databaseUrl: inject('databaseUrl'),
+      env: {
+        WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+        WEBHOOK_TIMEOUT_MS: '500',
+        WEBHOOK_RETRY_BASE_MS: '20',
+        WEBHOOK_RETRY_HORIZON: '1s',
+      },
+    });
+    receiver = await startTestReceiver();
   });
-  afterAll(() => local.close());
+  afterAll(async () => {
+    await receiver.close();
+    await local.close();
+  });
+
+  async function publishIn(token: string, orgId: string, title: string) {
+    const { body } = await local.graphql(CREATE_POST, { input: { orgId, title } }, token);
+    await local.graphql(PUBLISH, { id: body.data.createPost.id }, token);
+  }
+
+  async function deliveries(token: string, variables: Record<string, unknown>) {
+    const { body } = await local.graphql(ENDPOINT, variables, token);
+    expect(body.errors).toBeUndefined();
+    return body.data.webhookEndpoint.deliveries;
+  }
+
+  async function waitForDeliveries(token: string, id: string, status: string, count: number) {
+    for (let i = 0; i < 500; i++) {
+      const page = await deliveries(token, { id, status });
+      if (page.edges.length >= count) return page;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    throw new Error(`no ${count} ${status} deliveries`);
+  }
+
+  it('pages the delivery history newest first and filters it by status', async () => {
+    const token = await local.token({ sub: 'pia', name: 'Pia', orgs: ['org-pages'] });
+    const created = await local.graphql(
+      CREATE,
+      { input: { orgId: 'org-pages', url: receiver.url('/pages'), eventTypes: ['post.published'] } },
+      token,
+    );
+    const endpointId = created.body.data.createWebhookEndpoint.endpoint.id;
+    for (let i = 0; i < 3; i++) await publishIn(token, 'org-pages', `p${i}`);
+    const all = await waitForDeliveries(token, endpointId, 'SUCCEEDED', 3);
+    expect(all.edges).toHaveLength(3);
+    for (const { node } of all.edges) {
+      expect(node).toMatchObject({ eventType: 'post.published', status: 'SUCCEEDED', nextAttemptAt: null });
+      expect(node.id).toMatch(/^del_/);
+      expect(node.attempts).toEqual([
+        { at: expect.any(String), statusCode: 200, durationMs: expect.any(Number), error: null },
+      ]);
+    }
+
+    const first = await deliveries(token, { id: endpointId, first: 2 });
+    expect(first.pageInfo.hasNextPage).toBe(true);
+    const rest = await deliveries(token, { id: endpointId, first: 2, after: first.pageInfo.endCursor });
+    expect(rest.pageInfo.hasNextPage).toBe(false);
+    expect([...first.edges, ...rest.edges].map((edge: any) => edge.node.id)).toEqual(
+      all.edges.map((edge: any) => edge.node.id),
+    );
+    expect((await deliveries(token, { id: endpointId, status: 'DEAD' })).edges).toEqual([]);
+    expect(new Set(receiver.requestsTo('/pages').map((request) => request.headers['x-webhook-id']))).toEqual(
+      new Set(all.edges.map((edge: any) => edge.node.eventId)),
+    );
+  });
+
+  it('shows a dead delivery with every attempt, and replays it with the same event id', async () => {
+    const token = await local.token({ sub: 'dora', name: 'Dora', orgs: ['org-dead'] });
+    receiver.behave(() => ({ status: 500 }), '/dead');
+    const created = await local.graphql(
+      CREATE,
+      { input: { orgId: 'org-dead', url: receiver.url('/dead'), eventTypes: ['post.published'] } },
+      token,
+    );
+    const endpointId = created.body.data.createWebhookEndpoint.endpoint.id;
+    await publishIn(token, 'org-dead', 'doomed');
+    const dead = (await waitForDeliveries(token, endpointId, 'DEAD', 1)).edges[0].node;
+    expect(dead.nextAttemptAt).toBeNull();
+    expect(dead.attempts.length).toBeGreaterThanOrEqual(2);
+    expect(dead.attempts.every((attempt: any) => attempt.statusCode === 500 && attempt.error === 'HTTP 500')).toBe(
+      true,
+    );
+    const sent = receiver.requestsTo('/dead').length;
+    expect(sent).toBe(dead.attempts.length);
+
+    receiver.behave(() => ({ status: 200 }), '/dead');
+    const replayed = await local.graphql(REPLAY, { id: dead.id }, token);
+    expect(replayed.body.data.replayWebhookDelivery).toMatchObject({
+      id: dead.id,
+      eventId: dead.eventId,
+      status: 'PENDING',
+    });
+    const succeeded = (await waitForDeliveries(token, endpointId, 'SUCCEEDED', 1)).edges[0].node;
+    expect(succeeded.attempts).toHaveLength(dead.attempts.length + 1);
+    expect(succeeded.attempts.at(-1)).toMatchObject({ statusCode: 200, error: null });
+    const ids = receiver.requestsTo('/dead').map((request) => request.headers['x-webhook-id']);
+    expect(new Set(ids)).toEqual(new Set([dead.eventId]));
+  });
 
   it('accepts loopback and private receivers but still refuses link-local ones', async () => {
     const token = await local.token({ sub: 'lu', name: 'Lu', orgs: ['org-l'] });

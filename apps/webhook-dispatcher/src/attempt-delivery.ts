@@ -54,6 +54,7 @@ export function createDeliveryAttempter(deps: AttemptDeps): (work: DeliveryWork)
             retryAfter: null,
           }
         : await deliverer.deliver({
+            endpointId: delivery.endpointId,
             url: delivery.url,
             body: delivery.body,
             headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets: delivery.secrets }),

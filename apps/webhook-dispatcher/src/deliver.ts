@@ -24,6 +24,8 @@ export interface DeliveryOutcome {
 }
 
 export interface DeliveryRequest {
+  /** Connections are pooled per endpoint: one receiver's slowness never holds another's connections. */
+  endpointId: string;
   url: string;
   /** The exact bytes that were signed. */
   body: string;
@@ -36,8 +38,8 @@ export interface DelivererOptions {
   timeoutMs: number;
   /** Which addresses receivers may have; checked on the address actually connected to. */
   policy: UrlPolicy;
-  /** Most connections kept open to one receiver (origin). @default 10 */
-  connectionsPerOrigin?: number;
+  /** Most connections open to one endpoint at once. @default 10 */
+  connectionsPerEndpoint?: number;
 }
 
 export interface Deliverer {
@@ -48,23 +50,45 @@ export interface Deliverer {
 }
 
 /**
- * One HTTP attempt per call, over an undici `Agent`: the agent keeps one keep-alive connection pool per
- * receiver origin, so repeated deliveries to an endpoint reuse their connections, and a slow receiver
- * only ties up its own pool. Every new connection resolves the host through the guarded lookup: the
- * address checked is the address connected to (no DNS rebinding between check and connect).
+ * One HTTP attempt per call. Each endpoint gets its own undici `Agent` (a keep-alive connection pool):
+ * repeated deliveries to an endpoint reuse their connections, and a slow receiver only ties up its own
+ * pool, even when other endpoints live on the same host. Agents unused for a while are closed. Every
+ * new connection resolves the host through the guarded lookup: the address checked is the address
+ * connected to (no DNS rebinding between check and connect).
  */
 export function createDeliverer(options: DelivererOptions): Deliverer {
   const { timeoutMs, policy } = options;
-  const agent = new Agent({
-    connections: options.connectionsPerOrigin ?? 10,
-    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-    headersTimeout: timeoutMs,
-    bodyTimeout: timeoutMs,
-    connect: { timeout: timeoutMs, lookup: createGuardedLookup(policy) },
-  });
+  const lookup = createGuardedLookup(policy);
+  const agents = new Map<string, { agent: Agent; usedAt: number }>();
+  const agentFor = (endpointId: string): Agent => {
+    let entry = agents.get(endpointId);
+    if (!entry) {
+      const agent = new Agent({
+        connections: options.connectionsPerEndpoint ?? 10,
+        keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        connect: { timeout: timeoutMs, lookup },
+      });
+      entry = { agent, usedAt: Date.now() };
+      agents.set(endpointId, entry);
+    }
+    entry.usedAt = Date.now();
+    return entry.agent;
+  };
+  const sweep = setInterval(() => {
+    const idleSince = Date.now() - 2 * KEEP_ALIVE_TIMEOUT_MS;
+    for (const [endpointId, entry] of agents) {
+      if (entry.usedAt < idleSince) {
+        agents.delete(endpointId);
+        void entry.agent.close();
+      }
+    }
+  }, KEEP_ALIVE_TIMEOUT_MS);
+  sweep.unref();
 
   return {
-    async deliver({ url, body, headers }) {
+    async deliver({ endpointId, url, body, headers }) {
       const started = performance.now();
       const elapsed = () => Math.round(performance.now() - started);
       // An IP-literal host is connected to without any lookup, so it is checked here.
@@ -84,7 +108,7 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
           method: 'POST',
           headers: { ...headers, 'User-Agent': WEBHOOK_USER_AGENT },
           body,
-          dispatcher: agent,
+          dispatcher: agentFor(endpointId),
           signal,
         });
         // Read what the receiver sent (bounded) so the connection can serve the next delivery.
@@ -108,7 +132,12 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
         };
       }
     },
-    close: () => agent.close(),
+    async close() {
+      clearInterval(sweep);
+      const all = [...agents.values()];
+      agents.clear();
+      await Promise.all(all.map((entry) => entry.agent.close()));
+    },
   };
 }
 

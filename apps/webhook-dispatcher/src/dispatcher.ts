@@ -141,7 +141,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       deliverer = createDeliverer({
         timeoutMs: settings.timeoutMs,
         policy: { allowPrivateUrls: settings.allowPrivateUrls },
-        connectionsPerOrigin: endpointConcurrency,
+        connectionsPerEndpoint: endpointConcurrency,
       });
       attempt = createDeliveryAttempter({
         db,

@@ -67,13 +67,17 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     }
   }
 
+  function reset(): void {
+    reclaimCursor = '0-0';
+    for (const listener of resetListeners) listener();
+  }
+
   /** NOGROUP: the stream or the group is gone. Recreate them and tell the dispatcher to re-send. */
   async function recover(error: unknown): Promise<boolean> {
     if (!(error instanceof Error) || !error.message.startsWith('NOGROUP')) return false;
     const created = await createGroup();
     logger.warn({ stream: workStream, group: consumerGroup, created }, 'webhook stream or group was lost; recreated');
-    reclaimCursor = '0-0';
-    for (const listener of resetListeners) listener();
+    reset();
     return true;
   }
 
@@ -96,7 +100,12 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
   return {
     kind: 'redis',
     async init() {
-      await createGroup();
+      // Creating the group means there was none: a first start, or a Redis that lost it while no
+      // dispatcher was running. Either way, whatever the database says is not done goes out again.
+      if (await createGroup()) {
+        logger.info({ stream: workStream, group: consumerGroup }, 'created the webhook stream consumer group');
+        reset();
+      }
     },
     async enqueue(messages: readonly WorkMessage[]) {
       if (messages.length === 0) return;

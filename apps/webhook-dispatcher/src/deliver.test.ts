@@ -1,0 +1,74 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDeliverer, type Deliverer } from './deliver.js';
+import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+
+let receiver: TestReceiver;
+let deliverer: Deliverer;
+const request = (path: string, endpointId = 'we_test') => ({
+  endpointId,
+  url: receiver.url(path),
+  body: '{"id":"evt_1"}',
+  headers: { 'Content-Type': 'application/json', 'X-Webhook-ID': 'evt_1' },
+});
+
+beforeAll(async () => {
+  receiver = await startTestReceiver();
+  deliverer = createDeliverer({ timeoutMs: 300, policy: { allowPrivateUrls: true } });
+});
+
+afterAll(async () => {
+  await deliverer.close();
+  await receiver.close();
+});
+
+describe('deliver', () => {
+  it('POSTs the body and headers once and reports a 2xx as ok', async () => {
+    const outcome = await deliverer.deliver(request('/ok'));
+    expect(outcome).toMatchObject({ ok: true, statusCode: 200, error: null });
+    expect(outcome.durationMs).toBeGreaterThanOrEqual(0);
+    const [received] = receiver.requestsTo('/ok');
+    expect(received).toMatchObject({ body: '{"id":"evt_1"}' });
+    expect(received!.headers['x-webhook-id']).toBe('evt_1');
+    expect(received!.headers['user-agent']).toMatch(/^Herald-Webhooks/);
+  });
+
+  it('never follows a redirect', async () => {
+    receiver.behave(() => ({ status: 302, headers: { location: receiver.url('/elsewhere') } }), '/moved');
+    expect(await deliverer.deliver(request('/moved'))).toMatchObject({ ok: false, statusCode: 302 });
+    expect(receiver.requestsTo('/elsewhere')).toEqual([]);
+  });
+
+  it('passes Retry-After on', async () => {
+    receiver.behave(() => ({ status: 503, headers: { 'retry-after': '7' } }), '/busy');
+    expect(await deliverer.deliver(request('/busy'))).toMatchObject({
+      ok: false,
+      statusCode: 503,
+      error: 'HTTP 503',
+      retryAfter: '7',
+    });
+  });
+
+  it('turns a timeout and a cut connection into outcomes, never exceptions', async () => {
+    receiver.behave(() => 'hang', '/hang');
+    expect(await deliverer.deliver(request('/hang'))).toMatchObject({
+      ok: false,
+      statusCode: null,
+      error: 'timed out after 300 ms',
+    });
+    receiver.behave(() => 'destroy', '/cut');
+    const cut = await deliverer.deliver(request('/cut'));
+    expect(cut).toMatchObject({ ok: false, statusCode: null });
+    expect(cut.error).toBeTruthy();
+  });
+
+  it('refuses a private address without connecting when private URLs are not allowed', async () => {
+    const strict = createDeliverer({ timeoutMs: 300, policy: { allowPrivateUrls: false } });
+    try {
+      const before = receiver.requests.length;
+      expect((await strict.deliver(request('/private'))).error).toMatch(/^refused: .*loopback/);
+      expect(receiver.requests.length).toBe(before);
+    } finally {
+      await strict.close();
+    }
+  });
+});

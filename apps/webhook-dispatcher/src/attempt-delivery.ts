@@ -1,4 +1,11 @@
-import { claimDeliveryForAttempt, type Database, type DeliveryNext, recordDeliveryAttempt } from '@herald/db';
+import {
+  type ClaimedDelivery,
+  claimDeliveryForAttempt,
+  claimNextDueDelivery,
+  type Database,
+  type DeliveryNext,
+  recordDeliveryAttempt,
+} from '@herald/db';
 import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
@@ -25,24 +32,47 @@ export interface AttemptDeps {
 
 export type DeliveryWork = Extract<WorkMessage, { kind: 'delivery' }>;
 
-/**
- * Makes one attempt of a delivery: claims it (a stale or duplicate work item claims nothing and is
- * simply acknowledged), signs the stored body with the endpoint's active secrets, POSTs it, and records
- * the attempt with the delivery's next state: SUCCEEDED on 2xx, else a retry time from the retry policy,
- * or DEAD once the horizon is reached, in which case the delivery is also parked in the dead-letter
- * queue, counted, and logged as an alert.
- * @returns whether an attempt was made
- */
-export function createDeliveryAttempter(deps: AttemptDeps): (work: DeliveryWork) => Promise<boolean> {
-  const { db, queue, deliverer, metrics, logger, retry } = deps;
-  return async (work) => {
-    const delivery = await claimDeliveryForAttempt(db, {
-      deliveryId: work.deliveryId,
-      queueLease: work.lease,
-      leaseMs: deps.attemptLeaseMs,
-    });
-    if (!delivery) return false;
+export interface DeliveryAttempter {
+  /**
+   * Makes one attempt of the work item's delivery. A stale or duplicate work item claims nothing.
+   * @returns whether an attempt was made
+   */
+  attempt(work: DeliveryWork): Promise<boolean>;
+  /**
+   * Makes one attempt of the endpoint's next due delivery that nobody holds, if there is one.
+   * @returns whether an attempt was made
+   */
+  attemptNext(endpointId: string): Promise<boolean>;
+}
 
+/**
+ * One attempt: claim the delivery (so no other dispatcher attempts it meanwhile), sign the stored body
+ * with the endpoint's active secrets, POST it, and record the attempt with the delivery's next state:
+ * SUCCEEDED on 2xx, else a retry time from the retry policy, or DEAD once the horizon is reached, in
+ * which case the delivery is also parked in the dead-letter queue, counted, and logged as an alert.
+ */
+export function createDeliveryAttempter(deps: AttemptDeps): DeliveryAttempter {
+  const { db, queue, deliverer, metrics, logger, retry } = deps;
+  return {
+    async attempt(work) {
+      const delivery = await claimDeliveryForAttempt(db, {
+        deliveryId: work.deliveryId,
+        queueLease: work.lease,
+        leaseMs: deps.attemptLeaseMs,
+      });
+      if (!delivery) return false;
+      await attemptClaimed(delivery);
+      return true;
+    },
+    async attemptNext(endpointId) {
+      const delivery = await claimNextDueDelivery(db, { endpointId, leaseMs: deps.attemptLeaseMs });
+      if (!delivery) return false;
+      await attemptClaimed(delivery);
+      return true;
+    },
+  };
+
+  async function attemptClaimed(delivery: ClaimedDelivery): Promise<void> {
     const at = new Date();
     const outcome =
       delivery.secrets.length === 0
@@ -102,7 +132,7 @@ export function createDeliveryAttempter(deps: AttemptDeps): (work: DeliveryWork)
     };
     if (recorded !== 'recorded') {
       logger.info({ ...context, recorded }, 'webhook attempt made, but the delivery changed meanwhile');
-      return true;
+      return;
     }
     if (next.status === 'DEAD') {
       const letter: DeadLetter = {
@@ -137,6 +167,5 @@ export function createDeliveryAttempter(deps: AttemptDeps): (work: DeliveryWork)
     } else {
       logger.debug(context, 'webhook delivered');
     }
-    return true;
-  };
+  }
 }

@@ -1,5 +1,5 @@
 import { WEBHOOK_DELIVERY_ID_PREFIX } from '@herald/contracts';
-import { type Kysely, sql } from 'kysely';
+import { type Kysely, type RawBuilder, sql } from 'kysely';
 import type { Database } from './database.js';
 import type { WebhookDelivery, WebhookDeliveryStatus } from './webhook-tables.js';
 
@@ -98,6 +98,9 @@ export async function claimDueDeliveries(db: Kysely<Database>, claim: DueClaim):
       set lease_token = ${QUEUED_LEASE_PREFIX} || gen_random_uuid()::text, leased_until = now() + ${ms(claim.leaseMs)}
       from picked
       where delivery.id = picked.id
+        -- Checked again on the row as it is now: a dispatcher may have claimed it since the snapshot.
+        and delivery.status = 'PENDING'
+        and (delivery.leased_until is null or delivery.leased_until <= now())
       returning delivery.id, delivery.endpoint_id, delivery.lease_token
     `.execute(trx);
     return rows.map((row) => ({ id: row.id, endpointId: row.endpoint_id, lease: row.lease_token }));
@@ -158,6 +161,50 @@ export async function claimDeliveryForAttempt(
   db: Kysely<Database>,
   claim: AttemptClaim,
 ): Promise<ClaimedDelivery | undefined> {
+  return claimForAttempt(
+    db,
+    claim.leaseMs,
+    sql`id = ${claim.deliveryId}
+      and status = 'PENDING'
+      and next_attempt_at <= now()
+      and (lease_token = ${claim.queueLease} or leased_until is null or leased_until <= now())`,
+  );
+}
+
+/**
+ * Takes the endpoint's next due delivery that nobody holds, for an attempt right away. A dispatcher
+ * that has just finished an attempt keeps the endpoint's slot busy this way without a round through
+ * the scheduler and the queue; the per-endpoint cap holds, since the slot passes from one delivery to
+ * the next.
+ */
+export async function claimNextDueDelivery(
+  db: Kysely<Database>,
+  next: { endpointId: string; leaseMs: number },
+): Promise<ClaimedDelivery | undefined> {
+  return claimForAttempt(
+    db,
+    next.leaseMs,
+    sql`id = (
+      select id from webhook_deliveries
+      where endpoint_id = ${next.endpointId}
+        and status = 'PENDING'
+        and next_attempt_at <= now()
+        and (leased_until is null or leased_until <= now())
+      order by next_attempt_at, seq
+      limit 1
+      for update skip locked
+    )
+    and status = 'PENDING'
+    and (leased_until is null or leased_until <= now())`,
+  );
+}
+
+/** Takes an `a:` lease on the delivery `where` picks, and reads what the attempt needs, in one statement. */
+async function claimForAttempt(
+  db: Kysely<Database>,
+  leaseMs: number,
+  where: RawBuilder<unknown>,
+): Promise<ClaimedDelivery | undefined> {
   const { rows } = await sql<{
     id: string;
     event_id: string;
@@ -173,11 +220,8 @@ export async function claimDeliveryForAttempt(
   }>`
     with claimed as (
       update webhook_deliveries
-      set lease_token = ${ATTEMPT_LEASE_PREFIX} || gen_random_uuid()::text, leased_until = now() + ${ms(claim.leaseMs)}
-      where id = ${claim.deliveryId}
-        and status = 'PENDING'
-        and next_attempt_at <= now()
-        and (lease_token = ${claim.queueLease} or leased_until is null or leased_until <= now())
+      set lease_token = ${ATTEMPT_LEASE_PREFIX} || gen_random_uuid()::text, leased_until = now() + ${ms(leaseMs)}
+      where ${where}
       returning id, event_id, event_type, org_id, endpoint_id, attempt_count, horizon_from, lease_token
     )
     select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,

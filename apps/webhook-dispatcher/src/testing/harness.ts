@@ -53,8 +53,16 @@ export interface DispatcherHarness {
   close(): Promise<void>;
 }
 
-export async function createDispatcherHarness(databaseUrl: string, redisUrl: string): Promise<DispatcherHarness> {
-  const schema = await createTestSchema(databaseUrl);
+/**
+ * @param schema a schema to work in; by default a fresh test schema (which needs a running vitest:
+ *   scripts outside tests, like the benchmark, bring their own)
+ */
+export async function createDispatcherHarness(
+  databaseUrl: string,
+  redisUrl: string,
+  schema?: TestSchema,
+): Promise<DispatcherHarness> {
+  schema ??= await createTestSchema(databaseUrl);
   const database = await createDatabase({ kind: 'postgres', url: schema.url, poolMax: 20 });
   await migrateToLatest(database.db);
   const redisPrefix = `herald-test:${randomUUID()}:`;

@@ -1,6 +1,7 @@
 import type { Migration, MigrationProvider } from 'kysely';
 import * as createUsersAndPosts from './2026-11-21T07-30_create-users-and-posts.js';
 import * as createWebhooks from './2026-11-21T08-00_create-webhooks.js';
+import * as indexDueWebhookDeliveries from './2026-11-21T08-30_index-due-webhook-deliveries.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -10,6 +11,7 @@ import * as createWebhooks from './2026-11-21T08-00_create-webhooks.js';
 const MIGRATIONS: Record<string, Migration> = {
   '2026-11-21T07-30_create-users-and-posts': createUsersAndPosts,
   '2026-11-21T08-00_create-webhooks': createWebhooks,
+  '2026-11-21T08-30_index-due-webhook-deliveries': indexDueWebhookDeliveries,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -9,7 +9,7 @@ const graphqlEntry = createRequire(new URL('./apps/api/package.json', import.met
 export default defineConfig({
   resolve: { alias: [{ find: /^graphql$/, replacement: graphqlEntry }] },
   test: {
-    include: ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts', 'test/**/*.test.ts'],
+    include: ['apps/*/src/**/*.test.ts', 'packages/*/src/**/*.test.ts', 'test/**/*.test.ts', 'bench/**/*.test.ts'],
     globalSetup: ['packages/testing/src/global-setup.ts'],
     // Generous: many tests start real processes (tsx, PGlite, nginx), and CI's two cores are shared.
     testTimeout: 60_000,

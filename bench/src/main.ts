@@ -1,0 +1,347 @@
+/**
+ * `pnpm bench`: the fan-out benchmark of issue 6 in one process tree on 127.0.0.1.
+ *
+ *   pnpm bench                                   # everything (≈ 8–10 min on 2 cores), results in bench/results/
+ *   pnpm bench --quick                           # 1k sockets only, shorter trials (≈ 2 min)
+ *   pnpm bench --scenarios raw,embedded --sockets 10000
+ *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (the seed's path)
+ *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
+ *   pnpm bench --profile                         # node --cpu-prof of Herald at 1k sockets → bench/results/PROFILE.md
+ *   pnpm bench --compare old.json new.json       # deliveries/s, p99, CPU and RSS side by side
+ *   pnpm bench --out /tmp/run1                   # write the results somewhere else
+ *
+ * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
+ * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
+ */
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
+import { type FanoutConfig, type FanoutResult, runFanout } from './fanout.js';
+import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
+import {
+  type BenchResults,
+  chart,
+  currentLoadavg,
+  gitCommit,
+  machineDescription,
+  markdown,
+  withRatios,
+} from './report.js';
+import { pingPostgres } from './schema.js';
+import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
+import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
+
+type Args = Record<string, string | boolean>;
+
+function parseArgs(argv: string[]): { args: Args; rest: string[] } {
+  const args: Args = {};
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--')) {
+      rest.push(arg);
+      continue;
+    }
+    const [key, inline] = arg.slice(2).split(/=(.*)/s, 2) as [string, string | undefined];
+    if (inline !== undefined) args[key] = inline;
+    else if (argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) args[key] = argv[++i]!;
+    else args[key] = true;
+  }
+  return { args, rest };
+}
+
+const started = wallNow();
+const log = (line: string) =>
+  process.stderr.write(`[${String(Math.round((wallNow() - started) / 1000)).padStart(4)} s] ${line}\n`);
+
+interface ScenarioSpec {
+  label: string;
+  needs: Array<'postgres' | 'redis'>;
+  start(profileDir?: string): Promise<Target>;
+}
+
+async function main() {
+  const { args, rest } = parseArgs(process.argv.slice(2));
+  if (args.compare) {
+    const files = [typeof args.compare === 'string' ? args.compare : '', ...rest].filter(Boolean);
+    if (files.length !== 2) throw new Error('usage: pnpm bench --compare <old.json> <new.json>');
+    process.stdout.write(compare(files[0]!, files[1]!));
+    return;
+  }
+  installExitHandlers();
+  const quick = args.quick === true;
+  const profile = args.profile === true;
+  const num = (key: string, fallback: number) => (args[key] === undefined ? fallback : Number(args[key]));
+  const list = (key: string, fallback: string) =>
+    String(args[key] ?? fallback)
+      .split(',')
+      .filter(Boolean);
+  const outDir = resolve(ROOT, String(args.out ?? 'bench/results'));
+  const databaseUrl = process.env.DATABASE_URL;
+  const redisUrl = process.env.REDIS_URL;
+  const embeddedDb = (args['embedded-db'] ?? 'postgres') === 'pglite' ? 'pglite' : 'postgres';
+  const heraldEnv = Object.fromEntries(
+    list('herald-env', '').map((pair) => {
+      const [key, value] = pair.split(/=(.*)/s, 2);
+      return [key!, value ?? ''];
+    }),
+  );
+
+  const sourceAddresses = num('source-addresses', 4);
+  const fanoutConfig: Omit<FanoutConfig, 'sockets'> = {
+    workers: num('workers', 2),
+    localAddresses: Array.from({ length: sourceAddresses }, (_, i) => `127.0.0.${i + 2}`),
+    connectConcurrency: num('connect-concurrency', 64),
+    warmupMs: num('warmup-ms', quick ? 1000 : 1500),
+    trials: num('trials', quick ? 2 : 3),
+    trialMs: num('trial-ms', quick ? 2500 : 4000),
+    window: args.window === undefined ? 'auto' : Number(args.window),
+    fixedDeliveriesPerSec: num('fixed-rate', 5_000),
+    fixedMs: num('fixed-ms', quick ? 4000 : 10_000),
+    singleTrials: num('single', quick ? 3 : 5),
+    calibrationEvents: 30,
+    budgetDeliveriesPerSec: num('budget-rate', 100_000),
+    eventTimeoutMs: num('event-timeout-ms', 30_000),
+    pauseMs: 300,
+    log,
+  };
+  const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
+  const scenarios = list(
+    'scenarios',
+    profile ? 'embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+  );
+
+  // What's reachable decides what can run; nothing is faked.
+  const skipped: string[] = [];
+  const reachable = async (what: string, url: string | undefined, check: (url: string) => Promise<boolean>) => {
+    if (!url) {
+      skipped.push(`${what} not set`);
+      return false;
+    }
+    try {
+      if (await check(url)) return true;
+      skipped.push(`${what} did not answer as expected`);
+    } catch (error) {
+      skipped.push(`${what} unreachable: ${(error as Error).message}`);
+    }
+    return false;
+  };
+  const postgresOk = await reachable('DATABASE_URL', databaseUrl, (url) => pingPostgres(url).then(() => true));
+  const redisOk = await reachable(
+    'REDIS_URL',
+    redisUrl,
+    async (url) => (await redisCommand(url, ['PING'])) === '+PONG',
+  );
+  const embeddedDatabase = embeddedDb === 'pglite' || !postgresOk ? 'pglite' : 'postgres';
+
+  const herald = (id: string, label: string, pods: 1 | 2, pubsub: 'memory' | 'redis', env: Record<string, string>) =>
+    ({
+      label,
+      needs: pubsub === 'redis' ? ['postgres', 'redis'] : embeddedDatabase === 'postgres' ? ['postgres'] : [],
+      start: (profileDir?: string) =>
+        startHeraldTarget({
+          pods,
+          pubsub,
+          databaseUrl,
+          redisUrl,
+          database: pubsub === 'redis' ? 'postgres' : embeddedDatabase,
+          env: { ...env, ...heraldEnv },
+          ...(profileDir ? { cpuProfDir: profileDir } : {}),
+          label: id,
+        }).then((target) => ({ ...target, label })),
+    }) satisfies ScenarioSpec;
+  const stock = { WS_SHARED_EXECUTION: 'false' };
+  const specs: Record<string, ScenarioSpec> = {
+    raw: { label: 'raw ws broadcast', needs: [], start: () => startRawTarget() },
+    embedded: herald(
+      'embedded',
+      `Herald embedded (1 pod, in-memory pub/sub${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
+      1,
+      'memory',
+      {},
+    ),
+    redis: herald('redis', 'Herald 2 pods + Redis', 2, 'redis', {}),
+    'embedded-stock': herald(
+      'embedded-stock',
+      `Herald embedded, stock path (WS_SHARED_EXECUTION=false${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
+      1,
+      'memory',
+      stock,
+    ),
+    'redis-stock': herald(
+      'redis-stock',
+      'Herald 2 pods + Redis, stock path (WS_SHARED_EXECUTION=false)',
+      2,
+      'redis',
+      stock,
+    ),
+  };
+  for (const id of scenarios) {
+    if (id !== 'webhooks' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+  }
+
+  log(
+    `bench: scenarios ${scenarios.join(', ')} at ${sockets.join(', ')} sockets; ${fanoutConfig.workers} client processes; load average ${currentLoadavg().join(' ')}`,
+  );
+  const loadavgAtStart = currentLoadavg();
+  const fanout: FanoutResult[] = [];
+  const profiles: string[] = [];
+  const glance: Array<{ title: string; summary: ProfileSummary; cpuUsPerDelivery: number }> = [];
+  let webhooks: WebhookResult | null = null;
+  const profileDir = profile ? mkdtempSync(join(tmpdir(), 'herald-bench-prof-')) : undefined;
+
+  for (const size of sockets) {
+    for (const id of scenarios) {
+      const spec = specs[id];
+      if (!spec) continue;
+      const missing = spec.needs.filter((need) => (need === 'postgres' ? !postgresOk : !redisOk));
+      if (missing.length) {
+        skipped.push(`${spec.label} @ ${size}: needs ${missing.join(' and ')}`);
+        continue;
+      }
+      log(`${spec.label} @ ${size} sockets`);
+      let target: Target | undefined;
+      const dir = profileDir ? mkdtempSync(join(profileDir, `${id}-`)) : undefined;
+      try {
+        target = await spec.start(dir);
+        const result = await runFanout(id, target, { ...fanoutConfig, sockets: size });
+        result.label = spec.label;
+        fanout.push(result);
+        await target.stop();
+        target = undefined;
+        if (dir) {
+          const file = readdirSync(dir).find((name) => name.endsWith('.cpuprofile'));
+          if (!file) throw new Error('no .cpuprofile was written');
+          const data = JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
+          const summary = summariseProfile(data, result.saturationWindowUs);
+          glance.push({
+            title: `${id} @ ${size}`,
+            summary,
+            cpuUsPerDelivery: result.saturation.serverCpuUsPerDelivery.median,
+          });
+          profiles.push(
+            profileMarkdown(
+              `${spec.label} @ ${size} sockets`,
+              [
+                `${result.saturation.trials.length} saturation trials, ${result.saturation.deliveriesPerSec.median} deliveries/s (median; the profiler itself costs a few %), ${result.saturation.serverCpuUsPerDelivery.median} µs server CPU per delivery`,
+                `Setup: ${result.notes.join('; ')}`,
+              ],
+              summary,
+            ),
+          );
+          mkdirSync(outDir, { recursive: true });
+          writeFileSync(join(outDir, `${id}-${size}.cpuprofile`), JSON.stringify(data));
+        }
+      } catch (error) {
+        skipped.push(`${spec.label} @ ${size}: failed: ${(error as Error).message.split('\n')[0]}`);
+        log(`  FAILED: ${(error as Error).stack ?? error}`);
+      } finally {
+        await target?.stop().catch(() => {});
+      }
+    }
+  }
+  if (scenarios.includes('webhooks')) {
+    log('webhooks: raw undici POST loop and the dispatcher, to one local receiver');
+    webhooks = await runWebhooks({
+      databaseUrl: postgresOk ? databaseUrl : undefined,
+      redisUrl: redisOk ? redisUrl : undefined,
+      trials: num('webhook-trials', quick ? 2 : 3),
+      trialMs: num('webhook-trial-ms', quick ? 2000 : 4000),
+      connections: num('webhook-connections', 10),
+      dispatcherEvents: num('webhook-events', quick ? 1000 : 3000),
+      dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
+      log,
+    });
+  }
+
+  const durationSec = (wallNow() - started) / 1000;
+  const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
+  const results: BenchResults = {
+    run: {
+      date: new Date().toISOString(),
+      command,
+      machine: machineDescription(),
+      node: process.version,
+      commit: gitCommit(ROOT),
+      loadavgAtStart,
+      loadavgAtEnd: currentLoadavg(),
+      durationSec: round(durationSec, 0),
+      config: {
+        ...Object.fromEntries(Object.entries(fanoutConfig).filter(([key]) => key !== 'log')),
+        sockets,
+        scenarios,
+        embeddedDatabase,
+        heraldEnv,
+        ulimitNofile: process.env.BENCH_ULIMIT_N ?? 'unknown',
+      },
+      notes: methodNotes(embeddedDatabase, embeddedDb === 'pglite'),
+    },
+    fanout: withRatios(fanout),
+    webhooks,
+    skipped,
+  };
+  mkdirSync(outDir, { recursive: true });
+  if (profile) {
+    const header = [
+      '# Where Herald spends its CPU at 1k sockets (issue 6, part 1)',
+      '',
+      `- Date: ${results.run.date}; ${results.run.machine}; Node ${results.run.node}; Herald ${results.run.commit}`,
+      `- Command: \`${command}\` — \`node --cpu-prof\` on the API process; only the samples inside the saturation trials are counted (the profile's clock is the monotonic clock the bench records the trials with). Raw profiles: \`bench/results/*.cpuprofile\` (not committed; open them in Chrome DevTools → Performance).`,
+      '- "Self time" is where the CPU was when sampled, not including callees. Areas are by script location (node_modules package, node: core module, Herald source); `(program)` is native V8/libuv time the profiler cannot attribute (mostly socket writes and microtask machinery).',
+      '',
+    ];
+    writeFileSync(join(outDir, 'PROFILE.md'), `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n`);
+    log(`profile summary written to ${join(outDir, 'PROFILE.md')}`);
+    rmSync(profileDir!, { recursive: true, force: true });
+  } else {
+    writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+    writeFileSync(join(outDir, 'results.md'), markdown(results));
+    writeFileSync(join(outDir, 'results.svg'), chart(results));
+    process.stdout.write(`\n${markdown(results)}\n`);
+    log(`results written to ${outDir}/results.{json,md,svg} in ${Math.round(durationSec)} s`);
+  }
+  await cleanupAll();
+}
+
+function methodNotes(embeddedDatabase: string, pgliteAsked: boolean): string[] {
+  return [
+    'Everything runs on 127.0.0.1 in one process tree: the server(s), 4 load-client processes (graphql-transport-ws spoken directly over `ws`: connection_init, subscribe, next), and this coordinator. Client sockets bind to 127.0.0.2–127.0.0.5 round-robin to spread ephemeral ports.',
+    'Every socket subscribes with its own id (`s<index>`). Every frame is checked: byte-identical to `{"id":<its id>,"type":"next","payload":{"data":{"postPublished":{id,title,tags,author{name}}}}}` for a post that was published, else parsed and compared field by field (counted as "not byte-identical but right"); anything else is wrong. Each socket must get each published event exactly once: missing = published events × sockets − right deliveries; duplicates are counted apart.',
+    'Publish: Herald = `publishPost` over HTTP through pod 1 (the real path, and the only one in embedded mode; its cost is in the server CPU and is also priced alone, with no socket connected, as "publish CPU µs/event"). Drafts are inserted before the run through @herald/db (PGlite: createPost over HTTP). Raw = HTTP POST /publish to the raw server. Publish time = just before the publish request is sent; receive time = when the client process reads the frame (both on the wall clock, sub-ms, same machine).',
+    'Deliveries/s at saturation: a fixed number of events kept in flight (the window: 8 at 1k sockets, 2 at 10k) so the server is never idle and never buried; each trial lasts ~4 s and its rate is checked deliveries ÷ (last event fully received − first publish). Median and min–max of the trials.',
+    'Fixed moderate rate: 5,000 deliveries/s (5 events/s at 1k sockets, 0.5 event/s at 10k), open loop, 10 s. One event → all sockets: an event on an idle server, 5 times; the table gives the median of the per-trial p50/p99/max.',
+    'Server CPU µs/delivery: user+system CPU of the server process(es) (sum of /proc/<pid>/task/*/schedstat: every thread, ns resolution; both pods in two-pod mode) during the saturation trials ÷ deliveries. It includes publishPost. Client CPU is reported apart.',
+    'RSS/socket: (RSS with every socket subscribed − RSS idle) ÷ sockets, each read after a forced full GC (through the inspector: the servers run with --inspect=127.0.0.1:0, no domain enabled). The V8 heap delta per socket is in the details.',
+    `Herald embedded mode runs on ${embeddedDatabase === 'postgres' ? "PostgreSQL (own schema), not PGlite: PGlite is PostgreSQL compiled to WebAssembly running on the API's own event loop, so every publishPost transaction and author lookup would be charged to the fan-out CPU and stall it; with PostgreSQL the one-pod and two-pod scenarios differ only in pub/sub. `--embedded-db pglite` measures the PGlite setup" : `PGlite (${pgliteAsked ? '--embedded-db pglite' : 'no PostgreSQL was reachable'}): createPost/publishPost and the author lookups run inside the API process`}.`,
+    '`ulimit -n` is raised to the hard limit by bench/run.sh (needed: 10k sockets are 10k descriptors in one server process).',
+  ];
+}
+
+function compare(oldFile: string, newFile: string): string {
+  const a = JSON.parse(readFileSync(oldFile, 'utf8')) as BenchResults;
+  const b = JSON.parse(readFileSync(newFile, 'utf8')) as BenchResults;
+  const lines = [
+    `old: ${oldFile} (${a.run.date}, ${a.run.commit})`,
+    `new: ${newFile} (${b.run.date}, ${b.run.commit})`,
+    '',
+    '| scenario | sockets | deliveries/s old → new | one-event p99 ms old → new | fixed p99 ms old → new | CPU µs/delivery old → new | RSS/socket KB old → new | × raw (deliveries/s) old → new |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const n of b.fanout) {
+    const o = a.fanout.find((r) => r.id === n.id && r.sockets === n.sockets);
+    const pair = (x: number | null | undefined, y: number | null | undefined) =>
+      `${x ?? '–'} → ${y ?? '–'}${x && y ? ` (${y >= x ? '+' : ''}${round(((y - x) / x) * 100, 0)}%)` : ''}`;
+    lines.push(
+      `| ${n.label} | ${n.sockets} | ${pair(o?.saturation.deliveriesPerSec.median, n.saturation.deliveriesPerSec.median)} | ${pair(o?.single.p99Ms.median, n.single.p99Ms.median)} | ${pair(o?.fixed.latency.p99Ms, n.fixed.latency.p99Ms)} | ${pair(o?.saturation.serverCpuUsPerDelivery.median, n.saturation.serverCpuUsPerDelivery.median)} | ${pair(o?.rss.perSocketKB, n.rss.perSocketKB)} | ${pair(o?.vsRaw.deliveriesPerSec, n.vsRaw.deliveriesPerSec)} |`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+main().catch(async (error: unknown) => {
+  log(`bench failed: ${(error as Error).stack ?? error}`);
+  await cleanupAll();
+  process.exit(1);
+});

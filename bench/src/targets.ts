@@ -1,0 +1,393 @@
+import type { ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { signToken } from '@herald/auth';
+import { createDatabase, type HeraldDatabase, insertPost, upsertUser } from '@herald/db';
+import { Pool } from 'undici';
+import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
+import { inspectorUrlFrom } from './inspector.js';
+import { BENCH_AUTHOR, BENCH_TAGS, type BenchEvent, benchTitle } from './protocol.js';
+import { createBenchSchema } from './schema.js';
+
+/** Something the load clients subscribe to and the coordinator publishes through. */
+export interface Target {
+  label: string;
+  /** One URL per pod; sockets are split evenly across them. */
+  wsUrls: string[];
+  /** The server processes whose CPU and RSS are measured (both pods in the two-pod mode). */
+  pids: number[];
+  /** Their inspector URLs (`--inspect=127.0.0.1:0`), used only to force a GC before reading memory. */
+  inspectors: string[];
+  token: string;
+  orgId: string;
+  /** Makes `count` events that can each be published once (Herald: creates drafts over HTTP). */
+  prepareEvents(count: number): Promise<BenchEvent[]>;
+  /** Publishes one event; resolves when the publish call has answered. */
+  publish(event: BenchEvent): Promise<void>;
+  /** Subscriptions the server(s) consider active. */
+  subscribed(): Promise<number>;
+  /** Counters worth reporting from the server side (Herald's /metrics), read at the end. */
+  serverCounters(): Promise<Record<string, number>>;
+  stop(): Promise<void>;
+  /** How this target was set up, for the report. */
+  notes: string[];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Raw ws baseline
+
+/** @param fault a deliberate error for the smoke test (see raw-server.ts); never in a measurement. */
+export async function startRawTarget(fault?: 'wrong-id' | 'wrong-title' | 'drop' | 'duplicate'): Promise<Target> {
+  const child = spawnTracked(
+    process.execPath,
+    ['--inspect=127.0.0.1:0', '--import', TSX_IMPORT, 'bench/src/raw-server.ts'],
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', PORT: '0', ...(fault ? { RAW_FAULT: fault } : {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    let buffered = '';
+    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buffered += chunk;
+      const match = /listening (\d+)/.exec(buffered);
+      if (match) resolve(Number(match[1]));
+    });
+    child.once('exit', (code) => reject(new Error(`raw server exited with ${code}: ${stderr}`)));
+  });
+  const inspector = inspectorUrlFrom(stderr);
+  if (!inspector) throw new Error(`raw server: no inspector URL in ${stderr}`);
+  const base = `http://127.0.0.1:${port}`;
+  const pool = new Pool(base, { connections: 8 });
+  return {
+    label: 'raw ws broadcast',
+    wsUrls: [`ws://127.0.0.1:${port}/graphql`],
+    pids: [child.pid!],
+    inspectors: [inspector],
+    token: 'unused',
+    orgId: 'raw',
+    async prepareEvents(count) {
+      return Array.from({ length: count }, (_, index) => ({
+        postId: randomUUID(),
+        title: benchTitle(index),
+        tags: BENCH_TAGS,
+        authorName: BENCH_AUTHOR.name,
+      }));
+    },
+    async publish(event) {
+      const response = await pool.request({
+        path: '/publish',
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(event),
+      });
+      await response.body.dump();
+      if (response.statusCode !== 204) throw new Error(`raw publish: HTTP ${response.statusCode}`);
+    },
+    async subscribed() {
+      const response = await pool.request({ path: '/stats', method: 'GET' });
+      return ((await response.body.json()) as { subscribed: number }).subscribed;
+    },
+    async serverCounters() {
+      return {};
+    },
+    async stop() {
+      await pool.close();
+      await stopChild(child);
+    },
+    notes: [
+      'ws 8.23 server; payload serialised once per event, per-socket frame = pre-built `{"id":…,"type":"next","payload":` head + payload (Buffer.concat), publish = HTTP POST /publish',
+    ],
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Herald
+
+export interface HeraldOptions {
+  pods: 1 | 2;
+  /** In memory (one pod only: Herald's embedded mode) or Redis (cluster mode). */
+  pubsub: 'memory' | 'redis';
+  /** PostgreSQL server; each run gets its own schema. Unused with `database: 'pglite'`. */
+  databaseUrl: string | undefined;
+  /** Required with `pubsub: 'redis'`. */
+  redisUrl?: string | undefined;
+  /** `pglite` runs embedded mode on PGlite in a temp dir instead of PostgreSQL (one pod only). */
+  database: 'postgres' | 'pglite';
+  /** Extra environment for the pods (e.g. WS_SHARED_EXECUTION=false). */
+  env?: Record<string, string>;
+  /** Write a V8 CPU profile of each pod into this directory (`node --cpu-prof`). */
+  cpuProfDir?: string;
+  label: string;
+}
+
+const PUBLISH_MUTATION = 'mutation Publish($id: ID!) { publishPost(id: $id) { id status } }';
+/** createPost mutations per HTTP request (aliases; the default alias limit is 15), in PGlite mode. */
+const DRAFTS_PER_REQUEST = 10;
+
+interface Pod {
+  child: ChildProcess;
+  port: number;
+  inspector: string;
+  pool: Pool;
+  output: string[];
+}
+
+async function startPod(env: Record<string, string>, cpuProfDir: string | undefined): Promise<Pod> {
+  const args = [
+    '--inspect=127.0.0.1:0',
+    ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
+    '--import',
+    TSX_IMPORT,
+    'apps/api/src/main.ts',
+  ];
+  const child = spawnTracked(process.execPath, args, {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const output: string[] = [];
+  const keep = (line: string) => {
+    output.push(line);
+    if (output.length > 50) output.shift();
+  };
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => keep(chunk));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`Herald did not start in 90 s:\n${output.join('\n')}`)), 90_000);
+    let buffered = '';
+    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buffered += chunk;
+      const lines = buffered.split('\n');
+      buffered = lines.pop() ?? '';
+      for (const line of lines) {
+        keep(line);
+        if (line.includes('"herald api listening"')) {
+          const entry = JSON.parse(line) as { port: number };
+          clearTimeout(timer);
+          resolve(entry.port);
+        }
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`Herald exited with ${code} before listening:\n${output.join('\n')}`));
+    });
+  });
+  const inspector = inspectorUrlFrom(output.join(''));
+  if (!inspector) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
+  return { child, port, inspector, pool: new Pool(`http://127.0.0.1:${port}`, { connections: 16 }), output };
+}
+
+async function graphql(pool: Pool, token: string, query: string, variables: Record<string, unknown>) {
+  const response = await pool.request({
+    path: '/graphql',
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = (await response.body.json()) as { data?: any; errors?: unknown[] };
+  if (body.errors || !body.data)
+    throw new Error(`GraphQL error (HTTP ${response.statusCode}): ${JSON.stringify(body)}`);
+  return body.data;
+}
+
+async function metricsOf(pool: Pool): Promise<Map<string, number>> {
+  const response = await pool.request({ path: '/metrics', method: 'GET' });
+  const text = await response.body.text();
+  const values = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || line.length === 0) continue;
+    const space = line.lastIndexOf(' ');
+    values.set(line.slice(0, space), Number(line.slice(space + 1)));
+  }
+  return values;
+}
+
+export interface HeraldTarget extends Target {
+  /** A GraphQL call through pod 1 as the bench user (a member of `orgId`). */
+  graphql(query: string, variables: Record<string, unknown>): Promise<any>;
+  /** The environment the pods run with (DATABASE_URL points at this run's schema). */
+  env: Record<string, string>;
+}
+
+export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldTarget> {
+  const jwtSecret = randomBytes(32).toString('hex');
+  const orgId = `bench-${randomBytes(4).toString('hex')}`;
+  const env: Record<string, string> = {
+    NODE_ENV: 'production',
+    LOG_LEVEL: 'info',
+    JWT_SECRET: jwtSecret,
+    ...options.env,
+  };
+  const removers: Array<() => Promise<unknown>> = [];
+  let dataDir: string | undefined;
+  if (options.database === 'pglite') {
+    if (options.pods !== 1) throw new Error('PGlite serves one process only');
+    dataDir = mkdtempSync(join(tmpdir(), 'herald-bench-'));
+    env.HERALD_DATA_DIR = dataDir;
+    const dir = dataDir;
+    removers.push(async () => rmSync(dir, { recursive: true, force: true }));
+  } else {
+    if (!options.databaseUrl) throw new Error('PostgreSQL mode needs DATABASE_URL');
+    const schema = await createBenchSchema(options.databaseUrl);
+    env.DATABASE_URL = schema.url;
+    removers.push(() => schema.drop());
+  }
+  if (options.pubsub === 'redis') {
+    if (!options.redisUrl) throw new Error('Redis pub/sub needs REDIS_URL');
+    env.REDIS_URL = options.redisUrl;
+  } else if (options.pods !== 1) {
+    throw new Error('in-memory pub/sub serves one pod only');
+  }
+  const removeAll = () => Promise.allSettled(removers.map((remove) => remove()));
+  const unregister = onCleanup(removeAll);
+
+  let pods: Pod[];
+  try {
+    pods = await Promise.all(Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir)));
+  } catch (error) {
+    unregister();
+    await removeAll();
+    throw error;
+  }
+  const token = await signToken(
+    jwtSecret,
+    { sub: BENCH_AUTHOR.id, name: BENCH_AUTHOR.name, orgs: [orgId] },
+    {
+      expiresIn: '6h',
+    },
+  );
+  const publisher = pods[0]!;
+  let drafted = 0;
+  let directDb: HeraldDatabase | undefined;
+  if (env.DATABASE_URL) {
+    directDb = await createDatabase({ kind: 'postgres', url: env.DATABASE_URL, poolMax: 8 });
+    await upsertUser(directDb.db, BENCH_AUTHOR);
+  }
+
+  return {
+    label: options.label,
+    wsUrls: pods.map((pod) => `ws://127.0.0.1:${pod.port}/graphql`),
+    pids: pods.map((pod) => pod.child.pid!),
+    inspectors: pods.map((pod) => pod.inspector),
+    token,
+    orgId,
+    env,
+    graphql: (query, variables) => graphql(publisher.pool, token, query, variables),
+    async prepareEvents(count) {
+      const base = drafted;
+      drafted += count;
+      const events: BenchEvent[] = new Array(count);
+      let next = 0;
+      // PostgreSQL: drafts go straight in through @herald/db's repository (setup, not measured, and
+      // ~10× faster than createPost over HTTP). PGlite belongs to the API process: createPost it is.
+      const direct = async (db: HeraldDatabase) => {
+        while (next < count) {
+          const i = next++;
+          const post = await insertPost(db.db, {
+            orgId,
+            authorId: BENCH_AUTHOR.id,
+            title: benchTitle(base + i),
+            tags: BENCH_TAGS,
+          });
+          events[i] = { postId: post.id, title: post.title, tags: post.tags, authorName: BENCH_AUTHOR.name };
+        }
+      };
+      const overHttp = async () => {
+        while (next < count) {
+          const first = next;
+          const indexes = Array.from({ length: Math.min(DRAFTS_PER_REQUEST, count - first) }, (_, i) => first + i);
+          next += indexes.length;
+          const variables: Record<string, unknown> = { orgId, tags: BENCH_TAGS };
+          const fields = indexes.map((index, i) => {
+            variables[`t${i}`] = benchTitle(base + index);
+            return `p${i}: createPost(input: { orgId: $orgId, title: $t${i}, tags: $tags }) { id title tags }`;
+          });
+          const declarations = indexes.map((_, i) => `$t${i}: String!`).join(', ');
+          const data = await graphql(
+            publisher.pool,
+            token,
+            `mutation Drafts($orgId: ID!, $tags: [String!], ${declarations}) { ${fields.join(' ')} }`,
+            variables,
+          );
+          indexes.forEach((index, i) => {
+            const post = data[`p${i}`] as { id: string; title: string; tags: string[] };
+            events[index] = { postId: post.id, title: post.title, tags: post.tags, authorName: BENCH_AUTHOR.name };
+          });
+        }
+      };
+      await Promise.all(Array.from({ length: 8 }, () => (directDb ? direct(directDb) : overHttp())));
+      return events;
+    },
+    async publish(event) {
+      const data = await graphql(publisher.pool, token, PUBLISH_MUTATION, { id: event.postId });
+      if (data.publishPost?.id !== event.postId || data.publishPost.status !== 'PUBLISHED') {
+        throw new Error(`publishPost answered ${JSON.stringify(data)}`);
+      }
+    },
+    async subscribed() {
+      const all = await Promise.all(pods.map((pod) => metricsOf(pod.pool)));
+      return all.reduce((sum, values) => sum + (values.get('herald_subscriptions_active') ?? 0), 0);
+    },
+    async serverCounters() {
+      const all = await Promise.all(pods.map((pod) => metricsOf(pod.pool)));
+      const counters: Record<string, number> = {};
+      for (const values of all) {
+        for (const [name, value] of values) {
+          if (
+            name === 'herald_events_delivered_total' ||
+            name === 'herald_ws_slow_consumers_closed_total' ||
+            name.startsWith('herald_delivery_errors_total')
+          ) {
+            counters[name] = (counters[name] ?? 0) + value;
+          }
+        }
+      }
+      return counters;
+    },
+    async stop() {
+      await directDb?.close();
+      await Promise.all(pods.map((pod) => pod.pool.close()));
+      // SIGTERM: Herald's graceful stop (sockets closed with 1012, Redis and the database closed), which is
+      // also when --cpu-prof writes the profile.
+      await Promise.all(pods.map((pod) => stopChild(pod.child, 'SIGTERM', 30_000)));
+      unregister();
+      await removeAll();
+    },
+    notes: [
+      `${options.pods} API process(es), NODE_ENV=production, LOG_LEVEL=info, ${
+        options.database === 'pglite' ? 'PGlite in a temp dir' : 'PostgreSQL (own schema)'
+      }, pub/sub ${options.pubsub === 'redis' ? 'Redis' : 'in memory'}${
+        options.env && Object.keys(options.env).length
+          ? `, ${Object.entries(options.env)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(' ')}`
+          : ''
+      }; publish = publishPost over HTTP through pod 1 of drafts made before the run`,
+    ],
+  };
+}
+
+/** Waits until the server reports `expected` active subscriptions. */
+export async function waitForSubscriptions(target: Target, expected: number, timeoutMs: number): Promise<void> {
+  let last = -1;
+  try {
+    await waitUntil(
+      `${expected} active subscriptions`,
+      async () => {
+        last = await target.subscribed();
+        return last >= expected;
+      },
+      { timeoutMs, intervalMs: 200 },
+    );
+  } catch (error) {
+    throw new Error(`${(error as Error).message} (the server reports ${last})`);
+  }
+}

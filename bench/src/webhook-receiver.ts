@@ -1,0 +1,84 @@
+/**
+ * The webhook receiver of the webhook benchmark, in its own process: answers 200 as soon as a request's
+ * body has arrived, then (off the response path) counts it and, when it has the endpoint's secret,
+ * verifies the signature and de-duplicates by event id, so only genuine, distinct signed deliveries
+ * count. Controlled over IPC: `{type:'reset', secret?}` and `{type:'stats'}`.
+ * Listens on 127.0.0.1 and prints `listening <port>`.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { verifyWebhook } from '@herald/webhooks';
+import { wallNow } from './common.js';
+
+export interface ReceiverStats {
+  type: 'receiverStats';
+  requests: number;
+  /** Distinct event ids whose signature verified (only when a secret was given). */
+  verified: number;
+  invalid: number;
+  duplicate: number;
+  /** wallNow() of the first and last request since the reset. */
+  firstAt: number;
+  lastAt: number;
+  invalidSamples: string[];
+}
+
+type Command = { type: 'reset'; secret?: string } | { type: 'stats' };
+
+let secret: string | undefined;
+let seen = new Set<string>();
+let stats: ReceiverStats = empty();
+
+function empty(): ReceiverStats {
+  return {
+    type: 'receiverStats',
+    requests: 0,
+    verified: 0,
+    invalid: 0,
+    duplicate: 0,
+    firstAt: 0,
+    lastAt: 0,
+    invalidSamples: [],
+  };
+}
+
+const server = createServer((req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (chunk: Buffer) => chunks.push(chunk));
+  req.on('end', () => {
+    res.writeHead(200, { 'content-length': '0' }).end();
+    const now = wallNow();
+    stats.requests++;
+    if (stats.firstAt === 0) stats.firstAt = now;
+    stats.lastAt = now;
+    if (!secret) return;
+    try {
+      const event = verifyWebhook({ rawBody: Buffer.concat(chunks), headers: req.headers, secrets: [secret] });
+      if (seen.has(event.id)) stats.duplicate++;
+      else {
+        seen.add(event.id);
+        stats.verified++;
+      }
+    } catch (error) {
+      stats.invalid++;
+      if (stats.invalidSamples.length < 5) stats.invalidSamples.push((error as Error).message);
+    }
+  });
+});
+server.keepAliveTimeout = 60_000;
+
+process.on('message', (command: Command) => {
+  if (command.type === 'reset') {
+    secret = command.secret;
+    seen = new Set();
+    stats = empty();
+    process.send?.({ type: 'reset' });
+  } else if (command.type === 'stats') {
+    process.send?.(stats);
+  }
+});
+process.on('disconnect', () => process.exit(0));
+
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`listening ${(server.address() as AddressInfo).port}\n`);
+});

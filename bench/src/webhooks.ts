@@ -1,0 +1,329 @@
+import { type ChildProcess, fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { webhookRedisKeys } from '@herald/contracts';
+import { signWebhook } from '@herald/webhooks';
+import {
+  procSample,
+  ROOT,
+  round,
+  type Spread,
+  sleep,
+  spawnTracked,
+  spread,
+  stopChild,
+  TSX_IMPORT,
+  track,
+  wallNow,
+} from './common.js';
+import type { LoopCommand, LoopResult } from './post-loop.js';
+import { startHeraldTarget } from './targets.js';
+import type { ReceiverStats } from './webhook-receiver.js';
+
+const RECEIVER = fileURLToPath(new URL('./webhook-receiver.ts', import.meta.url));
+const POST_LOOP = fileURLToPath(new URL('./post-loop.ts', import.meta.url));
+/** The dispatcher's entry point; the scenario runs only once it exists. */
+export const DISPATCHER_MAIN = 'apps/webhook-dispatcher/src/main.ts';
+
+export interface WebhookConfig {
+  databaseUrl: string | undefined;
+  redisUrl: string | undefined;
+  /** Raw POST loop: trials × duration, over this many keep-alive connections. */
+  trials: number;
+  trialMs: number;
+  connections: number;
+  /** Events published (outbox backlog) before the dispatcher starts; it is timed draining them. */
+  dispatcherEvents: number;
+  dispatcherTimeoutMs: number;
+  log: (line: string) => void;
+}
+
+export interface RawLoopTrial {
+  deliveriesPerSec: number;
+  requests: number;
+  receiverCounted: number;
+  errors: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+export interface DispatcherRun {
+  status: 'ok' | 'incomplete' | 'not available yet' | 'failed' | 'skipped';
+  reason?: string;
+  events?: number;
+  /** Distinct events whose signature verified at the receiver. */
+  verified?: number;
+  invalid?: number;
+  duplicate?: number;
+  /** verified / (last delivery − first delivery). */
+  deliveriesPerSec?: number;
+  /** verified / (last delivery − dispatcher ready): includes the first poll and ramp-up. */
+  endToEndPerSec?: number;
+  cpuUsPerDelivery?: number;
+  samples?: string[];
+}
+
+export interface WebhookResult {
+  receiver: string;
+  rawLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread };
+  dispatcher: DispatcherRun;
+  /** Dispatcher deliveries/s over the raw loop's median; null when the dispatcher didn't run. */
+  ratio: number | null;
+}
+
+interface IpcChild {
+  child: ChildProcess;
+  ask<T>(message: unknown): Promise<T>;
+}
+
+function forkChild(file: string): IpcChild {
+  const child = track(
+    fork(file, [], {
+      cwd: ROOT,
+      execArgv: ['--import', TSX_IMPORT],
+      serialization: 'advanced',
+      stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+    }),
+  );
+  let waiting: ((reply: any) => void) | undefined;
+  child.on('message', (reply) => {
+    const resolve = waiting;
+    waiting = undefined;
+    resolve?.(reply);
+  });
+  return {
+    child,
+    ask: (message) =>
+      new Promise((resolve) => {
+        waiting = resolve as (reply: any) => void;
+        child.send(message as never);
+      }),
+  };
+}
+
+/** One Redis command over RESP, without a client library (PING, DEL). */
+export function redisCommand(url: string, args: string[]): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port || 6379), hostname || '127.0.0.1');
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`redis ${args[0]}: timeout`));
+    }, 3_000);
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    socket.once('data', (data) => {
+      clearTimeout(timer);
+      socket.end();
+      resolve(data.toString('utf8').trim());
+    });
+    socket.write(`*${args.length}\r\n${args.map((arg) => `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`).join('')}`);
+  });
+}
+
+export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult> {
+  const { log } = config;
+  const receiver = forkChild(RECEIVER);
+  const port = await new Promise<number>((resolve) => {
+    let buffered = '';
+    receiver.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buffered += chunk;
+      const match = /listening (\d+)/.exec(buffered);
+      if (match) resolve(Number(match[1]));
+    });
+  });
+  const origin = `http://127.0.0.1:${port}`;
+  const loop = forkChild(POST_LOOP);
+  try {
+    // Raw keep-alive POST loop: the same kind of signed body, signed once.
+    const secret = `whsec_${randomBytes(24).toString('base64url')}`;
+    const eventId = `evt_${randomBytes(12).toString('hex')}`;
+    const body = JSON.stringify({
+      id: eventId,
+      type: 'post.published',
+      created: new Date().toISOString(),
+      data: {
+        id: '00000000-0000-4000-8000-000000000000',
+        orgId: 'bench',
+        title: 'Benchmark post: raw POST loop',
+        tags: ['bench'],
+        status: 'PUBLISHED',
+        publishedAt: new Date().toISOString(),
+        author: { id: 'bench-writer', name: 'Bench Writer' },
+      },
+    });
+    const headers = signWebhook({ eventId, rawBody: body, secrets: [secret] });
+    const trials: RawLoopTrial[] = [];
+    for (let trial = 0; trial < config.trials; trial++) {
+      await receiver.ask({ type: 'reset' });
+      const result = await loop.ask<LoopResult>({
+        type: 'run',
+        origin,
+        path: '/raw',
+        connections: config.connections,
+        durationMs: config.trialMs,
+        headers,
+        body,
+      } satisfies LoopCommand);
+      const counted = await receiver.ask<ReceiverStats>({ type: 'stats' });
+      trials.push({
+        deliveriesPerSec: Math.round((result.requests / result.durationMs) * 1000),
+        requests: result.requests,
+        receiverCounted: counted.requests,
+        errors: result.errors + result.non2xx,
+        p50Ms: result.p50Ms,
+        p99Ms: result.p99Ms,
+      });
+      log(`  raw POST loop ${trial}: ${trials.at(-1)!.deliveriesPerSec} POST/s (${config.connections} connections)`);
+    }
+    const rawLoop = {
+      connections: config.connections,
+      trials,
+      deliveriesPerSec: spread(trials.map((trial) => trial.deliveriesPerSec)),
+    };
+
+    const dispatcher = await runDispatcher(config, receiver, origin);
+    if (dispatcher.status === 'ok' || dispatcher.status === 'incomplete') {
+      log(
+        `  dispatcher: ${dispatcher.deliveriesPerSec} signed deliveries/s (${dispatcher.verified}/${dispatcher.events})`,
+      );
+    } else {
+      log(`  dispatcher: ${dispatcher.status}${dispatcher.reason ? ` (${dispatcher.reason})` : ''}`);
+    }
+    return {
+      receiver:
+        'node:http in its own process, 200 as soon as the body has arrived; verifies signatures and dedupes after answering',
+      rawLoop,
+      dispatcher,
+      ratio:
+        dispatcher.deliveriesPerSec !== undefined
+          ? round(dispatcher.deliveriesPerSec / rawLoop.deliveriesPerSec.median, 3)
+          : null,
+    };
+  } finally {
+    await Promise.all([stopChild(receiver.child), stopChild(loop.child)]);
+  }
+}
+
+async function runDispatcher(config: WebhookConfig, receiver: IpcChild, origin: string): Promise<DispatcherRun> {
+  if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
+    return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
+  }
+  if (!config.databaseUrl || !config.redisUrl) {
+    return { status: 'skipped', reason: 'the dispatcher needs DATABASE_URL and REDIS_URL' };
+  }
+  const { log } = config;
+  const prefix = `herald-bench-${randomBytes(4).toString('hex')}:`;
+  let herald: Awaited<ReturnType<typeof startHeraldTarget>> | undefined;
+  let dispatcher: ChildProcess | undefined;
+  try {
+    herald = await startHeraldTarget({
+      pods: 1,
+      pubsub: 'redis',
+      databaseUrl: config.databaseUrl,
+      redisUrl: config.redisUrl,
+      database: 'postgres',
+      env: { WEBHOOK_ALLOW_PRIVATE_URLS: 'true', HERALD_REDIS_PREFIX: prefix },
+      label: 'webhook setup',
+    });
+    const created = await herald.graphql(
+      'mutation Endpoint($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
+      { input: { orgId: herald.orgId, url: `${origin}/hook`, eventTypes: ['post.published'] } },
+    );
+    await receiver.ask({ type: 'reset', secret: created.createWebhookEndpoint.secret });
+
+    // The backlog: every event is in the outbox before the dispatcher starts.
+    const events = await herald.prepareEvents(config.dispatcherEvents);
+    const t0 = wallNow();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < events.length) await herald!.publish(events[next++]!);
+      }),
+    );
+    log(`  published ${events.length} posts (the dispatcher's backlog) in ${Math.round(wallNow() - t0)} ms`);
+
+    const output: string[] = [];
+    dispatcher = spawnTracked(process.execPath, ['--import', TSX_IMPORT, DISPATCHER_MAIN], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH ?? '',
+        NODE_ENV: 'production',
+        LOG_LEVEL: 'info',
+        HOST: '127.0.0.1',
+        PORT: '0',
+        DATABASE_URL: herald.env.DATABASE_URL!,
+        REDIS_URL: config.redisUrl,
+        HERALD_REDIS_PREFIX: prefix,
+        WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const child = dispatcher;
+    const ready = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`not ready in 60 s: ${output.slice(-5).join(' ')}`)), 60_000);
+      let buffered = '';
+      child.stderr?.setEncoding('utf8').on('data', (chunk: string) => output.push(chunk));
+      child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+        buffered += chunk;
+        const lines = buffered.split('\n');
+        buffered = lines.pop() ?? '';
+        for (const line of lines) {
+          output.push(line);
+          if (output.length > 40) output.shift();
+          if (line.includes('herald webhook dispatcher ready')) {
+            clearTimeout(timer);
+            resolve(wallNow());
+          }
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`exited with ${code}: ${output.slice(-5).join(' ')}`));
+      });
+    });
+    const cpu0 = procSample(child.pid!).cpuUs;
+    let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
+    let lastProgress = wallNow();
+    let lastVerified = 0;
+    while (stats.verified < events.length && wallNow() - ready < config.dispatcherTimeoutMs) {
+      await sleep(100);
+      if (child.exitCode !== null) break;
+      stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
+      if (stats.verified > lastVerified) {
+        lastVerified = stats.verified;
+        lastProgress = wallNow();
+      } else if (wallNow() - lastProgress > 15_000) {
+        break;
+      }
+    }
+    const cpuUs = child.exitCode === null ? procSample(child.pid!).cpuUs - cpu0 : Number.NaN;
+    const span = stats.lastAt - stats.firstAt;
+    return {
+      status: stats.verified >= events.length ? 'ok' : 'incomplete',
+      ...(stats.verified < events.length
+        ? { reason: `${stats.verified} of ${events.length} delivered before giving up; ${output.slice(-3).join(' ')}` }
+        : {}),
+      events: events.length,
+      verified: stats.verified,
+      invalid: stats.invalid,
+      duplicate: stats.duplicate,
+      deliveriesPerSec: span > 0 ? Math.round((stats.verified / span) * 1000) : 0,
+      endToEndPerSec: Math.round((stats.verified / (stats.lastAt - ready)) * 1000),
+      cpuUsPerDelivery: round(cpuUs / Math.max(1, stats.verified), 1),
+      samples: stats.invalidSamples,
+    };
+  } catch (error) {
+    return { status: 'failed', reason: (error as Error).message.slice(0, 500) };
+  } finally {
+    if (dispatcher) await stopChild(dispatcher);
+    await herald?.stop();
+    const keys = webhookRedisKeys(prefix);
+    if (config.redisUrl)
+      await redisCommand(config.redisUrl, ['DEL', keys.workStream, keys.deadLetterStream]).catch(() => {});
+  }
+}

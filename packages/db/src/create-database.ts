@@ -32,6 +32,7 @@ export interface HeraldDatabase {
 
 /** Opens the configured database. Does not migrate; call `migrateToLatest` next. */
 export async function createDatabase(config: DatabaseConfig): Promise<HeraldDatabase> {
+  const embedded = config.kind === 'embedded' ? await openEmbedded(config.dataDir) : undefined;
   const dialect =
     config.kind === 'postgres'
       ? new PostgresDialect({
@@ -43,7 +44,7 @@ export async function createDatabase(config: DatabaseConfig): Promise<HeraldData
             application_name: 'herald',
           }),
         })
-      : new PGliteDialect(await openEmbedded(config.dataDir));
+      : new PGliteDialect(embedded!);
   const db = new Kysely<Database>({ dialect });
   let closed: Promise<void> | undefined;
   return {
@@ -53,7 +54,18 @@ export async function createDatabase(config: DatabaseConfig): Promise<HeraldData
       await sql`select 1`.execute(db);
     },
     close() {
-      closed ??= db.destroy();
+      closed ??= (async () => {
+        // PGlite hangs (spinning) when closed while a query runs, and background work (the in-process
+        // webhook dispatcher) may have one in flight at any moment. Closing it while holding its single
+        // connection waits for that query; queries queued behind it then fail with "PGlite is closed".
+        if (embedded) {
+          await db.connection().execute(() => embedded.close());
+          // Kysely's destroy closes PGlite again, which now throws "PGlite is closed".
+          await db.destroy().catch(() => {});
+        } else {
+          await db.destroy();
+        }
+      })();
       return closed;
     },
   };

@@ -1,0 +1,119 @@
+import { execFile } from 'node:child_process';
+import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createOpsServer } from './ops-server.js';
+import { createDispatcherHarness, type DispatcherHarness, type StartedDispatcher } from './testing/harness.js';
+import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+
+// What operators touch: /health, /readiness, /metrics, and the dead-letter CLI as
+// `pnpm --filter webhook-dispatcher dlq …` runs it (tsx src/dlq-cli.ts).
+
+const CLI = fileURLToPath(new URL('./dlq-cli.ts', import.meta.url));
+const TSX_CLI = createRequire(import.meta.url).resolve('tsx/cli');
+const run = promisify(execFile);
+
+let harness: DispatcherHarness;
+let receiver: TestReceiver;
+let dispatcher: StartedDispatcher;
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  receiver = await startTestReceiver(() => ({ status: 500 }));
+  dispatcher = await harness.startDispatcher({ retryHorizonMs: 300 });
+});
+
+afterAll(async () => {
+  await receiver?.close();
+  await harness?.close();
+});
+
+function dlq(...args: string[]) {
+  return run(process.execPath, [TSX_CLI, CLI, ...args], {
+    env: {
+      PATH: process.env.PATH,
+      DATABASE_URL: harness.schema.url,
+      REDIS_URL: harness.redisUrl,
+      HERALD_REDIS_PREFIX: harness.redisPrefix,
+    },
+  });
+}
+
+describe('operations endpoints', () => {
+  it('answer /health, /readiness and /metrics', async () => {
+    const server = createOpsServer({ registry: dispatcher.metrics.registry, readiness: () => dispatcher.readiness() });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      expect((await fetch(`${base}/health`)).status).toBe(200);
+      expect((await fetch(`${base}/readiness`)).status).toBe(200);
+      const metrics = await (await fetch(`${base}/metrics`)).text();
+      for (const name of [
+        'herald_webhook_attempts_total',
+        'herald_webhook_delivery_seconds',
+        'herald_webhook_dead_letters_total',
+        'herald_webhook_retry_backlog',
+        'herald_webhook_stream_lag',
+      ]) {
+        expect(metrics).toContain(`# TYPE ${name}`);
+      }
+      expect((await fetch(`${base}/nope`)).status).toBe(404);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('turn readiness off once the dispatcher stops', async () => {
+    const other = await harness.startDispatcher();
+    expect(await other.readiness()).toBe(true);
+    await other.stop();
+    expect(await other.readiness()).toBe(false);
+  });
+});
+
+describe('dlq CLI', () => {
+  it('lists dead letters and replays one by delivery id', async () => {
+    await harness.createEndpoint('org-cli', receiver.url('/cli'));
+    const [eventId] = await harness.publish('org-cli');
+    let delivery: { id: string; status: string } | undefined;
+    for (let i = 0; i < 400 && delivery?.status !== 'DEAD'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 25));
+      delivery = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select(['id', 'status'])
+        .where('event_id', '=', eventId!)
+        .executeTakeFirst();
+    }
+    expect(delivery?.status).toBe('DEAD');
+
+    const listed = await dlq('list');
+    expect(listed.stdout).toContain(delivery!.id);
+    expect(listed.stdout).toContain(eventId);
+    expect(listed.stdout).toMatch(/1 dead letter\(s\)/);
+    const json = JSON.parse((await dlq('list', '--json')).stdout);
+    expect(json).toEqual([
+      expect.objectContaining({ status: 'DEAD', letter: expect.objectContaining({ deliveryId: delivery!.id }) }),
+    ]);
+
+    receiver.behave(() => ({ status: 200 }), '/cli');
+    const replayed = await dlq('replay', delivery!.id);
+    expect(replayed.stdout).toContain(`replayed ${delivery!.id}`);
+    for (let i = 0; i < 400 && delivery?.status !== 'SUCCEEDED'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 25));
+      delivery = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select(['id', 'status'])
+        .where('event_id', '=', eventId!)
+        .executeTakeFirst();
+    }
+    expect(delivery?.status).toBe('SUCCEEDED');
+    expect((await dlq('list')).stdout).toContain('no dead letters');
+  });
+
+  it('refuses bad usage with exit status 2', async () => {
+    await expect(dlq('explode')).rejects.toMatchObject({ code: 2 });
+    await expect(dlq('replay')).rejects.toMatchObject({ code: 2 });
+  });
+});

@@ -30,7 +30,7 @@ export interface BuildResult {
  * 1. bundle: esbuild compiles `dist/<entry>.js` with the `@herald/*` workspace packages inlined and
  *    third-party packages left as imports (see `bundleApp`);
  * 2. install: `pnpm deploy --prod` of the app, from the workspace lockfile, offline (the packages the
- *    install fetched) and hoisted (a plain npm-style `node_modules`);
+ *    install fetched, nothing else) and hoisted (a plain npm-style `node_modules`);
  * 3. prune: copy only the packages the bundles import, and their dependencies (see
  *    `copyProductionClosure`), next to `dist/`, with a `package.json` listing them;
  * 4. verify: every package the bundles import resolves inside `outDir` (see `findUnresolvedImports`).
@@ -53,9 +53,12 @@ export async function buildApp(appName: AppName, outDirArg: string, log: (line: 
   try {
     const deployed = join(staging, 'deploy');
     log(`pnpm deploy --prod ${app.packageName}`);
+    // --offline: exactly the packages `pnpm install --frozen-lockfile` put in the store, no network.
+    // --trust-lockfile: the deploy lockfile is cut from the committed one that install just used; its
+    // supply-chain re-check would need registry metadata that an offline build doesn't have.
     await run('pnpm', [
       ...['--filter', app.packageName, 'deploy', deployed],
-      ...['--prod', '--frozen-lockfile', '--offline', '--node-linker=hoisted'],
+      ...['--prod', '--frozen-lockfile', '--offline', '--trust-lockfile', '--node-linker=hoisted'],
     ]);
     const packages = await copyProductionClosure(deployed, outDir, bundle.externals);
     log(`kept ${packages.length} packages`);

@@ -1,9 +1,15 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const TSX = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
+/**
+ * The API runs as `node --import tsx …`: tsx's loader inside the one process. The tsx CLI would be a
+ * wrapper process that relays signals and SIGKILLs its child 30 ms later, so a graceful shutdown could
+ * be cut short (and a SIGKILL would orphan the real process).
+ */
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const API_MAIN = 'apps/api/src/main.ts';
 /** Start-up includes migrations and TypeScript transpilation on a busy 2-core machine. */
 const START_TIMEOUT_MS = 60_000;
@@ -22,7 +28,7 @@ export interface ApiProcess {
 
 /** Runs `apps/api/src/main.ts` as its own process, as `pnpm start` does, and waits until it listens. */
 export async function startApiProcess(env: Record<string, string>): Promise<ApiProcess> {
-  const child = spawn(TSX, [API_MAIN], {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -84,7 +90,7 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
 export async function runApiExpectingExit(
   env: Record<string, string>,
 ): Promise<{ code: number | null; stderr: string }> {
-  const child = spawn(TSX, [API_MAIN], {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
@@ -10,7 +10,9 @@ import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js
 // the same event id.
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
-const TSX_CLI = createRequire(import.meta.url).resolve('tsx/cli');
+// tsx's loader in this very process (`node --import tsx`), not the tsx CLI: the CLI is a wrapper process
+// that would take the signal (a SIGKILL would leave the real process running on as an orphan).
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const EVENTS = 250;
 
 let harness: DispatcherHarness;
@@ -31,7 +33,7 @@ afterAll(async () => {
 
 /** Starts `src/main.ts` and resolves once it logs that it is ready. */
 async function startDispatcherProcess(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [TSX_CLI, MAIN], {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN], {
     env: {
       PATH: process.env.PATH,
       NODE_ENV: 'test',

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createOpsServer } from './ops-server.js';
@@ -12,7 +12,9 @@ import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js
 // `pnpm --filter webhook-dispatcher dlq …` runs it (tsx src/dlq-cli.ts).
 
 const CLI = fileURLToPath(new URL('./dlq-cli.ts', import.meta.url));
-const TSX_CLI = createRequire(import.meta.url).resolve('tsx/cli');
+// tsx's loader in this very process (`node --import tsx`), not the tsx CLI: the CLI is a wrapper process
+// that would take the signal (a SIGKILL would leave the real process running on as an orphan).
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const run = promisify(execFile);
 
 let harness: DispatcherHarness;
@@ -31,7 +33,7 @@ afterAll(async () => {
 });
 
 function dlq(...args: string[]) {
-  return run(process.execPath, [TSX_CLI, CLI, ...args], {
+  return run(process.execPath, ['--import', TSX_LOADER, CLI, ...args], {
     env: {
       PATH: process.env.PATH,
       DATABASE_URL: harness.schema.url,

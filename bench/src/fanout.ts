@@ -109,8 +109,8 @@ export interface FanoutResult {
   serverCounters: Record<string, number>;
   loadavgAtStart: number[];
   durationMs: number;
-  /** Monotonic (µs) bounds of the saturation trials, to cut a CPU profile to them. */
-  saturationWindowUs: [number, number];
+  /** Monotonic (µs) bounds of each saturation trial, to cut a CPU profile to them. */
+  saturationWindowsUs: Array<[number, number]>;
 }
 
 interface Waiter {
@@ -235,176 +235,222 @@ class LoadClients {
   }
 }
 
-/** Runs every fan-out measurement against one started target, then leaves the target running. */
-export async function runFanout(id: string, target: Target, config: FanoutConfig): Promise<FanoutResult> {
-  const started = wallNow();
-  const loadavgAtStart = loadavg().map((value) => round(value, 2));
-  const { log } = config;
-  const N = config.sockets;
-  const window = config.window === 'auto' ? Math.max(2, Math.ceil(8_000 / N)) : config.window;
-  const fixedEventsPerSec = config.fixedDeliveriesPerSec / N;
-  const fixedCount = Math.max(3, Math.round((fixedEventsPerSec * config.fixedMs) / 1000));
-  const perSecond = config.budgetDeliveriesPerSec / N;
-  const warmupCount = Math.ceil((perSecond * config.warmupMs) / 1000) + window;
-  const saturationCount = Math.ceil((perSecond * config.trialMs * config.trials) / 1000) + window * config.trials;
-  const total = warmupCount + config.singleTrials + fixedCount + saturationCount;
+interface PhaseTotals {
+  valid: number;
+  noncanonical: number;
+  wrong: number;
+  duplicate: number;
+  latency: Histogram;
+}
 
-  // 1. Events, and the price of one publish with nobody listening.
-  let t0 = wallNow();
-  const calibration = await target.prepareEvents(config.calibrationEvents * 2);
-  const events = await target.prepareEvents(total);
-  log(`  prepared ${calibration.length + events.length} events in ${Math.round(wallNow() - t0)} ms`);
-  // Half the calibration events warm the publish path up, the other half are measured.
-  for (const event of calibration.slice(0, config.calibrationEvents)) await target.publish(event);
-  const beforeCalibration = procSampleAll(target.pids);
-  for (const event of calibration.slice(config.calibrationEvents)) await target.publish(event);
-  const publishCpuUsPerEvent = (procSampleAll(target.pids).cpuUs - beforeCalibration.cpuUs) / config.calibrationEvents;
-  await sleep(config.pauseMs);
-  const idle = await memoryAfterGc(target.pids, target.inspectors, Math.min(200, config.pauseMs));
+/**
+ * Every fan-out measurement of one started target, in steps, so that several targets at the same socket
+ * count can be measured side by side: `setup` (events, idle memory, sockets, loaded memory), then
+ * `latencyPhases` (warm-up, single events, fixed rate), then `saturationTrial` k times, interleaved with
+ * the other targets' trials so that all see the same background load, then `finish`. `close` stops the
+ * load clients (never the target).
+ */
+export class FanoutRun {
+  private readonly N: number;
+  private readonly window: number;
+  private readonly fixedEventsPerSec: number;
+  private readonly fixedCount: number;
+  private readonly started = wallNow();
+  private readonly loadavgAtStart = loadavg().map((value) => round(value, 2));
+  private readonly clients: LoadClients;
+  private events: BenchEvent[] = [];
+  private nextEvent = 0;
+  private publishErrors = 0;
+  private readonly publishCalls = new Map<string, Histogram>();
+  private readonly trials: SaturationTrial[] = [];
+  private readonly windowsUs: Array<[number, number]> = [];
+  private publishCpuUsPerEvent = Number.NaN;
+  private idle = { rssBytes: 0, heapUsedBytes: 0 };
+  private loaded = { rssBytes: 0, heapUsedBytes: 0 };
+  private connected = { subscribed: 0, failed: 0, errors: [] as string[] };
+  private connectMs = 0;
 
-  // 2. Sockets.
-  const clients = new LoadClients(Math.min(config.workers, N));
-  try {
+  constructor(
+    readonly id: string,
+    readonly target: Target,
+    private readonly config: FanoutConfig,
+  ) {
+    this.N = config.sockets;
+    this.window = config.window === 'auto' ? Math.max(2, Math.ceil(8_000 / this.N)) : config.window;
+    this.fixedEventsPerSec = config.fixedDeliveriesPerSec / this.N;
+    this.fixedCount = Math.max(3, Math.round((this.fixedEventsPerSec * config.fixedMs) / 1000));
+    this.clients = new LoadClients(Math.min(config.workers, this.N));
+  }
+
+  private log(line: string) {
+    this.config.log(`  [${this.id}] ${line}`);
+  }
+
+  /** Events (and the price of one publish with nobody listening), idle memory, sockets, loaded memory. */
+  async setup(): Promise<void> {
+    const { config, target } = this;
+    const perSecond = config.budgetDeliveriesPerSec / this.N;
+    const warmupCount = Math.ceil((perSecond * config.warmupMs) / 1000) + this.window;
+    const saturationCount =
+      Math.ceil((perSecond * config.trialMs * config.trials) / 1000) + this.window * config.trials;
+    const total = warmupCount + config.singleTrials + this.fixedCount + saturationCount;
+
+    let t0 = wallNow();
+    const calibration = await target.prepareEvents(config.calibrationEvents * 2);
+    this.events = await target.prepareEvents(total);
+    this.log(`prepared ${calibration.length + this.events.length} events in ${Math.round(wallNow() - t0)} ms`);
+    // Half the calibration events warm the publish path up, the other half are measured.
+    for (const event of calibration.slice(0, config.calibrationEvents)) await target.publish(event);
+    const before = procSampleAll(target.pids);
+    for (const event of calibration.slice(config.calibrationEvents)) await target.publish(event);
+    this.publishCpuUsPerEvent = (procSampleAll(target.pids).cpuUs - before.cpuUs) / config.calibrationEvents;
+    await sleep(config.pauseMs);
+    this.idle = await memoryAfterGc(target.pids, target.inspectors, Math.min(200, config.pauseMs));
+
     t0 = wallNow();
-    const connected = await clients.connect(target, config);
-    await waitForSubscriptions(target, connected.subscribed, 60_000);
-    const connectMs = wallNow() - t0;
-    log(
-      `  ${connected.subscribed}/${N} sockets subscribed in ${Math.round(connectMs)} ms` +
-        (connected.failed ? ` (${connected.failed} failed: ${connected.errors[0]})` : ''),
+    this.connected = await this.clients.connect(target, config);
+    await waitForSubscriptions(target, this.connected.subscribed, 60_000);
+    this.connectMs = wallNow() - t0;
+    this.log(
+      `${this.connected.subscribed}/${this.N} sockets subscribed in ${Math.round(this.connectMs)} ms` +
+        (this.connected.failed ? ` (${this.connected.failed} failed: ${this.connected.errors[0]})` : ''),
     );
     await sleep(config.pauseMs * 3);
-    const loaded = await memoryAfterGc(target.pids, target.inspectors, Math.min(200, config.pauseMs));
-    const subscribed = connected.subscribed;
-    clients.setEvents(events);
+    this.loaded = await memoryAfterGc(target.pids, target.inspectors, Math.min(200, config.pauseMs));
+    this.clients.setEvents(this.events);
     await sleep(config.pauseMs / 2);
+  }
 
-    let nextEvent = 0;
-    let publishErrors = 0;
-    const publishCalls = new Map<string, Histogram>();
-    const take = () => (nextEvent < events.length ? nextEvent++ : -1);
-    const publish = async (index: number, phase: string) => {
-      const { t, done } = clients.announce(index, phase, config.eventTimeoutMs);
-      done.catch(() => {});
-      try {
-        await target.publish(events[index]!);
-        const histogram = publishCalls.get(phase) ?? new Histogram();
-        publishCalls.set(phase, histogram);
-        histogram.record((wallNow() - t) * 1000);
-      } catch (error) {
-        publishErrors++;
-        log(`  publish failed: ${(error as Error).message}`);
-      }
-      return done;
-    };
+  private take(): number {
+    return this.nextEvent < this.events.length ? this.nextEvent++ : -1;
+  }
 
-    /** Keeps `window` events in flight for `durationMs`; returns when the last one has been received. */
-    const saturate = async (phase: string, durationMs: number) => {
-      const start = wallNow();
-      let completed = 0;
-      let timedOut = 0;
-      let lastDone = start;
-      let ranOut = false;
-      const lane = async () => {
-        while (wallNow() - start < durationMs) {
-          const index = take();
-          if (index < 0) {
-            ranOut = true;
-            return;
-          }
-          try {
-            lastDone = Math.max(lastDone, await publish(index, phase));
-            completed++;
-          } catch {
-            timedOut++;
-          }
+  private async publish(index: number, phase: string): Promise<number> {
+    const { t, done } = this.clients.announce(index, phase, this.config.eventTimeoutMs);
+    done.catch(() => {});
+    try {
+      await this.target.publish(this.events[index]!);
+      const histogram = this.publishCalls.get(phase) ?? new Histogram();
+      this.publishCalls.set(phase, histogram);
+      histogram.record((wallNow() - t) * 1000);
+    } catch (error) {
+      this.publishErrors++;
+      this.log(`publish failed: ${(error as Error).message}`);
+    }
+    return done;
+  }
+
+  /** Keeps `window` events in flight for `durationMs`; returns when the last one has been received. */
+  private async saturate(phase: string, durationMs: number) {
+    const start = wallNow();
+    let completed = 0;
+    let timedOut = 0;
+    let lastDone = start;
+    let ranOut = false;
+    const lane = async () => {
+      while (wallNow() - start < durationMs) {
+        const index = this.take();
+        if (index < 0) {
+          ranOut = true;
+          return;
         }
-      };
-      await Promise.all(Array.from({ length: window }, lane));
-      return { start, lastDone, completed, timedOut, ranOut };
+        try {
+          lastDone = Math.max(lastDone, await this.publish(index, phase));
+          completed++;
+        } catch {
+          timedOut++;
+        }
+      }
     };
+    await Promise.all(Array.from({ length: this.window }, lane));
+    return { start, lastDone, completed, timedOut, ranOut };
+  }
 
-    // 3. Warm-up.
-    log(`  warm-up ${config.warmupMs} ms (window ${window})`);
-    await saturate('warmup', config.warmupMs);
+  /** Warm-up, single events on an idle server, and the fixed moderate rate. */
+  async latencyPhases(): Promise<void> {
+    const { config } = this;
+    this.log(`warm-up ${config.warmupMs} ms (window ${this.window})`);
+    await this.saturate('warmup', config.warmupMs);
     await sleep(config.pauseMs);
 
-    // 4. One event to every socket, on an idle server.
     for (let trial = 0; trial < config.singleTrials; trial++) {
-      const index = take();
+      const index = this.take();
       if (index < 0) break;
-      await publish(index, `single-${trial}`).catch(() => {});
+      await this.publish(index, `single-${trial}`).catch(() => {});
       await sleep(config.pauseMs);
     }
 
-    // 5. Fixed moderate rate (open loop: publishes follow the clock, not the deliveries).
-    log(
-      `  fixed rate: ${round(fixedEventsPerSec, 2)} events/s (${config.fixedDeliveriesPerSec} deliveries/s) × ${fixedCount}`,
+    // Open loop: publishes follow the clock, not the deliveries.
+    this.log(
+      `fixed rate: ${round(this.fixedEventsPerSec, 2)} events/s (${config.fixedDeliveriesPerSec} deliveries/s) × ${this.fixedCount}`,
     );
     const fixedStart = wallNow();
     const fixedDone: Promise<unknown>[] = [];
-    for (let k = 0; k < fixedCount; k++) {
-      const due = fixedStart + (k * 1000) / fixedEventsPerSec;
-      const wait = due - wallNow();
+    for (let k = 0; k < this.fixedCount; k++) {
+      const wait = fixedStart + (k * 1000) / this.fixedEventsPerSec - wallNow();
       if (wait > 0) await sleep(wait);
-      const index = take();
+      const index = this.take();
       if (index < 0) break;
-      fixedDone.push(publish(index, 'fixed').catch(() => {}));
+      fixedDone.push(this.publish(index, 'fixed').catch(() => {}));
     }
     await Promise.all(fixedDone);
     await sleep(config.pauseMs);
+  }
 
-    // 6. Saturation trials.
-    const trials: SaturationTrial[] = [];
-    const windowStartUs = Number(process.hrtime.bigint() / 1000n);
-    for (let trial = 0; trial < config.trials; trial++) {
-      const phase = `saturation-${trial}`;
-      const server0 = procSampleAll(target.pids);
-      const clients0 = procSampleAll(clients.pids);
-      const self0 = process.cpuUsage();
-      const machine0 = machineSample();
-      const run = await saturate(phase, config.trialMs);
-      const server1 = procSampleAll(target.pids);
-      const clients1 = procSampleAll(clients.pids);
-      const self1 = process.cpuUsage(self0);
-      const machine1 = machineSample();
-      const durationMs = run.lastDone - run.start;
-      const deliveries = run.completed * subscribed;
-      const busy = machine1.busyUs - machine0.busyUs;
-      const totalCpu = machine1.totalUs - machine0.totalUs;
-      const ours = server1.cpuUs - server0.cpuUs + (clients1.cpuUs - clients0.cpuUs) + self1.user + self1.system;
-      trials.push({
-        events: run.completed,
-        serverCpuUs: server1.cpuUs - server0.cpuUs,
-        clientCpuUs: clients1.cpuUs - clients0.cpuUs,
-        deliveries,
-        durationMs: round(durationMs, 1),
-        deliveriesPerSec: Math.round((deliveries / durationMs) * 1000),
-        serverCpuUsPerDelivery: round((server1.cpuUs - server0.cpuUs) / deliveries, 2),
-        clientCpuUsPerDelivery: round((clients1.cpuUs - clients0.cpuUs) / deliveries, 2),
-        otherLoadPct: round((Math.max(0, busy - ours) / totalCpu) * 100, 1),
-        machineBusyPct: round((busy / totalCpu) * 100, 1),
-        ranOutOfEvents: run.ranOut,
-        timedOutEvents: run.timedOut,
-      });
-      const last = trials.at(-1)!;
-      log(
-        `  ${phase}: ${last.deliveriesPerSec} deliveries/s (${last.events} events in ${Math.round(durationMs)} ms), ` +
-          `server ${last.serverCpuUsPerDelivery} µs/delivery, other load ${last.otherLoadPct}%` +
-          (run.ranOut ? ' [ran out of events]' : '') +
-          (run.timedOut ? ` [${run.timedOut} events timed out]` : ''),
-      );
-      await sleep(config.pauseMs);
-    }
-    const windowEndUs = Number(process.hrtime.bigint() / 1000n);
+  /** One saturation trial (phase `saturation-<k>`), with the CPU of the server, the clients and the machine. */
+  async saturationTrial(k: number): Promise<SaturationTrial> {
+    const phase = `saturation-${k}`;
+    const { target, clients } = this;
+    const windowStart = Number(process.hrtime.bigint() / 1000n);
+    const server0 = procSampleAll(target.pids);
+    const clients0 = procSampleAll(clients.pids);
+    const self0 = process.cpuUsage();
+    const machine0 = machineSample();
+    const run = await this.saturate(phase, this.config.trialMs);
+    const server1 = procSampleAll(target.pids);
+    const clients1 = procSampleAll(clients.pids);
+    const self1 = process.cpuUsage(self0);
+    const machine1 = machineSample();
+    this.windowsUs.push([windowStart, Number(process.hrtime.bigint() / 1000n)]);
+    const durationMs = run.lastDone - run.start;
+    const deliveries = run.completed * this.connected.subscribed;
+    const busy = machine1.busyUs - machine0.busyUs;
+    const totalCpu = machine1.totalUs - machine0.totalUs;
+    const serverCpuUs = server1.cpuUs - server0.cpuUs;
+    const clientCpuUs = clients1.cpuUs - clients0.cpuUs;
+    const ours = serverCpuUs + clientCpuUs + self1.user + self1.system;
+    const trial: SaturationTrial = {
+      events: run.completed,
+      serverCpuUs,
+      clientCpuUs,
+      deliveries,
+      durationMs: round(durationMs, 1),
+      deliveriesPerSec: Math.round((deliveries / durationMs) * 1000),
+      serverCpuUsPerDelivery: round(serverCpuUs / deliveries, 2),
+      clientCpuUsPerDelivery: round(clientCpuUs / deliveries, 2),
+      otherLoadPct: round((Math.max(0, busy - ours) / totalCpu) * 100, 1),
+      machineBusyPct: round((busy / totalCpu) * 100, 1),
+      ranOutOfEvents: run.ranOut,
+      timedOutEvents: run.timedOut,
+    };
+    this.trials.push(trial);
+    this.log(
+      `${phase}: ${trial.deliveriesPerSec} deliveries/s (${trial.events} events in ${Math.round(durationMs)} ms), ` +
+        `server ${trial.serverCpuUsPerDelivery} µs/delivery, other load ${trial.otherLoadPct}%` +
+        (run.ranOut ? ' [ran out of events]' : '') +
+        (run.timedOut ? ` [${run.timedOut} events timed out]` : ''),
+    );
+    await sleep(this.config.pauseMs);
+    return trial;
+  }
 
-    // 7. Tally.
+  /** Collects the clients' checks and builds the result. */
+  async finish(): Promise<FanoutResult> {
+    const { config, target, trials } = this;
+    const subscribed = this.connected.subscribed;
     await sleep(config.pauseMs);
-    const stats = await clients.collect();
-    const merged = new Map<
-      string,
-      { valid: number; noncanonical: number; wrong: number; duplicate: number; latency: Histogram }
-    >();
+    const stats = await this.clients.collect();
+    const merged = new Map<string, PhaseTotals>();
     for (const reply of stats) {
       for (const [name, phase] of Object.entries(reply.phases)) {
         const entry = merged.get(name) ?? {
@@ -423,24 +469,23 @@ export async function runFanout(id: string, target: Target, config: FanoutConfig
       }
     }
     let missing = 0;
-    for (let index = 0; index < nextEvent; index++) {
+    for (let index = 0; index < this.nextEvent; index++) {
       const got = stats.reduce((sum, reply) => sum + (reply.counts[index] ?? 0), 0);
       missing += Math.max(0, subscribed - got);
     }
     const sum = (key: 'valid' | 'noncanonical' | 'wrong' | 'duplicate') =>
       [...merged.values()].reduce((total, entry) => total + entry[key], 0);
 
-    // Deliveries counted by the clients (frames checked) must agree with the trial's count.
-    for (let trial = 0; trial < trials.length; trial++) {
+    // Deliveries counted by the clients (frames checked) are what the trial's rate is made of.
+    trials.forEach((entry, trial) => {
       const checked = merged.get(`saturation-${trial}`)?.valid ?? 0;
-      const entry = trials[trial]!;
       if (checked !== entry.deliveries) {
         entry.deliveries = checked;
         entry.deliveriesPerSec = Math.round((checked / entry.durationMs) * 1000);
         entry.serverCpuUsPerDelivery = round(entry.serverCpuUs / checked, 2);
         entry.clientCpuUsPerDelivery = round(entry.clientCpuUs / checked, 2);
       }
-    }
+    });
 
     const singles: LatencySummary[] = [];
     for (let trial = 0; trial < config.singleTrials; trial++) {
@@ -449,21 +494,21 @@ export async function runFanout(id: string, target: Target, config: FanoutConfig
     }
     const fixed = merged.get('fixed');
     const result: FanoutResult = {
-      id,
+      id: this.id,
       label: target.label,
       notes: target.notes,
-      sockets: N,
+      sockets: this.N,
       subscribed,
-      connect: { ms: Math.round(connectMs), failed: connected.failed, errors: connected.errors },
+      connect: { ms: Math.round(this.connectMs), failed: this.connected.failed, errors: this.connected.errors },
       rss: {
-        idleMiB: round(idle.rssBytes / 2 ** 20, 1),
-        loadedMiB: round(loaded.rssBytes / 2 ** 20, 1),
-        perSocketKB: round((loaded.rssBytes - idle.rssBytes) / subscribed / 1024, 2),
-        heapPerSocketKB: round((loaded.heapUsedBytes - idle.heapUsedBytes) / subscribed / 1024, 2),
+        idleMiB: round(this.idle.rssBytes / 2 ** 20, 1),
+        loadedMiB: round(this.loaded.rssBytes / 2 ** 20, 1),
+        perSocketKB: round((this.loaded.rssBytes - this.idle.rssBytes) / subscribed / 1024, 2),
+        heapPerSocketKB: round((this.loaded.heapUsedBytes - this.idle.heapUsedBytes) / subscribed / 1024, 2),
       },
-      publishCpuUsPerEvent: Math.round(publishCpuUsPerEvent),
+      publishCpuUsPerEvent: Math.round(this.publishCpuUsPerEvent),
       saturation: {
-        window,
+        window: this.window,
         trials,
         deliveriesPerSec: spread(trials.map((trial) => trial.deliveriesPerSec)),
         serverCpuUsPerDelivery: spread(trials.map((trial) => trial.serverCpuUsPerDelivery)),
@@ -471,10 +516,10 @@ export async function runFanout(id: string, target: Target, config: FanoutConfig
         otherLoadPct: spread(trials.map((trial) => trial.otherLoadPct)),
       },
       fixed: {
-        eventsPerSec: round(fixedEventsPerSec, 3),
-        events: fixedCount,
+        eventsPerSec: round(this.fixedEventsPerSec, 3),
+        events: this.fixedCount,
         latency: (fixed?.latency ?? new Histogram()).summaryMs(),
-        publishCallP50Ms: round((publishCalls.get('fixed')?.percentile(50) ?? Number.NaN) / 1000, 2),
+        publishCallP50Ms: round((this.publishCalls.get('fixed')?.percentile(50) ?? Number.NaN) / 1000, 2),
       },
       single: {
         trials: singles,
@@ -483,14 +528,14 @@ export async function runFanout(id: string, target: Target, config: FanoutConfig
         maxMs: spread(singles.map((s) => s.maxMs)),
       },
       correctness: {
-        eventsPublished: nextEvent,
-        expectedDeliveries: nextEvent * subscribed,
+        eventsPublished: this.nextEvent,
+        expectedDeliveries: this.nextEvent * subscribed,
         valid: sum('valid'),
         noncanonical: sum('noncanonical'),
         wrong: sum('wrong'),
         duplicate: sum('duplicate'),
         missing,
-        publishErrors,
+        publishErrors: this.publishErrors,
         socketsClosed: stats.reduce((total, reply) => total + reply.closed, 0),
         samples: [
           ...stats.flatMap((reply) => reply.wrongSamples),
@@ -498,17 +543,32 @@ export async function runFanout(id: string, target: Target, config: FanoutConfig
         ].slice(0, 8),
       },
       serverCounters: await target.serverCounters().catch(() => ({})),
-      loadavgAtStart,
-      durationMs: Math.round(wallNow() - started),
-      saturationWindowUs: [windowStartUs, windowEndUs],
+      loadavgAtStart: this.loadavgAtStart,
+      durationMs: Math.round(wallNow() - this.started),
+      saturationWindowsUs: this.windowsUs,
     };
     const c = result.correctness;
-    log(
-      `  checked ${c.valid} deliveries: ${c.wrong} wrong, ${c.missing} missing, ${c.duplicate} duplicate` +
+    this.log(
+      `checked ${c.valid} deliveries: ${c.wrong} wrong, ${c.missing} missing, ${c.duplicate} duplicate` +
         (c.noncanonical ? `, ${c.noncanonical} correct but not byte-identical` : ''),
     );
     return result;
+  }
+
+  async close(): Promise<void> {
+    await this.clients.close();
+  }
+}
+
+/** Every fan-out measurement against one started target, on its own (the target keeps running). */
+export async function runFanout(id: string, target: Target, config: FanoutConfig): Promise<FanoutResult> {
+  const run = new FanoutRun(id, target, config);
+  try {
+    await run.setup();
+    await run.latencyPhases();
+    for (let k = 0; k < config.trials; k++) await run.saturationTrial(k);
+    return await run.finish();
   } finally {
-    await clients.close();
+    await run.close();
   }
 }

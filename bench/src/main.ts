@@ -6,9 +6,10 @@
  *   pnpm bench --scenarios raw,embedded --sockets 10000
  *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (the seed's path)
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
- *   pnpm bench --profile                         # node --cpu-prof of Herald at 1k sockets → bench/results/PROFILE.md
+ *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md
  *   pnpm bench --compare old.json new.json       # deliveries/s, p99, CPU and RSS side by side
  *   pnpm bench --out /tmp/run1                   # write the results somewhere else
+ *   pnpm bench --sequential                      # one scenario at a time instead of side by side
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -17,7 +18,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
-import { type FanoutConfig, type FanoutResult, runFanout } from './fanout.js';
+import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
   type BenchResults,
@@ -94,8 +95,8 @@ async function main() {
     localAddresses: Array.from({ length: sourceAddresses }, (_, i) => `127.0.0.${i + 2}`),
     connectConcurrency: num('connect-concurrency', 64),
     warmupMs: num('warmup-ms', quick ? 1000 : 1500),
-    trials: num('trials', quick ? 2 : 3),
-    trialMs: num('trial-ms', quick ? 2500 : 4000),
+    trials: num('trials', quick ? 3 : 5),
+    trialMs: num('trial-ms', quick ? 2000 : 2500),
     window: args.window === undefined ? 'auto' : Number(args.window),
     fixedDeliveriesPerSec: num('fixed-rate', 5_000),
     fixedMs: num('fixed-ms', quick ? 4000 : 10_000),
@@ -109,7 +110,7 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -149,11 +150,15 @@ async function main() {
           env: { ...env, ...heraldEnv },
           ...(profileDir ? { cpuProfDir: profileDir } : {}),
           label: id,
-        }).then((target) => ({ ...target, label })),
+        }).then((target) => Object.assign(target, { label })),
     }) satisfies ScenarioSpec;
   const stock = { WS_SHARED_EXECUTION: 'false' };
   const specs: Record<string, ScenarioSpec> = {
-    raw: { label: 'raw ws broadcast', needs: [], start: () => startRawTarget() },
+    raw: {
+      label: 'raw ws broadcast',
+      needs: [],
+      start: (profileDir?: string) => startRawTarget(undefined, profileDir),
+    },
     embedded: herald(
       'embedded',
       `Herald embedded (1 pod, in-memory pub/sub${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
@@ -192,53 +197,100 @@ async function main() {
   let webhooks: WebhookResult | null = null;
   const profileDir = profile ? mkdtempSync(join(tmpdir(), 'herald-bench-prof-')) : undefined;
 
+  interface Active {
+    id: string;
+    spec: ScenarioSpec;
+    target: Target;
+    run: FanoutRun;
+    dir: string | undefined;
+  }
+  const fail = async (spec: ScenarioSpec, size: number, error: unknown, active?: Active, target?: Target) => {
+    const deaths = (active?.target ?? target)?.deaths ?? [];
+    skipped.push(
+      `${spec.label} @ ${size}: failed: ${(error as Error).message.split('\n')[0]}${deaths.length ? `. ${deaths.join('. ')}` : ''}`,
+    );
+    log(`  FAILED: ${spec.label} @ ${size}: ${(error as Error).stack ?? error}`);
+    await active?.run.close().catch(() => {});
+    await (active?.target ?? target)?.stop().catch(() => {});
+  };
+  const profileOf = (active: Active, result: FanoutResult) => {
+    if (!active.dir) return;
+    const file = readdirSync(active.dir).find((name) => name.endsWith('.cpuprofile'));
+    if (!file) throw new Error(`${active.id}: no .cpuprofile was written`);
+    const data = JSON.parse(readFileSync(join(active.dir, file), 'utf8')) as CpuProfile;
+    const summary = summariseProfile(data, result.saturationWindowsUs);
+    const cpu = result.saturation.serverCpuUsPerDelivery.median;
+    glance.push({ title: `${active.id} @ ${result.sockets}`, summary, cpuUsPerDelivery: cpu });
+    profiles.push(
+      profileMarkdown(
+        `${active.spec.label} @ ${result.sockets} sockets`,
+        [
+          `${result.saturation.trials.length} saturation trials, ${result.saturation.deliveriesPerSec.median} deliveries/s (median; the profiler itself costs a few %), ${cpu} µs server CPU per delivery`,
+          `Setup: ${result.notes.join('; ')}`,
+        ],
+        summary,
+      ),
+    );
+    mkdirSync(outDir, { recursive: true });
+    writeFileSync(join(outDir, `${active.id}-${result.sockets}.cpuprofile`), JSON.stringify(data));
+  };
+
+  // At each socket count the scenarios are set up side by side (each with its own servers and load
+  // clients), measured for latency one after the other, and then take turns for the saturation trials,
+  // so the raw baseline and Herald see the same background load. --sequential runs them one at a time.
   for (const size of sockets) {
-    for (const id of scenarios) {
+    const runnable = scenarios.filter((id) => {
       const spec = specs[id];
-      if (!spec) continue;
+      if (!spec) return false;
       const missing = spec.needs.filter((need) => (need === 'postgres' ? !postgresOk : !redisOk));
-      if (missing.length) {
-        skipped.push(`${spec.label} @ ${size}: needs ${missing.join(' and ')}`);
-        continue;
-      }
-      log(`${spec.label} @ ${size} sockets`);
-      let target: Target | undefined;
-      const dir = profileDir ? mkdtempSync(join(profileDir, `${id}-`)) : undefined;
-      try {
-        target = await spec.start(dir);
-        const result = await runFanout(id, target, { ...fanoutConfig, sockets: size });
-        result.label = spec.label;
-        fanout.push(result);
-        await target.stop();
-        target = undefined;
-        if (dir) {
-          const file = readdirSync(dir).find((name) => name.endsWith('.cpuprofile'));
-          if (!file) throw new Error('no .cpuprofile was written');
-          const data = JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
-          const summary = summariseProfile(data, result.saturationWindowUs);
-          glance.push({
-            title: `${id} @ ${size}`,
-            summary,
-            cpuUsPerDelivery: result.saturation.serverCpuUsPerDelivery.median,
-          });
-          profiles.push(
-            profileMarkdown(
-              `${spec.label} @ ${size} sockets`,
-              [
-                `${result.saturation.trials.length} saturation trials, ${result.saturation.deliveriesPerSec.median} deliveries/s (median; the profiler itself costs a few %), ${result.saturation.serverCpuUsPerDelivery.median} µs server CPU per delivery`,
-                `Setup: ${result.notes.join('; ')}`,
-              ],
-              summary,
-            ),
-          );
-          mkdirSync(outDir, { recursive: true });
-          writeFileSync(join(outDir, `${id}-${size}.cpuprofile`), JSON.stringify(data));
+      if (missing.length) skipped.push(`${spec.label} @ ${size}: needs ${missing.join(' and ')}`);
+      return missing.length === 0;
+    });
+    const batches = args.sequential === true ? runnable.map((id) => [id]) : [runnable];
+    for (const batch of batches) {
+      let active: Active[] = [];
+      for (const id of batch) {
+        const spec = specs[id]!;
+        log(`${spec.label} @ ${size} sockets: set-up`);
+        const dir = profileDir ? mkdtempSync(join(profileDir, `${id}-`)) : undefined;
+        let target: Target | undefined;
+        let entry: Active | undefined;
+        try {
+          target = await spec.start(dir);
+          entry = { id, spec, target, run: new FanoutRun(id, target, { ...fanoutConfig, sockets: size }), dir };
+          await entry.run.setup();
+          active.push(entry);
+        } catch (error) {
+          await fail(spec, size, error, entry, target);
         }
-      } catch (error) {
-        skipped.push(`${spec.label} @ ${size}: failed: ${(error as Error).message.split('\n')[0]}`);
-        log(`  FAILED: ${(error as Error).stack ?? error}`);
-      } finally {
-        await target?.stop().catch(() => {});
+      }
+      const step = async (what: string, entry: Active, action: () => Promise<unknown>) => {
+        try {
+          await action();
+        } catch (error) {
+          active = active.filter((candidate) => candidate !== entry);
+          await fail(entry.spec, size, new Error(`${what}: ${(error as Error).message}`), entry);
+        }
+      };
+      for (const entry of [...active]) {
+        log(`${entry.spec.label} @ ${size} sockets: latency`);
+        await step('latency phases', entry, () => entry.run.latencyPhases());
+      }
+      for (let k = 0; k < fanoutConfig.trials; k++) {
+        log(`saturation trial ${k + 1}/${fanoutConfig.trials} @ ${size} sockets, each scenario in turn`);
+        for (const entry of [...active]) await step(`saturation trial ${k}`, entry, () => entry.run.saturationTrial(k));
+      }
+      for (const entry of active) {
+        try {
+          const result = await entry.run.finish();
+          result.label = entry.spec.label;
+          await entry.run.close();
+          await entry.target.stop();
+          fanout.push(result);
+          profileOf(entry, result);
+        } catch (error) {
+          await fail(entry.spec, size, error, entry);
+        }
       }
     }
   }
@@ -276,7 +328,12 @@ async function main() {
         heraldEnv,
         ulimitNofile: process.env.BENCH_ULIMIT_N ?? 'unknown',
       },
-      notes: methodNotes(embeddedDatabase, embeddedDb === 'pglite'),
+      notes: methodNotes(
+        embeddedDatabase,
+        embeddedDb === 'pglite',
+        fanoutConfig.workers,
+        fanoutConfig.localAddresses.join(', '),
+      ),
     },
     fanout: withRatios(fanout),
     webhooks,
@@ -288,7 +345,7 @@ async function main() {
       '# Where Herald spends its CPU at 1k sockets (issue 6, part 1)',
       '',
       `- Date: ${results.run.date}; ${results.run.machine}; Node ${results.run.node}; Herald ${results.run.commit}`,
-      `- Command: \`${command}\` — \`node --cpu-prof\` on the API process; only the samples inside the saturation trials are counted (the profile's clock is the monotonic clock the bench records the trials with). Raw profiles: \`bench/results/*.cpuprofile\` (not committed; open them in Chrome DevTools → Performance).`,
+      `- Command: \`${command}\` — \`node --cpu-prof\` on the API process (and on the raw ws server, profiled the same way for comparison); only the samples inside the saturation trials are counted (the profile's clock is the monotonic clock the bench records the trials with). Raw profiles: \`bench/results/*.cpuprofile\` (not committed; open them in Chrome DevTools → Performance).`,
       '- "Self time" is where the CPU was when sampled, not including callees. Areas are by script location (node_modules package, node: core module, Herald source); `(program)` is native V8/libuv time the profiler cannot attribute (mostly socket writes and microtask machinery).',
       '',
     ];
@@ -305,12 +362,12 @@ async function main() {
   await cleanupAll();
 }
 
-function methodNotes(embeddedDatabase: string, pgliteAsked: boolean): string[] {
+function methodNotes(embeddedDatabase: string, pgliteAsked: boolean, workers: number, sources: string): string[] {
   return [
-    'Everything runs on 127.0.0.1 in one process tree: the server(s), 4 load-client processes (graphql-transport-ws spoken directly over `ws`: connection_init, subscribe, next), and this coordinator. Client sockets bind to 127.0.0.2–127.0.0.5 round-robin to spread ephemeral ports.',
+    `Everything runs on 127.0.0.1 in one process tree: the server(s), ${workers} load-client processes (graphql-transport-ws spoken directly over \`ws\`: connection_init, subscribe, next), and this coordinator. Client sockets bind to ${sources} round-robin to spread ephemeral ports.`,
     'Every socket subscribes with its own id (`s<index>`). Every frame is checked: byte-identical to `{"id":<its id>,"type":"next","payload":{"data":{"postPublished":{id,title,tags,author{name}}}}}` for a post that was published, else parsed and compared field by field (counted as "not byte-identical but right"); anything else is wrong. Each socket must get each published event exactly once: missing = published events × sockets − right deliveries; duplicates are counted apart.',
     'Publish: Herald = `publishPost` over HTTP through pod 1 (the real path, and the only one in embedded mode; its cost is in the server CPU and is also priced alone, with no socket connected, as "publish CPU µs/event"). Drafts are inserted before the run through @herald/db (PGlite: createPost over HTTP). Raw = HTTP POST /publish to the raw server. Publish time = just before the publish request is sent; receive time = when the client process reads the frame (both on the wall clock, sub-ms, same machine).',
-    'Deliveries/s at saturation: a fixed number of events kept in flight (the window: 8 at 1k sockets, 2 at 10k) so the server is never idle and never buried; each trial lasts ~4 s and its rate is checked deliveries ÷ (last event fully received − first publish). Median and min–max of the trials.',
+    'Deliveries/s at saturation: a fixed number of events kept in flight (the window: 8 at 1k sockets, 2 at 10k) so the server is never idle and never buried; each trial lasts ~2.5 s (5 trials) and its rate is checked deliveries ÷ (last event fully received − first publish). Median and min–max of the trials. At each socket count every scenario is set up side by side (own servers, own load clients; the idle ones cost next to nothing), and the saturation trials take turns (raw, Herald, …, raw, Herald, …), so the ratios to raw compare trials that saw the same background load: "× raw" for deliveries/s and CPU is the median of the per-trial ratios (trial k of a scenario over trial k of raw). The latency phases run one scenario after the other.',
     'Fixed moderate rate: 5,000 deliveries/s (5 events/s at 1k sockets, 0.5 event/s at 10k), open loop, 10 s. One event → all sockets: an event on an idle server, 5 times; the table gives the median of the per-trial p50/p99/max.',
     'Server CPU µs/delivery: user+system CPU of the server process(es) (sum of /proc/<pid>/task/*/schedstat: every thread, ns resolution; both pods in two-pod mode) during the saturation trials ÷ deliveries. It includes publishPost. Client CPU is reported apart.',
     'RSS/socket: (RSS with every socket subscribed − RSS idle) ÷ sockets, each read after a forced full GC (through the inspector: the servers run with --inspect=127.0.0.1:0, no domain enabled). The V8 heap delta per socket is in the details.',

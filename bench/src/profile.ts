@@ -112,10 +112,10 @@ export function categorise(functionName: string, url: string): string {
 }
 
 /**
- * Self time per category, package and function, from the samples that fall inside `windowUs`
+ * Self time per category, package and function, from the samples that fall inside `windowsUs`
  * (monotonic µs; the whole profile without it). A sample lasts until the next one.
  */
-export function summariseProfile(profile: CpuProfile, windowUs?: [number, number]): ProfileSummary {
+export function summariseProfile(profile: CpuProfile, windowsUs?: Array<[number, number]>): ProfileSummary {
   const byId = new Map(profile.nodes.map((node) => [node.id, node.callFrame]));
   const category = new Map<string, number>();
   const pkg = new Map<string, number>();
@@ -129,7 +129,7 @@ export function summariseProfile(profile: CpuProfile, windowUs?: [number, number
     t += profile.timeDeltas[i] ?? 0;
     const next = i + 1 < profile.samples.length ? t + (profile.timeDeltas[i + 1] ?? 0) : profile.endTime;
     const duration = Math.max(0, next - t);
-    if (windowUs && (t < windowUs[0] || t > windowUs[1])) continue;
+    if (windowsUs && !windowsUs.some(([start, end]) => t >= start && t <= end)) continue;
     const frame = byId.get(profile.samples[i]!);
     if (!frame) continue;
     samples++;
@@ -158,7 +158,12 @@ export function summariseProfile(profile: CpuProfile, windowUs?: [number, number
       .slice(0, limit)
       .map(([name, us]) => ({ name, ms: round(us / 1000, 1), pct: round((us / Math.max(1, busyUs)) * 100, 1) }));
   return {
-    windowMs: round((windowUs ? windowUs[1] - windowUs[0] : profile.endTime - profile.startTime) / 1000, 0),
+    windowMs: round(
+      (windowsUs
+        ? windowsUs.reduce((sum, [start, end]) => sum + end - start, 0)
+        : profile.endTime - profile.startTime) / 1000,
+      0,
+    ),
     busyMs: round(busyUs / 1000, 0),
     idleMs: round(idleUs / 1000, 0),
     samples,

@@ -33,16 +33,27 @@ export interface Target {
   stop(): Promise<void>;
   /** How this target was set up, for the report. */
   notes: string[];
+  /** Server processes that exited while they were being measured, with their last output. */
+  deaths: string[];
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Raw ws baseline
 
 /** @param fault a deliberate error for the smoke test (see raw-server.ts); never in a measurement. */
-export async function startRawTarget(fault?: 'wrong-id' | 'wrong-title' | 'drop' | 'duplicate'): Promise<Target> {
+export async function startRawTarget(
+  fault?: 'wrong-id' | 'wrong-title' | 'drop' | 'duplicate',
+  cpuProfDir?: string,
+): Promise<Target> {
   const child = spawnTracked(
     process.execPath,
-    ['--inspect=127.0.0.1:0', '--import', TSX_IMPORT, 'bench/src/raw-server.ts'],
+    [
+      '--inspect=127.0.0.1:0',
+      ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
+      '--import',
+      TSX_IMPORT,
+      'bench/src/raw-server.ts',
+    ],
     {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '', PORT: '0', ...(fault ? { RAW_FAULT: fault } : {}) },
@@ -71,6 +82,7 @@ export async function startRawTarget(fault?: 'wrong-id' | 'wrong-title' | 'drop'
     wsUrls: [`ws://127.0.0.1:${port}/graphql`],
     pids: [child.pid!],
     inspectors: [inspector],
+    deaths: [],
     token: 'unused',
     orgId: 'raw',
     async prepareEvents(count) {
@@ -136,6 +148,10 @@ interface Pod {
   child: ChildProcess;
   port: number;
   inspector: string;
+  /** Set when the bench stops it (an exit otherwise is reported). */
+  stopping: boolean;
+  /** Why it exited, when it exited by itself. */
+  death: string | undefined;
   pool: Pool;
   output: string[];
 }
@@ -182,7 +198,23 @@ async function startPod(env: Record<string, string>, cpuProfDir: string | undefi
   });
   const inspector = inspectorUrlFrom(output.join(''));
   if (!inspector) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
-  return { child, port, inspector, pool: new Pool(`http://127.0.0.1:${port}`, { connections: 16 }), output };
+  const pod: Pod = {
+    death: undefined,
+    child,
+    port,
+    inspector,
+    stopping: false,
+    pool: new Pool(`http://127.0.0.1:${port}`, { connections: 16 }),
+    output,
+  };
+  child.once('exit', (code, signal) => {
+    // A pod that dies during a measurement is a result, not noise: say so, with its last words.
+    if (!pod.stopping) {
+      pod.death = `Herald pod on port ${port} exited by itself (code ${code}, signal ${signal}); its last output: ${output.slice(-6).join(' ').slice(-1500)}`;
+      process.stderr.write(`\nbench: ${pod.death}\n`);
+    }
+  });
+  return pod;
 }
 
 async function graphql(pool: Pool, token: string, query: string, variables: Record<string, unknown>) {
@@ -280,6 +312,9 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     token,
     orgId,
     env,
+    get deaths() {
+      return pods.flatMap((pod) => (pod.death ? [pod.death] : []));
+    },
     graphql: (query, variables) => graphql(publisher.pool, token, query, variables),
     async prepareEvents(count) {
       const base = drafted;
@@ -357,6 +392,7 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
       await Promise.all(pods.map((pod) => pod.pool.close()));
       // SIGTERM: Herald's graceful stop (sockets closed with 1012, Redis and the database closed), which is
       // also when --cpu-prof writes the profile.
+      for (const pod of pods) pod.stopping = true;
       await Promise.all(pods.map((pod) => stopChild(pod.child, 'SIGTERM', 30_000)));
       unregister();
       await removeAll();

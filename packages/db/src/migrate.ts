@@ -23,7 +23,17 @@ export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResult[
   // Kysely looks for its table in every schema, sees another schema's copy and never creates its own.
   const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
   const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });
-  const { error, results = [] } = await migrator.migrateToLatest();
-  if (error) throw new MigrationFailedError(results, { cause: error });
-  return results;
+  for (let attempt = 1; ; attempt++) {
+    const { error, results = [] } = await migrator.migrateToLatest();
+    if (!error) return results;
+    // Kysely's introspection reads the catalog of every schema; a schema another session drops at that
+    // moment fails the read with 3F000 before anything was migrated. That read is safe to repeat.
+    const racedWithDrop = (error as { code?: string }).code === INVALID_SCHEMA_NAME && results.length === 0;
+    if (!racedWithDrop || attempt >= CATALOG_RACE_ATTEMPTS) throw new MigrationFailedError(results, { cause: error });
+  }
 }
+
+/** PostgreSQL's invalid_schema_name. */
+const INVALID_SCHEMA_NAME = '3F000';
+/** How often a migration run is started again after losing a race with a concurrent schema drop. */
+const CATALOG_RACE_ATTEMPTS = 3;

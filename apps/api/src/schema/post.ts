@@ -1,6 +1,5 @@
 import { isMemberOf } from '@herald/auth';
 import { findPostById, insertPost, listPostsByOrg, type Post, publishPostInTransaction, upsertUser } from '@herald/db';
-import { resolveCursorConnection } from '@pothos/plugin-relay';
 import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
@@ -8,13 +7,11 @@ import { recordPostPublishedWebhook } from '../post-published-webhook.js';
 import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../pubsub.js';
 import { SHARED_ACROSS_VIEWERS } from '../subscription-groups.js';
 import { builder } from './builder.js';
+import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 
 const MAX_TITLE_LENGTH = 300;
 const MAX_TAGS = 20;
 const MAX_TAG_LENGTH = 50;
-const DEFAULT_PAGE_SIZE = 20;
-const MAX_PAGE_SIZE = 100;
-const CURSOR_PREFIX = 'post:';
 
 export const PostStatusEnum = builder.enumType('PostStatus', {
   values: { DRAFT: { value: 'DRAFT' }, PUBLISHED: { value: 'PUBLISHED' } } as const,
@@ -79,27 +76,10 @@ builder.queryFields((t) => ({
       first: t.arg.int({ description: `Page size, at most ${MAX_PAGE_SIZE}. @default ${DEFAULT_PAGE_SIZE}` }),
       after: t.arg.string(),
     },
-    resolve: (_root, args, context) => {
-      if (args.first != null && (args.first < 0 || args.first > MAX_PAGE_SIZE)) {
-        throw new BadUserInputError(`first must be between 0 and ${MAX_PAGE_SIZE}`, 'first');
-      }
-      return resolveCursorConnection<Promise<Post[]>>(
-        {
-          args,
-          toCursor: (post: Post) => encodeCursor(post.seq),
-          defaultSize: DEFAULT_PAGE_SIZE,
-          maxSize: MAX_PAGE_SIZE,
-        },
-        ({ after, before, limit, inverted }) =>
-          listPostsByOrg(context.db, {
-            orgId: String(args.orgId),
-            afterSeq: after == null ? null : decodeCursor(after, 'after'),
-            beforeSeq: before == null ? null : decodeCursor(before, 'before'),
-            limit,
-            inverted,
-          }),
-      );
-    },
+    resolve: (_root, args, context) =>
+      resolveSeqConnection<Post>('post', args, (page) =>
+        listPostsByOrg(context.db, { orgId: String(args.orgId), ...page }),
+      ),
   }),
 }));
 
@@ -182,14 +162,3 @@ builder.subscriptionFields((t) => ({
     },
   }),
 }));
-
-function encodeCursor(seq: string | number | bigint): string {
-  return Buffer.from(`${CURSOR_PREFIX}${seq}`).toString('base64url');
-}
-
-function decodeCursor(cursor: string, argument: string): string {
-  const decoded = Buffer.from(cursor, 'base64url').toString('utf8');
-  const seq = decoded.startsWith(CURSOR_PREFIX) ? decoded.slice(CURSOR_PREFIX.length) : '';
-  if (!/^\d{1,19}$/.test(seq)) throw new BadUserInputError(`${argument} is not a valid cursor`, argument);
-  return seq;
-}

@@ -17,15 +17,12 @@ import {
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-dispatcher';
 import { generateWebhookSecret } from '@herald/webhooks';
-import { resolveCursorConnection } from '@pothos/plugin-relay';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
+import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 
 const MAX_ENDPOINTS_PER_ORG = 50;
-const DEFAULT_PAGE_SIZE = 20;
-const MAX_PAGE_SIZE = 100;
-const CURSOR_PREFIX = 'delivery:';
 /** How long the secrets in use keep signing beside a new one after a rotation (issue 4: 24 h). */
 const DEFAULT_ROTATION_GRACE_SECONDS = 24 * 3_600;
 const MAX_ROTATION_GRACE_SECONDS = 7 * 24 * 3_600;
@@ -95,28 +92,10 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
         after: t.arg.string(),
         status: t.arg({ type: WebhookDeliveryStatusEnum, description: 'Only deliveries in this state.' }),
       },
-      resolve: (endpoint, args, context) => {
-        if (args.first != null && (args.first < 0 || args.first > MAX_PAGE_SIZE)) {
-          throw new BadUserInputError(`first must be between 0 and ${MAX_PAGE_SIZE}`, 'first');
-        }
-        return resolveCursorConnection<Promise<WebhookDelivery[]>>(
-          {
-            args,
-            toCursor: (delivery: WebhookDelivery) => encodeCursor(delivery.seq),
-            defaultSize: DEFAULT_PAGE_SIZE,
-            maxSize: MAX_PAGE_SIZE,
-          },
-          ({ after, before, limit, inverted }) =>
-            listWebhookDeliveries(context.db, {
-              endpointId: endpoint.id,
-              status: args.status,
-              afterSeq: after == null ? null : decodeCursor(after, 'after'),
-              beforeSeq: before == null ? null : decodeCursor(before, 'before'),
-              limit,
-              inverted,
-            }),
-        );
-      },
+      resolve: (endpoint, args, context) =>
+        resolveSeqConnection<WebhookDelivery>('delivery', args, (page) =>
+          listWebhookDeliveries(context.db, { endpointId: endpoint.id, status: args.status, ...page }),
+        ),
     }),
   }),
 });
@@ -266,15 +245,4 @@ function attemptsLoader(context: Context): WebhookAttemptsLoader {
     attemptsLoaders.set(context, loader);
   }
   return loader;
-}
-
-function encodeCursor(seq: string | number | bigint): string {
-  return Buffer.from(`${CURSOR_PREFIX}${seq}`).toString('base64url');
-}
-
-function decodeCursor(cursor: string, argument: string): string {
-  const decoded = Buffer.from(cursor, 'base64url').toString('utf8');
-  const seq = decoded.startsWith(CURSOR_PREFIX) ? decoded.slice(CURSOR_PREFIX.length) : '';
-  if (!/^\d{1,19}$/.test(seq)) throw new BadUserInputError(`${argument} is not a valid cursor`, argument);
-  return seq;
 }

@@ -23,16 +23,8 @@ beforeAll(async () => {
 
 afterAll(() => api.close());
 
-async function publish(token: string, orgId: string, title: string, tags: string[] = []): Promise<string> {
-  const created = await api.graphql(
-    'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
-    { input: { orgId, title, tags } },
-    token,
-  );
-  const id = created.body.data.createPost.id as string;
-  await api.graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id }, token);
-  return id;
-}
+const publish = (token: string, orgId: string, title: string, tags: string[] = []) =>
+  api.createAndPublish(token, orgId, title, tags);
 
 async function subscribe(token: string, query: string, variables?: Record<string, unknown>, id = randomUUID()) {
   const raw = await openAckedSocket(wsUrl, { authToken: token });

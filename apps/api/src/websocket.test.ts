@@ -23,17 +23,8 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 /** Creates and publishes a post over HTTP; returns its id. */
-async function publish(token: string, orgId: string, title: string, tags: string[] = []): Promise<string> {
-  const created = await api.graphql(
-    'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
-    { input: { orgId, title, tags } },
-    token,
-  );
-  const id = created.body.data.createPost.id as string;
-  const published = await api.graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id }, token);
-  expect(published.body.errors).toBeUndefined();
-  return id;
-}
+const publish = (token: string, orgId: string, title: string, tags: string[] = []) =>
+  api.createAndPublish(token, orgId, title, tags);
 
 describe('graphql-transport-ws close codes (SPEC §6)', () => {
   it('refuses the legacy subscriptions-transport-ws sub-protocol: the handshake selects none', async () => {

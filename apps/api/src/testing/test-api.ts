@@ -23,6 +23,12 @@ export interface TestApi {
   token(claims: TokenClaims, options?: Parameters<typeof signToken>[2]): Promise<string>;
   /** POSTs a GraphQL request through `yoga.fetch` (no socket). */
   graphql(query: string, variables?: Record<string, unknown>, token?: string): Promise<GraphQLResponse>;
+  /**
+   * Creates a post and publishes it through the API, as a client would.
+   * @returns the post id
+   * @throws Error when either mutation answers with errors
+   */
+  createAndPublish(token: string, orgId: string, title: string, tags?: string[]): Promise<string>;
   /** Any request through `yoga.fetch`; `path` is relative to the server root. */
   fetch(path: string, init?: RequestInit): Promise<Response>;
   close(): Promise<void>;
@@ -61,7 +67,7 @@ export async function startTestApi(options: TestApiOptions = {}): Promise<TestAp
   }
   const fetchApi = (path: string, init?: RequestInit) =>
     Promise.resolve(app.yoga.fetch(new Request(`http://herald.test${path}`, init)));
-  return {
+  const api: TestApi = {
     app,
     config,
     baseUrl,
@@ -78,9 +84,22 @@ export async function startTestApi(options: TestApiOptions = {}): Promise<TestAp
       });
       return { status: response.status, headers: response.headers, body: await response.json() };
     },
+    async createAndPublish(token, orgId, title, tags = []) {
+      const created = await api.graphql(
+        'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+        { input: { orgId, title, tags } },
+        token,
+      );
+      if (created.body.errors) throw new Error(`createPost failed: ${JSON.stringify(created.body.errors)}`);
+      const id = created.body.data.createPost.id as string;
+      const published = await api.graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id }, token);
+      if (published.body.errors) throw new Error(`publishPost failed: ${JSON.stringify(published.body.errors)}`);
+      return id;
+    },
     async close() {
       await app.stop();
       await schema?.drop();
     },
   };
+  return api;
 }

@@ -61,7 +61,11 @@ describe('loadApiConfig', () => {
     [{ WEBHOOK_RETRY_HORIZON: 'forever' }, /^WEBHOOK_RETRY_HORIZON: expected a duration/],
     [{ WEBHOOK_ALLOW_PRIVATE_URLS: 'maybe' }, /^WEBHOOK_ALLOW_PRIVATE_URLS: /],
     [{ DATABASE_URL: 'mysql://x' }, /^DATABASE_URL: expected a postgres:\/\/ URL/],
-    [{ REDIS_URL: 'http://x' }, /^REDIS_URL: expected a redis:\/\/ or rediss:\/\/ URL/],
+    [
+      { REDIS_URL: 'http://x' },
+      /^REDIS_URL: expected a redis:\/\/, rediss:\/\/, redis\+sentinel:\/\/ or redis\+cluster:\/\/ URL, got http:\/\/$/,
+    ],
+    [{ REDIS_URL: 'redis+sentinel://:secret@s1:26379' }, /^REDIS_URL: redis\+sentinel:\/\/ needs the master name/],
     [{ JWT_SECRET: 'short' }, /^JWT_SECRET: must be at least 32 characters/],
     [{ JWT_PUBLIC_KEY: 'not a key' }, /^JWT_PUBLIC_KEY: expected a PEM-encoded public key/],
     [{ DATABASE_URL: 'postgres://db/herald' }, /^JWT_SECRET: required in cluster mode/],

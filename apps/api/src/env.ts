@@ -1,6 +1,6 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
-import { durationMs, InvalidConfigError, parseEnv } from '@herald/config';
+import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
 import type { DatabaseConfig } from '@herald/db';
 import { z } from 'zod';
 
@@ -10,7 +10,6 @@ const MIB = 1024 * 1024;
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
-const redisUrl = z.url({ protocol: /^rediss?$/, error: 'expected a redis:// or rediss:// URL' });
 const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
 const pemPublicKey = z.string().refine(
   (pem) => {
@@ -37,7 +36,7 @@ const EnvSchema = z.object({
   // storage
   DATABASE_URL: postgresUrl.optional(),
   DATABASE_POOL_MAX: positiveInt.default(10),
-  REDIS_URL: redisUrl.optional(),
+  REDIS_URL: redisUrl().optional(),
   HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
 
   // auth
@@ -77,7 +76,10 @@ export interface ApiConfig {
   logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
   http: { host: string; port: number; maxRequestBodyBytes: number; shutdownGraceMs: number };
   database: DatabaseConfig;
-  /** Redis for cross-pod pub/sub; undefined keeps pub/sub in memory (one process). */
+  /**
+   * Redis for cross-pod pub/sub (`redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`);
+   * undefined keeps pub/sub in memory (one process).
+   */
   redisUrl: string | undefined;
   /** Where embedded data and the generated development secret live. */
   dataDir: string;

@@ -1,7 +1,8 @@
 import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
+import { createRedisClient, type RedisClient } from '@herald/config/redis';
 import type { Post } from '@herald/db';
 import { createPubSub } from 'graphql-yoga';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { Logger } from './logger.js';
 import type { ApiMetrics } from './metrics.js';
 
@@ -43,6 +44,7 @@ export interface PubSubService {
 }
 
 export interface PubSubDeps {
+  /** Any `REDIS_URL` form: one endpoint, Sentinel or Cluster (`@herald/config`). */
   redisUrl: string | undefined;
   logger: Logger;
   metrics: ApiMetrics;
@@ -50,7 +52,8 @@ export interface PubSubDeps {
 
 /**
  * Yoga's in-memory pub/sub (one process), or with `REDIS_URL` the Redis event target over two ioredis
- * connections so every pod sees every event.
+ * clients so every pod sees every event. Behind a Sentinel URL both clients follow the master across
+ * failovers; on Redis Cluster, PUBLISH reaches every node, so any node serves the subscriber.
  *
  * Redis outages: the subscriber connection reconnects by itself and ioredis re-subscribes its channels
  * (`autoResubscribe`), so later events arrive again. Events published while Redis is unreachable fail
@@ -70,13 +73,13 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     };
   }
 
-  const publisher = new Redis(deps.redisUrl, {
+  const publisher = createRedisClient(deps.redisUrl, {
     lazyConnect: false,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectionName: 'herald-api-publish',
   });
-  const subscriber = new Redis(deps.redisUrl, {
+  const subscriber = createRedisClient(deps.redisUrl, {
     // Subscriptions made during an outage wait for the reconnect instead of failing.
     maxRetriesPerRequest: null,
     autoResubscribe: true,
@@ -135,7 +138,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   };
 }
 
-function untilReady(client: Redis, timeoutMs: number): Promise<void> {
+function untilReady(client: RedisClient, timeoutMs: number): Promise<void> {
   if (client.status === 'ready') return Promise.resolve();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

@@ -1,11 +1,10 @@
-import { durationMs, parseEnv } from '@herald/config';
+import { durationMs, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import { z } from 'zod';
 import type { DispatcherSettings } from './dispatcher.js';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
-const redisUrl = z.url({ protocol: /^rediss?$/, error: 'expected a redis:// or rediss:// URL' });
 const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
 
 const EnvSchema = z.object({
@@ -20,7 +19,7 @@ const EnvSchema = z.object({
   // storage: the dispatcher app is cluster mode only (embedded mode runs it inside the API)
   DATABASE_URL: postgresUrl,
   DATABASE_POOL_MAX: positiveInt.default(10),
-  REDIS_URL: redisUrl,
+  REDIS_URL: redisUrl(),
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
 
   // delivery (SPEC §3)
@@ -43,6 +42,7 @@ export interface DispatcherConfig {
   http: { host: string; port: number; shutdownGraceMs: number };
   databaseUrl: string;
   databasePoolMax: number;
+  /** `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://` (see `@herald/config`). */
   redisUrl: string;
   /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
   redisPrefix: string;

@@ -14,9 +14,11 @@
  *   start) and fires `onReset`, on which the dispatcher hands out again whatever the database says is
  *   not done: undispatched outbox events and queued deliveries. Nothing hangs, nothing is lost.
  * - Dead letters go to a second stream; operators list and replay them with the `dlq` CLI.
+ * - Every command touches one key (a pipeline only ever XADDs to the work stream), so the queue runs
+ *   unchanged on Redis Cluster (`redis+cluster://`) as on one server or behind Sentinel.
  */
+import { createRedisClient } from '@herald/config/redis';
 import type { WebhookRedisKeys } from '@herald/contracts';
-import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
   type DeadLetter,
@@ -36,7 +38,10 @@ export const MAX_DEAD_LETTER_STREAM_LENGTH = 100_000;
 const STALE_CONSUMER_IDLE_MS = 24 * 3_600_000;
 
 export interface RedisStreamQueueOptions {
-  /** `redis://…`; the queue opens two connections (one for blocking reads). */
+  /**
+   * `REDIS_URL`: `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://` (`@herald/config`). The
+   * queue opens two clients (one for blocking reads).
+   */
   redisUrl: string;
   keys: WebhookRedisKeys;
   logger: Logger;
@@ -47,7 +52,7 @@ type StreamEntry = [id: string, fields: string[]];
 export function createRedisStreamQueue(options: RedisStreamQueueOptions): WebhookQueue {
   const { keys, logger } = options;
   const { workStream, deadLetterStream, consumerGroup } = keys;
-  const commands = new Redis(options.redisUrl, { lazyConnect: false, enableAutoPipelining: true });
+  const commands = createRedisClient(options.redisUrl, { lazyConnect: false, enableAutoPipelining: true });
   // XREADGROUP BLOCK holds its connection; it gets its own so other commands never wait behind it.
   const blocking = commands.duplicate();
   for (const client of [commands, blocking]) {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { createRedisClient, type RedisClient } from '@herald/config/redis';
 import { type WebhookRedisKeys, webhookRedisKeys } from '@herald/contracts';
 import {
   createDatabase,
@@ -11,7 +12,6 @@ import {
 } from '@herald/db';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
-import { Redis } from 'ioredis';
 import type { Kysely } from 'kysely';
 import { pino } from 'pino';
 import { createDispatcher, type Dispatcher, type DispatcherSettings } from '../dispatcher.js';
@@ -42,7 +42,7 @@ export interface DispatcherHarness {
   redisPrefix: string;
   keys: WebhookRedisKeys;
   /** A plain Redis client for poking at the streams. */
-  redis: Redis;
+  redis: RedisClient;
   /** A Redis-stream queue on this harness's keys (closed by `close`). */
   newQueue(): WebhookQueue;
   /** Starts a dispatcher on this harness's database and keys (stopped by `close`). */
@@ -67,7 +67,7 @@ export async function createDispatcherHarness(
   await migrateToLatest(database.db);
   const redisPrefix = `herald-test:${randomUUID()}:`;
   const keys = webhookRedisKeys(redisPrefix);
-  const redis = new Redis(redisUrl);
+  const redis = createRedisClient(redisUrl);
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
   const queues: WebhookQueue[] = [];
   const dispatchers: Dispatcher[] = [];
@@ -130,7 +130,8 @@ export async function createDispatcherHarness(
     async close() {
       await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
       await Promise.all(queues.map((queue) => queue.close()));
-      await redis.del(keys.workStream, keys.deadLetterStream);
+      // One key per DEL: on Redis Cluster the two streams may live on different nodes.
+      await Promise.all([redis.del(keys.workStream), redis.del(keys.deadLetterStream)]);
       await redis.quit();
       await database.close();
       await schema.drop();

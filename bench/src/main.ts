@@ -8,6 +8,7 @@
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
  *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md
  *   pnpm bench --compare old.json new.json       # deliveries/s, p99, CPU and RSS side by side
+ *   pnpm bench --render bench/results/results.json  # redo results.{md,svg} from the JSON
  *   pnpm bench --out /tmp/run1                   # write the results somewhere else
  *   pnpm bench --sequential                      # one scenario at a time instead of side by side
  *
@@ -64,6 +65,16 @@ interface ScenarioSpec {
 
 async function main() {
   const { args, rest } = parseArgs(process.argv.slice(2));
+  if (args.render) {
+    // Re-renders results.md and results.svg from a results.json (after a change to the report's format).
+    const file = resolve(ROOT, String(args.render));
+    const results = JSON.parse(readFileSync(file, 'utf8')) as BenchResults;
+    results.fanout = withRatios(results.fanout);
+    writeFileSync(file.replace(/\.json$/, '.md'), markdown(results));
+    writeFileSync(file.replace(/\.json$/, '.svg'), chart(results));
+    process.stdout.write(`rendered ${file.replace(/\.json$/, '.{md,svg}')}\n`);
+    return;
+  }
   if (args.compare) {
     const files = [typeof args.compare === 'string' ? args.compare : '', ...rest].filter(Boolean);
     if (files.length !== 2) throw new Error('usage: pnpm bench --compare <old.json> <new.json>');

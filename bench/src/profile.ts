@@ -83,6 +83,7 @@ export function categorise(functionName: string, url: string): string {
   if (pkg === 'tsx' || pkg === 'esbuild') return 'tsx loader';
   if (pkg) return `other packages (${pkg})`;
   if (url.includes('/apps/') || url.includes('/packages/')) return 'Herald code (apps/, packages/)';
+  if (url.includes('/bench/')) return 'raw server code (bench/)';
   if (url.startsWith('node:')) {
     if (
       /node:(internal\/)?(net|stream|streams\/|stream_base_commons|internal\/streams)/.test(url) ||
@@ -140,12 +141,7 @@ export function summariseProfile(profile: CpuProfile, windowsUs?: Array<[number,
     }
     busyUs += duration;
     add(category, cat, duration);
-    add(
-      pkg,
-      packageOf(frame.url) ??
-        (frame.url.startsWith('node:') ? 'node: (core)' : frame.url === '' ? '(native)' : 'herald/app'),
-      duration,
-    );
+    add(pkg, packageOf(frame.url) ?? ownArea(frame.url), duration);
     // Herald's TypeScript runs transpiled by tsx: its line numbers are not the source's, so they're left out.
     const location = frame.url
       ? `${shortUrl(frame.url)}${frame.url.endsWith('.ts') ? '' : `:${frame.lineNumber + 1}`}`
@@ -171,6 +167,14 @@ export function summariseProfile(profile: CpuProfile, windowsUs?: Array<[number,
     byPackage: rows(pkg, 20),
     topFunctions: rows(fn, 30),
   };
+}
+
+/** Where a script outside node_modules belongs. */
+function ownArea(url: string): string {
+  if (url.startsWith('node:')) return 'node: (core)';
+  if (url === '') return '(native)';
+  if (url.includes('/bench/')) return 'bench (raw server)';
+  return 'herald (apps/, packages/)';
 }
 
 function shortUrl(url: string): string {

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
+import { waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type NginxProcess, startNginx } from './support/nginx.js';
-import { waitFor } from './support/ports.js';
 import { createAndPublish, readMetric, type Subscriber, subscribePostPublished } from './support/subscribers.js';
 
 // Three Redis-backed API pods behind the nginx config in deploy/nginx, real graphql-ws clients through

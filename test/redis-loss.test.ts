@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
+import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
-import { freePort, waitFor } from './support/ports.js';
 import { type OwnRedis, ownRedis } from './support/redis-server.js';
 import { createAndPublish, readMetric, type Subscriber, subscribePostPublished } from './support/subscribers.js';
 

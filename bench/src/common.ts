@@ -1,7 +1,7 @@
 import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from '@herald/testing/ports';
 
 /** The repository root (bench/src/../..). */
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -22,29 +22,12 @@ export function wallNow(): number {
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** A port that was free on 127.0.0.1 a moment ago. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
-
-/** Polls `check` until it returns true, for at most `timeoutMs`. */
-export async function waitUntil(
+/** Polls `check` until it returns true, for at most `timeoutMs` (30 s by default here). */
+export const waitUntil = (
   what: string,
   check: () => boolean | Promise<boolean>,
   { timeoutMs = 30_000, intervalMs = 50 } = {},
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(intervalMs);
-  }
-}
+) => waitFor(what, check, { timeoutMs, intervalMs });
 
 // ---------------------------------------------------------------------------------------------------------
 // /proc sampling: the measured servers are plain `node` processes we spawned, so their pid is the process.

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { freePort } from '@herald/testing/ports';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { NGINX_TEMPLATE, prepareNginx } from '../support/nginx.js';
-import { freePort } from '../support/ports.js';
 
 // deploy/nginx/herald.conf.template: test/cluster.test.ts runs it in front of three pods; here it must pass
 // `nginx -t` as the cluster test renders it and as docker-compose.yml renders it.

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
+import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { APPS, type AppName } from '../../deploy/build/apps.js';
 import { findUnresolvedImports } from '../../deploy/build/verify.js';
-import { freePort, waitFor } from '../support/ports.js';
 import { copyBuildContext } from './docker-context.js';
 import { type Dockerfile, effective, effectiveEnv, execForm, REPO_ROOT, readDockerfile } from './dockerfile.js';
 

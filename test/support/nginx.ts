@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { freePort, waitFor } from './ports.js';
+import { freePort, waitFor } from '@herald/testing/ports';
 
 /** The reverse-proxy config users deploy; the tests render and run exactly this file. */
 export const NGINX_TEMPLATE = fileURLToPath(new URL('../../deploy/nginx/herald.conf.template', import.meta.url));

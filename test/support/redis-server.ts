@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { waitFor } from './ports.js';
+import { waitFor } from '@herald/testing/ports';
 
 const REDIS_BINARY = process.env.REDIS_SERVER_BINARY ?? 'redis-server';
 

@@ -7,9 +7,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { createConnection, createServer } from 'node:net';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePorts } from './ports.js';
 
 const REDIS_SERVER = process.env.REDIS_SERVER_BINARY ?? 'redis-server';
 const REDIS_CLI = process.env.REDIS_CLI_BINARY ?? 'redis-cli';
@@ -331,17 +332,4 @@ async function readLogs(dir: string): Promise<string> {
     ),
   );
   return parts.join('\n');
-}
-
-/** `count` distinct ports that were free on 127.0.0.1 a moment ago. */
-async function freePorts(count: number): Promise<number[]> {
-  const ports = new Set<number>();
-  while (ports.size < count) {
-    const server = createServer();
-    await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
-    const address = server.address();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-    if (address && typeof address !== 'string') ports.add(address.port);
-  }
-  return [...ports];
 }

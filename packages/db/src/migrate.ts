@@ -26,10 +26,7 @@ export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResult[
   for (let attempt = 1; ; attempt++) {
     const { error, results = [] } = await migrator.migrateToLatest();
     if (!error) return results;
-    // Kysely's introspection reads the catalog of every schema; a schema another session drops at that
-    // moment fails the read with 3F000 before anything was migrated. That read is safe to repeat.
-    const racedWithDrop = (error as { code?: string }).code === INVALID_SCHEMA_NAME && results.length === 0;
-    if (!racedWithDrop || attempt >= CATALOG_RACE_ATTEMPTS) throw new MigrationFailedError(results, { cause: error });
+    if (!shouldStartAgain(error, results, attempt)) throw new MigrationFailedError(results, { cause: error });
   }
 }
 
@@ -37,3 +34,13 @@ export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResult[
 const INVALID_SCHEMA_NAME = '3F000';
 /** How often a migration run is started again after losing a race with a concurrent schema drop. */
 const CATALOG_RACE_ATTEMPTS = 3;
+
+/**
+ * Whether a failed migration run may simply be started again: Kysely's introspection reads the catalog of
+ * every schema, and a schema another session drops at that moment fails the read with 3F000 before
+ * anything was migrated. That read is safe to repeat, a bounded number of times; nothing else is.
+ */
+export function shouldStartAgain(error: unknown, results: readonly MigrationResult[], attempt: number): boolean {
+  const code = (error as { code?: string } | null)?.code;
+  return code === INVALID_SCHEMA_NAME && results.length === 0 && attempt < CATALOG_RACE_ATTEMPTS;
+}

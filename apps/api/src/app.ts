@@ -6,7 +6,7 @@ import { loadOrCreateDevSecret } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { type ApiMetrics, createApiMetrics } from './metrics.js';
-import { createPubSubService, type PubSubService } from './pubsub.js';
+import { createPubSubService, type PubSubService } from './realtime/pubsub.js';
 import { createServer, type HeraldServer } from './server.js';
 
 /** How long start-up waits for Redis (cluster mode) before giving up. */

@@ -6,7 +6,7 @@ import type { ApiConfig } from './env.js';
 import { InvalidCredentialsError } from './errors.js';
 import type { Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
-import type { PubSubService } from './pubsub.js';
+import type { PubSubService } from './realtime/pubsub.js';
 
 /** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
 const BEARER_PREFIX = 'bearer ';

@@ -15,9 +15,9 @@ import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
-import type { PubSubService } from './pubsub.js';
+import type { PubSubService } from './realtime/pubsub.js';
+import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
 import { schema } from './schema/index.js';
-import { createWebSocketServer, type HeraldWebSocketServer } from './websocket.js';
 
 export const GRAPHQL_PATH = '/graphql';
 export const HEALTH_PATH = '/health';

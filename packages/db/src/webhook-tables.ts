@@ -8,7 +8,17 @@ export interface WebhookEndpointsTable {
   url: string;
   event_types: string[];
   created_at: ColumnType<Date, never, never>;
+  /** ENABLED or DISABLED (SPEC §7.2); a disabled endpoint gets SKIPPED deliveries. */
+  status: ColumnType<WebhookEndpointStatus, WebhookEndpointStatus | undefined, WebhookEndpointStatus>;
+  disabled_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  disabled_reason: ColumnType<string | null, string | null | undefined, string | null>;
+  /** First failed attempt of the current failure streak; null after any success. */
+  failing_since: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** No attempt before this (a 429/503 with Retry-After slowed the endpoint down). */
+  paused_until: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
+
+export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';
 
 /** A signing secret of an endpoint; `expires_at` is set on the old one when the secret is rotated. */
 export interface WebhookEndpointSecretsTable {
@@ -33,9 +43,13 @@ export interface WebhookOutboxTable {
   relayed_at: ColumnType<Date | null, never, Date | null>;
   /** When a dispatcher created the event's deliveries: the event is acknowledged. */
   dispatched_at: ColumnType<Date | null, never, Date | null>;
+  /** Set for an event meant for one endpoint only (`webhook.test`). */
+  target_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
+  /** Set for an operational event: never delivered to the endpoint it is about. */
+  exclude_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
 }
 
-export type WebhookDeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD';
+export type WebhookDeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD' | 'SKIPPED';
 
 /** One event to one endpoint, with its retry state. */
 export interface WebhookDeliveriesTable {
@@ -67,6 +81,8 @@ export interface WebhookAttemptsTable {
   status_code: number | null;
   duration_ms: number;
   error: string | null;
+  /** The first bytes of the receiver's answer (bounded), null when none arrived. */
+  response_body: ColumnType<string | null, string | null | undefined, never>;
 }
 
 /** Embedded mode's work queue (the Redis stream's stand-in). */

@@ -4,8 +4,8 @@ import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
 import { recordPostPublishedWebhook } from '../post-published-webhook.js';
-import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../pubsub.js';
-import { SHARED_ACROSS_VIEWERS } from '../subscription-groups.js';
+import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../realtime/pubsub.js';
+import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
 import { builder } from './builder.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 

@@ -1,8 +1,8 @@
 import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
 import type { WebSocket } from 'ws';
-import type { Context } from './context.js';
-import type { ApiMetrics } from './metrics.js';
+import type { Context } from '../context.js';
+import type { ApiMetrics } from '../metrics.js';
 
 /**
  * Shared execution for subscriptions whose results cannot differ between subscribers.

@@ -9,7 +9,7 @@ import {
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApiMetrics } from './metrics.js';
+import { createApiMetrics } from '../metrics.js';
 import { createPubSubService, POST_PUBLISHED_TOPIC, type PubSubService } from './pubsub.js';
 
 // Pub/sub between two pods through REDIS_URL forms other than one endpoint, on real servers of the

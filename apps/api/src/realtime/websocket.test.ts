@@ -1,8 +1,8 @@
 import { type Client, createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { openAckedSocket, openRawSocket } from './testing/raw-socket.js';
-import { startTestApi, type TestApi } from './testing/test-api.js';
+import { openAckedSocket, openRawSocket } from '../testing/raw-socket.js';
+import { startTestApi, type TestApi } from '../testing/test-api.js';
 import { MAX_SUBSCRIPTIONS_PER_SOCKET } from './websocket.js';
 
 const SUBSCRIBE =

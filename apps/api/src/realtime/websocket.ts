@@ -5,9 +5,9 @@ import { CloseCode } from 'graphql-ws';
 import { type Extra, useServer } from 'graphql-ws/use/ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
-import { type Context, readConnectionToken } from './context.js';
-import type { Logger } from './logger.js';
-import type { ApiMetrics } from './metrics.js';
+import { type Context, readConnectionToken } from '../context.js';
+import type { Logger } from '../logger.js';
+import type { ApiMetrics } from '../metrics.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */

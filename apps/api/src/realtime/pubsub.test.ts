@@ -4,7 +4,7 @@ import type { Post } from '@herald/db';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { createApiMetrics } from './metrics.js';
+import { createApiMetrics } from '../metrics.js';
 import { createPubSubService, POST_PUBLISHED_TOPIC, type PubSubService } from './pubsub.js';
 
 const post = (orgId: string): Post => ({

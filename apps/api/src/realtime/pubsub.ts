@@ -3,8 +3,8 @@ import { createRedisClient, type RedisClient } from '@herald/config/redis';
 import type { Post } from '@herald/db';
 import { createPubSub } from 'graphql-yoga';
 import type { Redis } from 'ioredis';
-import type { Logger } from './logger.js';
-import type { ApiMetrics } from './metrics.js';
+import type { Logger } from '../logger.js';
+import type { ApiMetrics } from '../metrics.js';
 
 /** Topic of `post-published:<orgId>` (Yoga's pub/sub appends `:<id>`: see @herald/contracts). */
 export const POST_PUBLISHED_TOPIC = 'post-published';

@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { buildSchema, parse } from 'graphql';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { schema as heraldSchema } from './schema/index.js';
+import { schema as heraldSchema } from '../schema/index.js';
+import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
+import { startTestApi, type TestApi } from '../testing/test-api.js';
 import { SHARED_ACROSS_VIEWERS, selectionIsViewerIndependent } from './subscription-groups.js';
-import { openAckedSocket, type RawSocket } from './testing/raw-socket.js';
-import { startTestApi, type TestApi } from './testing/test-api.js';
 
 let api: TestApi;
 let wsUrl: string;

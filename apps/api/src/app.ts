@@ -33,7 +33,9 @@ export interface HeraldApp extends HeraldServer {
 
 /** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
-  const database = await createDatabase(config.database);
+  const database = await createDatabase(config.database, {
+    onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
+  });
   try {
     const results = await migrateToLatest(database.db);
     for (const result of results) logger.info({ migration: result.migrationName, status: result.status }, 'migration');

@@ -41,6 +41,8 @@ export interface PubSubService {
   ready(timeoutMs: number): Promise<void>;
   /** Closes the Redis connections (no-op in memory). */
   close(): Promise<void>;
+  /** False while either Redis connection is down (reconnecting); always true in memory. For `/readiness`. */
+  connected(): boolean;
 }
 
 export interface PubSubDeps {
@@ -70,26 +72,27 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       publishPostPublished: (post) => publish(pubsub, post, metrics),
       ready: async () => {},
       close: async () => {},
+      connected: () => true,
     };
   }
 
-  const publisher = createRedisClient(deps.redisUrl, {
-    lazyConnect: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    connectionName: 'herald-api-publish',
-  });
-  const subscriber = createRedisClient(deps.redisUrl, {
+  const onError = (connection: string) => (error: Error) =>
+    logger.warn({ err: error, connection }, 'redis connection error');
+  const publisher = createRedisClient(
+    deps.redisUrl,
+    { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1, connectionName: 'herald-api-publish' },
+    { onError: onError('publish') },
+  );
+  const subscriber = createRedisClient(
+    deps.redisUrl,
     // Subscriptions made during an outage wait for the reconnect instead of failing.
-    maxRetriesPerRequest: null,
-    autoResubscribe: true,
-    connectionName: 'herald-api-subscribe',
-  });
+    { maxRetriesPerRequest: null, autoResubscribe: true, connectionName: 'herald-api-subscribe' },
+    { onError: onError('subscribe') },
+  );
   for (const [name, client] of [
     ['publish', publisher],
     ['subscribe', subscriber],
   ] as const) {
-    client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
     client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
   }
 
@@ -135,6 +138,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       publisher.disconnect();
       subscriber.disconnect();
     },
+    connected: () => publisher.status === 'ready' && subscriber.status === 'ready',
   };
 }
 

@@ -99,3 +99,17 @@ describe('isDatabaseUnavailableError', () => {
     expect(isDatabaseUnavailableError('not an error')).toBe(false);
   });
 });
+
+describe('createDatabase in embedded mode (PGlite)', () => {
+  it('answers queries after close with an "unavailable" error instead of crashing or hanging', async () => {
+    const embedded = await createDatabase({ kind: 'embedded', dataDir: 'memory://' });
+    await expect(embedded.ping()).resolves.toBeUndefined();
+    await embedded.close();
+    const error = await sql`select 1`.execute(embedded.db).then(
+      () => undefined,
+      (caught: unknown) => caught,
+    );
+    expect(isDatabaseUnavailableError(error)).toBe(true);
+    await expect(embedded.ping()).rejects.toSatisfy(isDatabaseUnavailableError);
+  });
+});

@@ -40,6 +40,8 @@ export interface TransportContext {
   socketViewer?: Viewer | null;
   /** Request-scoped logger, when a plugin made one. */
   log?: Logger;
+  /** Set by the WebSocket server; anything else is HTTP. Subscriptions run only on `websocket`. */
+  transport?: 'websocket';
 }
 
 export interface ContextDeps {

@@ -146,6 +146,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           socketViewer: viewer,
+          transport: 'websocket',
           params: payload,
         });
         let document: ReturnType<typeof parse>;

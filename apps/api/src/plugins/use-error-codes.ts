@@ -46,6 +46,16 @@ export function useErrorCodes(): Plugin {
   };
 }
 
+/**
+ * What a transport answers when parsing or validating a document threw (rather than returned errors):
+ * the GraphQLError with `code` added when missing, or a generic coded error for anything else, so a
+ * refused document never ends a WebSocket with 4500.
+ */
+export function documentError(error: unknown, code: typeof GRAPHQL_PARSE_FAILED | typeof GRAPHQL_VALIDATION_FAILED) {
+  if (error instanceof GraphQLError) return withCode(error, code);
+  return new GraphQLError('Document could not be processed', { extensions: { code } });
+}
+
 /** Variable coercion errors come back from execute with no path and no code. */
 function tagVariableErrors(result: ExecutionResult): ExecutionResult {
   if (!result.errors?.some((error) => error.path === undefined && error.extensions?.code === undefined)) {

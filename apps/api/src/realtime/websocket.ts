@@ -9,6 +9,7 @@ import { WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '../plugins/use-error-codes.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
@@ -156,13 +157,19 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           transport: 'websocket',
           params: payload,
         });
+        // A refused document is an `error` message with a code, never a 4500 close (SPEC §6).
         let document: ReturnType<typeof parse>;
+        let errors: readonly GraphQLError[];
         try {
           document = parse(payload.query);
         } catch (error) {
-          return [error instanceof GraphQLError ? error : new GraphQLError('Syntax Error: could not parse the query')];
+          return [documentError(error, GRAPHQL_PARSE_FAILED)];
         }
-        const errors = validate(schema, document);
+        try {
+          errors = validate(schema, document);
+        } catch (error) {
+          return [documentError(error, GRAPHQL_VALIDATION_FAILED)];
+        }
         if (errors.length > 0) return errors;
         const shareKey = deps.sharedExecution
           ? groups.keyFor(document, payload.operationName, payload.query, payload.variables)

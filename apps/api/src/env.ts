@@ -24,7 +24,8 @@ const pemPublicKey = z.string().refine(
 );
 
 const EnvSchema = z.object({
-  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  // Not defaulted here: whether it was set decides error masking outside embedded mode (see below).
+  NODE_ENV: z.enum(['development', 'production', 'test']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 
   // http
@@ -66,7 +67,12 @@ const EnvSchema = z.object({
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
 });
 
-export type Mode = 'embedded' | 'cluster';
+/**
+ * SPEC §2. `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
+ * `single`: DATABASE_URL only (PostgreSQL, in-memory pub/sub for one pod, in-process webhooks on the
+ * database). `cluster`: both (Redis pub/sub, separate dispatcher apps). REDIS_URL alone is refused.
+ */
+export type Mode = 'embedded' | 'single' | 'cluster';
 
 /** Herald API configuration, grouped by concern. Built once by {@link loadApiConfig}. */
 export interface ApiConfig {
@@ -90,6 +96,12 @@ export interface ApiConfig {
     audience: string | undefined;
   };
   graphql: {
+    /**
+     * Unexpected errors keep their message and stack in responses (Yoga's `isDev`). On only when
+     * NODE_ENV=development is set explicitly, or in embedded mode without NODE_ENV (a laptop);
+     * single and cluster deployments mask them even when NODE_ENV is unset.
+     */
+    errorDetails: boolean;
     introspection: boolean;
     graphiql: boolean;
     maxDepth: number;
@@ -106,13 +118,15 @@ export interface ApiConfig {
  */
 export function loadApiConfig(env: Record<string, string | undefined> = process.env): ApiConfig {
   const parsed = parseEnv(EnvSchema, env);
+  checkModes(parsed);
   checkKeySources(parsed);
-  const isProduction = parsed.NODE_ENV === 'production';
-  const mode: Mode = parsed.DATABASE_URL && parsed.REDIS_URL ? 'cluster' : 'embedded';
+  const nodeEnv = parsed.NODE_ENV ?? 'development';
+  const isProduction = nodeEnv === 'production';
+  const mode: Mode = parsed.DATABASE_URL ? (parsed.REDIS_URL ? 'cluster' : 'single') : 'embedded';
   const embeddedDatabase = !parsed.DATABASE_URL;
   return {
     mode,
-    env: parsed.NODE_ENV,
+    env: nodeEnv,
     isProduction,
     logLevel: parsed.LOG_LEVEL,
     http: {
@@ -138,6 +152,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       audience: parsed.JWT_AUDIENCE,
     },
     graphql: {
+      errorDetails: parsed.NODE_ENV === 'development' || (parsed.NODE_ENV === undefined && mode === 'embedded'),
       introspection: parsed.GRAPHQL_INTROSPECTION ?? !isProduction,
       graphiql: parsed.GRAPHIQL ?? !isProduction,
       maxDepth: parsed.MAX_QUERY_DEPTH,
@@ -152,6 +167,18 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
     },
   };
+}
+
+/**
+ * REDIS_URL without DATABASE_URL would put each pod on its own embedded database, and no dispatcher
+ * could read it: webhooks would silently never leave. Refused (SPEC §2).
+ */
+function checkModes(env: z.output<typeof EnvSchema>): void {
+  if (env.REDIS_URL && !env.DATABASE_URL) {
+    throw new InvalidConfigError([
+      'REDIS_URL: set only together with DATABASE_URL (cluster mode); pods cannot share an embedded database',
+    ]);
+  }
 }
 
 /** Rules across variables, checked once each variable is valid on its own. */

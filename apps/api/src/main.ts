@@ -17,6 +17,10 @@ try {
 }
 
 const logger = createLogger(config.logLevel);
+logger.info(
+  { mode: config.mode, database: config.database.kind, pubsub: config.redisUrl ? 'redis' : 'memory' },
+  `herald api starting in ${config.mode} mode`,
+);
 const app = await createApp(config, logger).catch((error: unknown) => {
   logger.fatal({ err: error }, 'start-up failed');
   process.exit(1);

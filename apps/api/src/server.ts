@@ -121,8 +121,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     },
     // Yoga's masking: a resolver's GraphQLError (our named errors) passes; anything else becomes
     // "Unexpected error." with code INTERNAL_SERVER_ERROR (details only in development).
-    // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts).
-    maskedErrors: { isDev: config.env === 'development', maskError },
+    // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts). Details only where
+    // `errorDetails` allows: never by default in single or cluster mode (env.ts).
+    maskedErrors: { isDev: config.graphql.errorDetails, maskError },
     context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
     plugins,
   });

@@ -1,6 +1,7 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
 import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
+import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import type { DatabaseConfig } from '@herald/db';
 import { z } from 'zod';
 
@@ -60,6 +61,9 @@ const EnvSchema = z.object({
     .default(12_000),
   WS_SHARED_EXECUTION: z.stringbool().default(true),
 
+  // subscriptions (SPEC §6.1)
+  HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
@@ -87,6 +91,8 @@ export interface ApiConfig {
    * undefined keeps pub/sub in memory (one process).
    */
   redisUrl: string | undefined;
+  /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
+  redisPrefix: string;
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -139,6 +145,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
+    redisPrefix: parsed.HERALD_REDIS_PREFIX,
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET

@@ -81,7 +81,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
       // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
       check: async () => {
         if (draining) return unready('draining');
-        if (!deps.pubsub.connected()) return unready('redis unreachable');
+        if (!deps.pubsub.readiness) return unready('redis unreachable');
         try {
           await database.ping();
           return true;

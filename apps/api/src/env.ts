@@ -8,6 +8,10 @@ import { z } from 'zod';
 /** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
 const MAX_KEEPALIVE_MS = 30_000;
 const MIB = 1024 * 1024;
+/** After SIGTERM, /readiness answers 503 this long while the server still serves (outside embedded mode). */
+const DEFAULT_DRAIN_DELAY_MS = 5_000;
+/** A drain pause longer than this would eat most of any orchestrator's grace period. */
+const MAX_DRAIN_DELAY_MS = 60_000;
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
@@ -34,6 +38,7 @@ const EnvSchema = z.object({
   HOST: z.string().min(1).default('0.0.0.0'),
   MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
   SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
+  SHUTDOWN_DRAIN_DELAY_MS: z.coerce.number().int().min(0).max(MAX_DRAIN_DELAY_MS).optional(),
 
   // storage
   DATABASE_URL: postgresUrl.optional(),
@@ -84,7 +89,19 @@ export interface ApiConfig {
   env: 'development' | 'production' | 'test';
   isProduction: boolean;
   logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
-  http: { host: string; port: number; maxRequestBodyBytes: number; shutdownGraceMs: number };
+  http: {
+    host: string;
+    port: number;
+    maxRequestBodyBytes: number;
+    shutdownGraceMs: number;
+    /**
+     * `SHUTDOWN_DRAIN_DELAY_MS`: after SIGTERM, how long `/readiness` answers 503 while the server still
+     * accepts connections and serves (WebSockets included), so a load balancer polling readiness takes
+     * the pod out before it stops accepting. Then the usual shutdown (1012, SHUTDOWN_GRACE_MS) follows.
+     * @default 5000, 0 in embedded mode (a laptop's Ctrl-C stops at once)
+     */
+    drainDelayMs: number;
+  };
   database: DatabaseConfig;
   /**
    * Redis for cross-pod pub/sub (`redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`);
@@ -140,6 +157,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       port: parsed.PORT,
       maxRequestBodyBytes: parsed.MAX_REQUEST_BODY_BYTES,
       shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS,
+      drainDelayMs: parsed.SHUTDOWN_DRAIN_DELAY_MS ?? (mode === 'embedded' ? 0 : DEFAULT_DRAIN_DELAY_MS),
     },
     database: parsed.DATABASE_URL
       ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }

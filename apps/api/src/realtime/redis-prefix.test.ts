@@ -40,6 +40,7 @@ async function listen(api: TestApi): Promise<Listener> {
       webSocketImpl: WebSocket,
       connectionParams: { authToken: token },
       lazy: false,
+      onNonLazyError: () => {},
     }),
   };
   listener.client.subscribe<{ postPublished: { title: string } }>(

@@ -53,6 +53,7 @@ export async function startTestApi(options: TestApiOptions = {}): Promise<TestAp
     PORT: '0',
     JWT_SECRET: TEST_JWT_SECRET,
     HERALD_DATA_DIR: 'memory://',
+    SHUTDOWN_DRAIN_DELAY_MS: '0',
     ...(schema ? { DATABASE_URL: schema.url } : {}),
     ...options.env,
   });

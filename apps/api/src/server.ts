@@ -72,7 +72,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
       // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
       check: async () => {
         if (draining) return unready('draining');
-        if (!deps.pubsub.connected()) return unready('redis unreachable');
+        if (!deps.pubsub.readiness) return unready('redis unreachable');
         try {
           await database.ping();
           return true;
@@ -107,8 +107,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     },
     // Yoga's masking: a resolver's GraphQLError (our named errors) passes; anything else becomes
     // "Unexpected error." with code INTERNAL_SERVER_ERROR (details only in development).
-    // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts).
-    maskedErrors: { isDev: config.env === 'development', maskError },
+    // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts). Details only where
+    // `errorDetails` allows: never by default in single or cluster mode (env.ts).
+    maskedErrors: { isDev: config.graphql.errorDetails, maskError },
     context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
     plugins,
   });

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
 import type { WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
@@ -29,6 +30,7 @@ export interface BenchResults {
   run: RunInfo;
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
+  tokenVerify?: TokenVerifyResult | null;
   skipped: string[];
 }
 
@@ -186,6 +188,7 @@ export function markdown(results: BenchResults): string {
     }
     lines.push('', `Receiver: ${w.receiver}.`);
   }
+  lines.push(...tokenVerifyMarkdown(results.tokenVerify));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

@@ -15,6 +15,7 @@ import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import { useTextInputGuard } from './plugins/use-text-input-guard.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
@@ -85,6 +86,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useCSRFPrevention({ requestHeaders: CSRF_HEADERS }),
     ...useDocumentLimits(config.graphql),
     useIntrospectionPolicy(config.graphql.introspection),
+    useTextInputGuard(),
     useWebSocketOnlySubscriptions() as Plugin,
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,

@@ -60,6 +60,13 @@ function freshConnection(path: string, body?: string): Promise<{ status: number;
   });
 }
 
+describe('single mode (DATABASE_URL without REDIS_URL)', () => {
+  it('names the mode in its first log line', () => {
+    const first = JSON.parse(api.stdout[0] ?? '{}') as Record<string, unknown>;
+    expect(first).toMatchObject({ msg: 'herald api starting in single mode', mode: 'single', pubsub: 'memory' });
+  });
+});
+
 describe('SIGTERM drain', () => {
   it('answers /readiness 503 while still accepting and serving, then closes sockets with 1012 and exits 0', async () => {
     expect((await freshConnection('/readiness')).status).toBe(200);

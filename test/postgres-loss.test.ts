@@ -3,7 +3,9 @@ import { createServer, type Server } from 'node:http';
 import { signToken } from '@herald/auth';
 import { createOwnDatabase, type OwnDatabase } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
+import { type Client, createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type GraphqlAnswer, isOkOrUnavailable, postGraphql } from './support/graphql-http.js';
 import { type Subscriber, subscribePostPublished } from './support/subscribers.js';
@@ -29,6 +31,42 @@ let subscriber: Subscriber;
 let token: string;
 let receiver: Server;
 const received = new Set<string>();
+/** Sockets whose every event loads the author from the database (DataLoader per event). */
+const AUTHOR_SOCKETS = 5;
+interface AuthorSocket {
+  client: Client;
+  titles: string[];
+  errorCodes: unknown[];
+  connections: number;
+}
+let authorSockets: AuthorSocket[] = [];
+
+function subscribeWithAuthor(): AuthorSocket {
+  const socket: AuthorSocket = { client: undefined as unknown as Client, titles: [], errorCodes: [], connections: 0 };
+  socket.client = createClient({
+    url: `ws://127.0.0.1:${api.port}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authToken: token },
+    lazy: false,
+    onNonLazyError: () => {},
+    on: { connected: () => socket.connections++ },
+  });
+  socket.client.subscribe<{ postPublished: { title: string; author: { name: string } } }>(
+    {
+      query: 'subscription($orgId: ID!) { postPublished(orgId: $orgId) { title author { name } } }',
+      variables: { orgId: ORG },
+    },
+    {
+      next: (result) => {
+        for (const error of result.errors ?? []) socket.errorCodes.push(error.extensions?.code);
+        if (result.data) socket.titles.push(result.data.postPublished.title);
+      },
+      error: (error) => socket.errorCodes.push(String(error)),
+      complete: () => {},
+    },
+  );
+  return socket;
+}
 
 const CREATE = 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }';
 const PUBLISH = 'mutation($id: ID!) { publishPost(id: $id) { id title status } }';
@@ -65,11 +103,15 @@ beforeAll(async () => {
   );
   expect(endpoint.body.errors).toBeUndefined();
   subscriber = subscribePostPublished(`ws://127.0.0.1:${api.port}/graphql`, token, ORG);
-  await waitFor('the subscriber to connect', () => subscriber.connections === 1);
+  authorSockets = Array.from({ length: AUTHOR_SOCKETS }, subscribeWithAuthor);
+  await waitFor('the subscribers to connect', () =>
+    [subscriber, ...authorSockets].every((socket) => socket.connections === 1),
+  );
 }, 120_000);
 
 afterAll(async () => {
   await subscriber?.client.dispose();
+  await Promise.all(authorSockets.map((socket) => socket.client.dispose()));
   await api?.stop('SIGTERM');
   await new Promise((resolve) => receiver?.close(resolve));
   await own?.drop();
@@ -117,6 +159,11 @@ describe('PostgreSQL backends terminated under HTTP, WebSocket and webhook load'
     expect(api.child.exitCode).toBeNull();
     expect(answers.filter((answer) => !isOkOrUnavailable(answer))).toEqual([]);
     expect(published.length).toBeGreaterThan(0);
+    // Events whose author lookup was cut answer with a coded error on the same, still open socket.
+    for (const socket of authorSockets) {
+      expect(socket.errorCodes.filter((code) => code !== 'SERVICE_UNAVAILABLE')).toEqual([]);
+      expect(socket.connections).toBe(1);
+    }
   });
 
   it('recovers by itself: ready again, the same WebSocket gets new events, no webhook is lost', {
@@ -129,7 +176,11 @@ describe('PostgreSQL backends terminated under HTTP, WebSocket and webhook load'
     expect(after).toBeDefined();
     published.push(after!);
     await waitFor('the subscriber to receive the post', () => subscriber.count('after failover') === 1);
+    await waitFor('every author socket to receive it with its author', () =>
+      authorSockets.every((socket) => socket.titles.includes('after failover')),
+    );
     expect(subscriber.connections).toBe(1);
+    expect(authorSockets.every((socket) => socket.connections === 1)).toBe(true);
     expect(subscriber.errors).toEqual([]);
     // An event whose fan-out or attempt was cut by the termination waits for its lease (or the relay's
     // requeue, 120 s in today's dispatcher) to expire: late, never lost.

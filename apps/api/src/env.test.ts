@@ -14,6 +14,15 @@ function configError(env: Record<string, string>): string[] {
 
 const SECRET = 'x'.repeat(32);
 
+describe('document limits', () => {
+  it('cost and directive limits default to 5000 and 50 and can be changed', () => {
+    expect(loadApiConfig({}).graphql).toMatchObject({ maxCost: 5_000, maxDirectives: 50 });
+    const config = loadApiConfig({ MAX_QUERY_COST: '20000', MAX_QUERY_DIRECTIVES: '10' });
+    expect(config.graphql).toMatchObject({ maxCost: 20_000, maxDirectives: 10 });
+    expect(configError({ MAX_QUERY_COST: '0' })[0]).toMatch(/^MAX_QUERY_COST/);
+  });
+});
+
 describe('JWT_JWKS_URL', () => {
   it('must be https:// outside development, with one line naming the variable', () => {
     expect(configError({ NODE_ENV: 'production', JWT_JWKS_URL: 'http://idp.example/jwks.json' })).toEqual([

@@ -59,6 +59,8 @@ const EnvSchema = z.object({
   MAX_QUERY_DEPTH: positiveInt.default(12),
   MAX_QUERY_ALIASES: positiveInt.default(15),
   MAX_QUERY_TOKENS: positiveInt.default(2_000),
+  MAX_QUERY_COST: positiveInt.default(5_000),
+  MAX_QUERY_DIRECTIVES: positiveInt.default(50),
 
   // websocket
   WS_KEEPALIVE_MS: positiveInt
@@ -130,6 +132,9 @@ export interface ApiConfig {
     maxDepth: number;
     maxAliases: number;
     maxTokens: number;
+    /** graphql-armor's cost model (objects 2, scalars 1, ×1.5 per level). */
+    maxCost: number;
+    maxDirectives: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean };
   webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
@@ -183,6 +188,8 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxDepth: parsed.MAX_QUERY_DEPTH,
       maxAliases: parsed.MAX_QUERY_ALIASES,
       maxTokens: parsed.MAX_QUERY_TOKENS,
+      maxCost: parsed.MAX_QUERY_COST,
+      maxDirectives: parsed.MAX_QUERY_DIRECTIVES,
     },
     ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
     webhooks: {

@@ -110,6 +110,16 @@ describe('each limit holds on its own', () => {
     expect(body.errors[0].extensions).toMatchObject({ code: 'GRAPHQL_VALIDATION_FAILED', limit: 'cost' });
   });
 
+  it('MAX_QUERY_DIRECTIVES is honoured: a lower limit refuses a few directives', async () => {
+    const strict = await startTestApi({ env: { MAX_QUERY_DIRECTIVES: '2' } });
+    try {
+      const { body } = await strict.graphql(`{ me ${'@include(if: true) '.repeat(3)} { id } }`, {}, alice);
+      expect(body.errors?.[0]?.extensions).toMatchObject({ code: 'GRAPHQL_VALIDATION_FAILED', limit: 'directives' });
+    } finally {
+      await strict.close();
+    }
+  });
+
   it('a cost refusal says what it is, without a misleading "Syntax Error"', async () => {
     const { body } = await overHttp(lax, HOSTILE['me{id} ×10,000']);
     const cost = body.errors.find((error: { extensions: { limit?: string } }) => error.extensions.limit === 'cost');

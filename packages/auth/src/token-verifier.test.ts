@@ -193,6 +193,14 @@ describe('verified-token cache (injected clock)', () => {
     await expect(verifier.verify(genuine)).resolves.toMatchObject({ id: 'u1' });
   });
 
+  it('hands out a frozen viewer, so no request can change what the next one with the same token sees', async () => {
+    const verifier = createTokenVerifier({ key: { kind: 'secret', secret: SECRET } });
+    const token = await signToken(SECRET, claims);
+    const viewer = await verifier.verify(token);
+    expect(Object.isFrozen(viewer) && Object.isFrozen(viewer.orgs)).toBe(true);
+    expect(await verifier.verify(token)).toEqual(viewer);
+  });
+
   it('remembers no refusal, and stays within its size bound', async () => {
     clockMs = startSec * 1000;
     const verifier = createTokenVerifier({ key: { kind: 'secret', secret: SECRET }, now, cacheSize: 2 });

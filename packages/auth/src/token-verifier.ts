@@ -202,10 +202,11 @@ function toViewer(payload: JWTPayload): Viewer {
   if (orgs !== undefined && !(Array.isArray(orgs) && orgs.every((org) => typeof org === 'string'))) {
     throw new InvalidTokenError('invalid', 'invalid token: orgs claim must be an array of strings');
   }
-  return {
+  // Frozen: a cached viewer is shared by every request carrying the same token.
+  return Object.freeze({
     id: sub,
     name: typeof name === 'string' && name.length > 0 ? name : sub,
-    orgs: orgs ?? [],
+    orgs: Object.freeze([...((orgs as string[] | undefined) ?? [])]),
     expiresAt: exp,
-  };
+  });
 }

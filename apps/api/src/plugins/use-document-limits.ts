@@ -3,11 +3,6 @@ import { ErrorCode } from '@herald/contracts';
 import { GraphQLError, type ValidationContext } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 
-/** graphql-armor's default cost model, kept: a document above this cost is refused before it runs. */
-export const MAX_QUERY_COST = 5_000;
-/** Directives per document (`@include` ×1000 is refused). */
-export const MAX_QUERY_DIRECTIVES = 50;
-
 /** Which limit refused a document, in `extensions.limit`. */
 export type DocumentLimit = 'tokens' | 'depth' | 'aliases' | 'cost' | 'directives' | 'nesting';
 
@@ -18,6 +13,10 @@ export interface DocumentLimitOptions {
   maxAliases: number;
   /** Lexical tokens per document (MAX_QUERY_TOKENS); counted while parsing, so a huge document stops early. */
   maxTokens: number;
+  /** Cost per document in graphql-armor's model (MAX_QUERY_COST); `first: 2147483647` is refused here. */
+  maxCost: number;
+  /** Directives per document (MAX_QUERY_DIRECTIVES); `@include` ×1000 is refused here. */
+  maxDirectives: number;
   /** When false, field suggestions ("did you mean …") are removed: they would leak the schema. */
   introspection: boolean;
 }
@@ -39,8 +38,8 @@ export function useDocumentLimits(options: DocumentLimitOptions): Plugin[] {
       maxTokens: { n: options.maxTokens, ...refuseAs('tokens') },
       maxDepth: { n: options.maxDepth, ...refuseAs('depth') },
       maxAliases: { n: options.maxAliases, ...refuseAs('aliases') },
-      costLimit: { maxCost: MAX_QUERY_COST, ...refuseAs('cost') },
-      maxDirectives: { n: MAX_QUERY_DIRECTIVES, ...refuseAs('directives') },
+      costLimit: { maxCost: options.maxCost, ...refuseAs('cost') },
+      maxDirectives: { n: options.maxDirectives, ...refuseAs('directives') },
       blockFieldSuggestion: { enabled: !options.introspection },
     }) as Plugin,
     useRecursionGuard(),

@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
-import { createEmbeddedDispatcher } from '@herald/webhook-dispatcher';
+import { createEmbeddedDispatcher } from '@herald/webhook-engine';
 import { loadOrCreateDevSecret } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';

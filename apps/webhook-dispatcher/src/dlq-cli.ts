@@ -6,10 +6,9 @@
 import { InvalidConfigError } from '@herald/config';
 import { WEBHOOK_DELIVERY_ID_PREFIX, webhookRedisKeys } from '@herald/contracts';
 import { createDatabase } from '@herald/db';
+import { createRedisStreamQueue, listDeadLetters, replayDeadLetters } from '@herald/webhook-engine';
 import { pino } from 'pino';
-import { listDeadLetters, replayDeadLetters } from './dead-letters.js';
 import { loadDispatcherConfig } from './env.js';
-import { createRedisStreamQueue } from './queue/redis-stream-queue.js';
 
 const USAGE = 'usage: dlq list [--json] | dlq replay <delivery-id|entry-id>… | dlq replay --all';
 

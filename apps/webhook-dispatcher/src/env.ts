@@ -1,7 +1,7 @@
 import { durationMs, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import type { DispatcherSettings } from '@herald/webhook-engine';
 import { z } from 'zod';
-import type { DispatcherSettings } from './dispatcher.js';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();

@@ -2,11 +2,10 @@ import type { AddressInfo } from 'node:net';
 import { InvalidConfigError } from '@herald/config';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
-import { createDispatcher } from './dispatcher.js';
+import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
-import { createRedisStreamQueue } from './queue/redis-stream-queue.js';
 
 let config: ReturnType<typeof loadDispatcherConfig>;
 try {

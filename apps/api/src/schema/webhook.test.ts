@@ -1,5 +1,5 @@
 import { fanOutEvent, listActiveWebhookSecrets } from '@herald/db';
-import { startTestReceiver, type TestReceiver } from '@herald/webhook-dispatcher/testing';
+import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 

@@ -1,3 +1,5 @@
+export * from './attempt-delivery.js';
+export * from './dead-letters.js';
 export * from './deliver.js';
 export * from './dispatcher.js';
 export * from './embedded.js';

@@ -28,7 +28,13 @@ try {
   process.exit(1);
 }
 const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys: webhookRedisKeys(config.redisPrefix), logger });
-const dispatcher = createDispatcher({ db: database.db, queue, logger, settings: config.webhooks });
+const dispatcher = createDispatcher({
+  db: database.db,
+  databaseUrl: config.databaseUrl,
+  queue,
+  logger,
+  settings: config.webhooks,
+});
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');
   process.exit(1);

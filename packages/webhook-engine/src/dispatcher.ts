@@ -1,16 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { countRetryBacklog, type Database, fanOutEvent } from '@herald/db';
-import type { Kysely } from 'kysely';
+import { countRetryBacklog, type Database } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { createDeliveryAttempter, type DeliveryAttempter } from './attempt-delivery.js';
+import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
+import { createOutboxListener, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
+import { createRetention, type Retention } from './retention.js';
 import { createScheduler } from './scheduler.js';
+
+/** `WEBHOOK_DISABLE_AFTER`'s default (SPEC §3): 5 days. */
+export const DEFAULT_DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
+/** `WEBHOOK_RETENTION`'s default (SPEC §3): 30 days. */
+export const DEFAULT_RETENTION_MS = 30 * 24 * 3_600_000;
 
 /** Tunables of a dispatcher. The first four come from the environment (SPEC §3). */
 export interface DispatcherSettings {
@@ -22,19 +29,27 @@ export interface DispatcherSettings {
   retryHorizonMs: number;
   /** Allow receivers on loopback and private addresses (`WEBHOOK_ALLOW_PRIVATE_URLS`). */
   allowPrivateUrls: boolean;
-  /** Work items (attempts, fan-outs) in hand at once. @default 100 */
+  /** Attempts in hand at once in this dispatcher. @default 200 */
   concurrency?: number;
-  /** Deliveries per endpoint queued or in flight at once, across all dispatchers. @default 10 */
+  /** Attempts in flight per endpoint at once, across all dispatchers (enforced at the claim). @default 10 */
   endpointConcurrency?: number;
+  /** An endpoint whose every attempt failed for this long is disabled (`WEBHOOK_DISABLE_AFTER`). @default 5 days */
+  disableAfterMs?: number;
+  /** Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted (`WEBHOOK_RETENTION`). @default 30 days */
+  retentionMs?: number;
+  /** How often retention runs. @default 600000 (10 min) */
+  retentionIntervalMs?: number;
   /** How often the outbox and due retries are looked for when idle. @default 500 */
   pollIntervalMs?: number;
   /**
-   * An outbox event or delivery handed to the queue and not picked up within this long is handed out
-   * again (the queue lost it). Must exceed the queue's normal backlog. @default 120000
+   * Kept for configuration compatibility (`WEBHOOK_REQUEUE_AFTER`); work is handed out again after the
+   * lease (`timeoutMs` × 1.5), not after this.
    */
   requeueAfterMs?: number;
-  /** Outbox events relayed, and due deliveries handed out, per pass. @default 200 */
+  /** Outbox events fanned out, and due deliveries handed out, per pass. @default 200 */
   batchSize?: number;
+  /** Entries claimed, POSTed and recorded together. @default 50 */
+  claimBatchSize?: number;
 }
 
 export interface DispatcherDeps {
@@ -48,6 +63,11 @@ export interface DispatcherDeps {
   registry?: Registry;
   /** Random source for retry jitter. @default Math.random */
   random?: () => number;
+  /**
+   * The PostgreSQL URL, to LISTEN for outbox commits (fan-out right after commit). Without it (PGlite)
+   * the relay polls, and `notifyOutbox()` wakes it in-process.
+   */
+  databaseUrl?: string;
 }
 
 export interface Dispatcher {
@@ -63,78 +83,85 @@ export interface Dispatcher {
   readiness(): Promise<boolean>;
   metrics: DispatcherMetrics;
   consumerName: string;
+  /** Wakes the relay (an outbox event was committed in this process). */
+  notifyOutbox(): void;
+  /** Runs one retention pass now (tests, operators). */
+  runRetention(): ReturnType<Retention['runOnce']>;
 }
 
 /**
- * Wires one dispatcher (SPEC §7): the relay moves outbox events into the queue; the consumer reads the
- * queue and either fans an event out into deliveries or makes one delivery attempt; the scheduler
- * hands due deliveries (new ones and retries) to the queue, at most `endpointConcurrency` per endpoint.
- * Any number of dispatchers can share one database and one queue.
+ * Wires one dispatcher (SPEC §7; the protocol is in lease-protocol.ts): the relay fans outbox events
+ * out into queued deliveries and XADDs them; the consumer reads batches, claims, POSTs and records
+ * each batch in three statements, then keeps the endpoints' freed slots busy (chaining); the scheduler
+ * queues due retries and anything whose lease expired; retention deletes old rows. Any number of
+ * dispatchers can share one database and one queue.
  */
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { db, queue, settings } = deps;
   const consumerName = deps.consumerName ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const logger = deps.logger.child({ consumer: consumerName });
-  const concurrency = settings.concurrency ?? 100;
+  const concurrency = settings.concurrency ?? 200;
   const endpointConcurrency = settings.endpointConcurrency ?? 10;
   const pollIntervalMs = settings.pollIntervalMs ?? 500;
-  const requeueAfterMs = settings.requeueAfterMs ?? 120_000;
   const batchSize = settings.batchSize ?? 200;
   // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
   // in flight is taken over only after this long, so a live attempt is not duplicated.
   const leaseMs = settings.timeoutMs + Math.max(1_000, Math.round(settings.timeoutMs / 2));
+  // Chaining gives an entry's acknowledgement a budget well within the reclaim time.
+  const chainBudgetMs = leaseMs / 2;
 
   const metrics = createDispatcherMetrics(
-    { retryBacklog: () => countRetryBacklog(db), streamLag: () => queue.lag() },
+    {
+      retryBacklog: () => countRetryBacklog(db),
+      streamLag: () => queue.lag(),
+      deadDeliveries: async () =>
+        countWhere(db, sql`select count(*)::int as n from webhook_deliveries where status = 'DEAD'`),
+      disabledEndpoints: async () =>
+        countWhere(
+          db,
+          sql`select count(*)::int as n from webhook_endpoints where status = 'DISABLED' and deleted_at is null`,
+        ),
+    },
     deps.registry,
   );
   let deliverer: Deliverer | undefined;
-  const relay = createRelay({ db, queue, logger, batchSize, pollIntervalMs, resendAfterMs: requeueAfterMs });
-  const scheduler = createScheduler({
+  let attempter: BatchAttempter;
+  let listener: OutboxListener | undefined;
+  const relay = createRelay({ db, queue, logger, batchSize, pollIntervalMs, queueLeaseMs: leaseMs });
+  const scheduler = createScheduler({ db, queue, logger, batchSize, pollIntervalMs, queueLeaseMs: leaseMs });
+  const retention = createRetention({
     db,
-    queue,
     logger,
-    batchSize,
-    pollIntervalMs,
-    queueLeaseMs: requeueAfterMs,
-    endpointConcurrency,
+    retentionMs: settings.retentionMs ?? DEFAULT_RETENTION_MS,
+    intervalMs: settings.retentionIntervalMs ?? 600_000,
   });
   const consumer = createConsumer({
     queue,
     consumerName,
     concurrency,
+    batchSize: settings.claimBatchSize ?? 50,
     reclaimIdleMs: leaseMs,
     logger,
-    async handle(entry) {
-      const message = entry.message;
-      if (!message) return;
-      if (message.kind === 'event') {
-        const { found, created } = await fanOutEvent(db, message.eventId);
-        if (!found) logger.warn({ eventId: message.eventId }, 'queue names an event the outbox does not have');
-        if (created > 0) scheduler.wake();
-        return;
-      }
+    async handle(entries) {
+      const queued = entries.flatMap((entry) => (entry.message ? [entry.message] : []));
+      let result = await attempter.run(queued);
+      // The endpoints' slots are free again: take their next due deliveries without a round through
+      // the scheduler and the stream. Errors here only delay those deliveries (the scheduler has them).
+      const chainUntil = Date.now() + chainBudgetMs;
       try {
-        // The slot this delivery held passes to the endpoint's next due delivery, for a while: a busy
-        // endpoint keeps its connections working without a round through the scheduler and the queue.
-        // The budget keeps the entry's acknowledgement well within the reclaim time.
-        const chainUntil = Date.now() + leaseMs / 2;
-        let attempted = await attempter.attempt(message);
-        while (attempted && state === 'running' && Date.now() < chainUntil) {
-          attempted = await attempter.attemptNext(message.endpointId);
+        while (result.endpoints.length > 0 && state === 'running' && Date.now() < chainUntil) {
+          result = await attempter.run([], result.endpoints);
         }
-      } finally {
-        // The endpoint has a free slot again (or the work item was stale): hand out what waits for it.
-        scheduler.wake();
+      } catch (error) {
+        logger.warn({ err: error }, 'chaining to the next due deliveries failed');
       }
     },
   });
-  let attempter: DeliveryAttempter;
 
   queue.onReset(() => {
-    void Promise.all([relay.resend(), scheduler.requeue()]).catch((error: unknown) =>
-      logger.error({ err: error }, 'handing work out again after a queue reset failed'),
-    );
+    void scheduler
+      .requeue()
+      .catch((error: unknown) => logger.error({ err: error }, 'handing work out again after a queue reset failed'));
   });
 
   let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -142,6 +169,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   return {
     metrics,
     consumerName,
+    notifyOutbox: () => relay.wake(),
+    runRetention: () => retention.runOnce(),
     async start() {
       if (state !== 'idle') return;
       await queue.init();
@@ -150,7 +179,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         policy: { allowPrivateUrls: settings.allowPrivateUrls },
         connectionsPerEndpoint: endpointConcurrency,
       });
-      attempter = createDeliveryAttempter({
+      attempter = createBatchAttempter({
         db,
         queue,
         deliverer,
@@ -158,12 +187,20 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         logger,
         retry: { baseMs: settings.retryBaseMs, horizonMs: settings.retryHorizonMs },
         attemptLeaseMs: leaseMs,
+        endpointCap: endpointConcurrency,
+        disableAfterMs: settings.disableAfterMs ?? DEFAULT_DISABLE_AFTER_MS,
+        onOutboxEvents: () => relay.wake(),
         random: deps.random,
       });
       state = 'running';
       consumer.start();
       scheduler.start();
       relay.start();
+      retention.start();
+      if (deps.databaseUrl) {
+        listener = createOutboxListener({ databaseUrl: deps.databaseUrl, logger, onEvent: () => relay.wake() });
+        await listener.start();
+      }
       logger.info({ queue: queue.kind, concurrency, endpointConcurrency }, 'webhook dispatcher started');
     },
     stop() {
@@ -173,7 +210,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           return;
         }
         state = 'stopping';
-        await Promise.all([relay.stop(), scheduler.stop(), consumer.stop()]);
+        await listener?.stop();
+        await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
         await deliverer?.close();
         state = 'stopped';
         logger.info('webhook dispatcher stopped');
@@ -190,4 +228,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       }
     },
   };
+}
+
+async function countWhere(db: Kysely<Database>, query: ReturnType<typeof sql<{ n: number }>>): Promise<number> {
+  const { rows } = await query.execute(db);
+  return rows[0]?.n ?? 0;
 }

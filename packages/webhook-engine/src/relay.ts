@@ -1,6 +1,7 @@
-import { claimOutboxForRelay, type Database, resetOutboxRelay } from '@herald/db';
+import type { Database } from '@herald/db';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import { fanOutOutbox } from './lease-protocol.js';
 import { createPollLoop, type PollLoop } from './poll-loop.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 
@@ -8,48 +9,39 @@ export interface RelayOptions {
   db: Kysely<Database>;
   queue: WebhookQueue;
   logger: Logger;
-  /** Events moved per pass. */
+  /** Outbox events fanned out per pass (one statement). */
   batchSize: number;
-  /** How often the outbox is looked at when idle. */
+  /** How often the outbox is looked at without a wake-up (the safety net behind LISTEN/NOTIFY). */
   pollIntervalMs: number;
-  /** An event relayed this long ago and still not dispatched is relayed again (the queue lost it). */
-  resendAfterMs: number;
+  /** How long a fanned-out delivery stays queued before the due scan hands it out again. */
+  queueLeaseMs: number;
 }
 
-export interface Relay extends Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'> {
-  /** Hands every undispatched event to the queue again, now (the queue lost its entries). */
-  resend(): Promise<void>;
-}
+export type Relay = Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'>;
 
 /**
- * Moves outbox events into the queue. A pass claims the oldest events not yet relayed (or relayed too
- * long ago without being dispatched: the queue lost them), marks them relayed and appends one `event`
- * entry each. The event counts as done only when a dispatcher has created its deliveries
- * (`dispatched_at`), so a crash anywhere in between leads at worst to the same event id in the queue
- * twice, and the fan-out is idempotent (one delivery per event and endpoint).
+ * Turns outbox events into deliveries and hands them to the stream (lease protocol step 1): one
+ * statement per batch creates the deliveries already queued, then one pipelined XADD per delivery.
+ * Woken right after an outbox commit (LISTEN/NOTIFY, or in-process); polls as the safety net.
  */
 export function createRelay(options: RelayOptions): Relay {
   const { db, queue, logger, batchSize } = options;
   const loop = createPollLoop(
     'relay',
     async () => {
-      const ids = await claimOutboxForRelay(db, { limit: batchSize, resendAfterMs: options.resendAfterMs });
-      if (ids.length === 0) return false;
-      try {
-        await queue.enqueue(ids.map((eventId) => ({ kind: 'event', eventId })));
-      } catch (error) {
-        // Not in the queue: let the next pass take them again rather than wait for `resendAfterMs`.
-        await db
-          .updateTable('webhook_outbox')
-          .set({ relayed_at: null })
-          .where('id', 'in', ids)
-          .where('dispatched_at', 'is', null)
-          .execute()
-          .catch(() => {});
-        throw error;
-      }
-      logger.debug({ events: ids.length }, 'relayed outbox events');
-      return ids.length === batchSize;
+      const result = await fanOutOutbox(db, { limit: batchSize, queueLeaseMs: options.queueLeaseMs });
+      if (result.events === 0) return false;
+      // Killed or failing here: the deliveries' q-leases expire and the due scan queues them again.
+      await queue.enqueue(
+        result.queued.map((item) => ({
+          kind: 'delivery',
+          deliveryId: item.deliveryId,
+          endpointId: item.endpointId,
+          lease: item.lease,
+        })),
+      );
+      logger.debug({ events: result.events, deliveries: result.queued.length }, 'fanned out outbox events');
+      return result.events === batchSize;
     },
     { intervalMs: options.pollIntervalMs, logger },
   );
@@ -59,11 +51,6 @@ export function createRelay(options: RelayOptions): Relay {
     wake: loop.wake,
     get healthy() {
       return loop.healthy;
-    },
-    async resend() {
-      const count = await resetOutboxRelay(db);
-      if (count > 0) logger.warn({ events: count }, 'queue was reset: relaying undispatched events again');
-      loop.wake();
     },
   };
 }

@@ -1,8 +1,13 @@
-import { claimDueDeliveries, type Database, releaseQueuedDeliveries } from '@herald/db';
+import type { Database } from '@herald/db';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import { streamMissedDeadLetters } from './dead-letters.js';
+import { queueDueDeliveries, releaseQueuedDeliveries } from './lease-protocol.js';
 import { createPollLoop, type PollLoop } from './poll-loop.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
+
+/** How often DEAD deliveries missing from the dead-letter stream are looked for. */
+const DEAD_LETTER_CATCH_UP_INTERVAL_MS = 5_000;
 
 export interface SchedulerOptions {
   db: Kysely<Database>;
@@ -10,12 +15,10 @@ export interface SchedulerOptions {
   logger: Logger;
   /** Deliveries handed out per pass. */
   batchSize: number;
-  /** How often due deliveries are looked for when idle: the precision of retry times. */
+  /** How often due deliveries are looked for: the precision of retry times. */
   pollIntervalMs: number;
-  /** A delivery handed to the queue and not attempted within this long is handed out again. */
+  /** A delivery handed to the queue and not claimed within this long is handed out again. */
   queueLeaseMs: number;
-  /** At most this many deliveries per endpoint queued or in flight at once, across all dispatchers. */
-  endpointConcurrency: number;
 }
 
 export interface Scheduler extends Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'> {
@@ -24,47 +27,34 @@ export interface Scheduler extends Pick<PollLoop, 'start' | 'stop' | 'wake' | 'h
 }
 
 /**
- * Turns due deliveries into queue entries. The durable delay structure is the database: a failed
- * attempt sets the delivery's `next_attempt_at`, and this loop (in whichever dispatcher gets there
- * first) hands it to the queue once that time has come. No timer in memory is the source of truth, so
- * retries survive any restart. It also enforces the per-endpoint concurrency cap: an endpoint with
- * `endpointConcurrency` deliveries queued or in flight gets no more until one finishes, so a slow
- * receiver's backlog waits in the database, not in the queue ahead of other receivers.
+ * The durable timer (lease protocol step 2): due deliveries nobody holds (retries, replays,
+ * deliveries released over the cap, abandoned leases) are queued again through the index on
+ * `next_attempt_at` with a LIMIT. No timer in memory is the source of truth, so retries survive any
+ * restart. Also writes dead letters the stream missed.
  */
 export function createScheduler(options: SchedulerOptions): Scheduler {
   const { db, queue, logger, batchSize } = options;
+  let lastCatchUp = 0;
   const loop = createPollLoop(
     'scheduler',
     async () => {
-      const due = await claimDueDeliveries(db, {
-        limit: batchSize,
-        leaseMs: options.queueLeaseMs,
-        endpointConcurrency: options.endpointConcurrency,
-      });
-      if (due.length === 0) return false;
-      try {
-        await queue.enqueue(
-          due.map((delivery) => ({
-            kind: 'delivery',
-            deliveryId: delivery.id,
-            endpointId: delivery.endpointId,
-            lease: delivery.lease,
-          })),
+      if (Date.now() - lastCatchUp > DEAD_LETTER_CATCH_UP_INTERVAL_MS) {
+        lastCatchUp = Date.now();
+        await streamMissedDeadLetters(db, queue).catch((error: unknown) =>
+          logger.warn({ err: error }, 'writing missed dead letters to the stream failed'),
         );
-      } catch (error) {
-        // Not in the queue: release the leases so the next pass hands them out again.
-        await db
-          .updateTable('webhook_deliveries')
-          .set({ lease_token: null, leased_until: null })
-          .where(
-            'lease_token',
-            'in',
-            due.map((delivery) => delivery.lease),
-          )
-          .execute()
-          .catch(() => {});
-        throw error;
       }
+      const due = await queueDueDeliveries(db, { limit: batchSize, queueLeaseMs: options.queueLeaseMs });
+      if (due.length === 0) return false;
+      // Killed or failing here: the q-leases expire and a later pass queues them again.
+      await queue.enqueue(
+        due.map((item) => ({
+          kind: 'delivery',
+          deliveryId: item.deliveryId,
+          endpointId: item.endpointId,
+          lease: item.lease,
+        })),
+      );
       return due.length === batchSize;
     },
     { intervalMs: options.pollIntervalMs, logger },

@@ -90,6 +90,7 @@ export async function createDispatcherHarness(
       const queue = newQueue();
       const dispatcher = createDispatcher({
         db: database.db,
+        databaseUrl: schema.url,
         queue,
         logger,
         settings: { ...FAST_SETTINGS, ...settings },

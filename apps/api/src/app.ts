@@ -66,7 +66,13 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   // dispatcher processes deliver and this process only writes the outbox.
   const webhookDispatcher = config.redisUrl
     ? undefined
-    : createEmbeddedDispatcher({ db: database.db, logger, settings: config.webhooks, registry: metrics.registry });
+    : createEmbeddedDispatcher({
+        db: database.db,
+        logger,
+        settings: config.webhooks,
+        registry: metrics.registry,
+        databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
+      });
   await webhookDispatcher?.start();
   // --- end webhooks -------------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ const EnvSchema = z.object({
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
   WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().default(false),
+  WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
+  WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
 
   // capacity and timing
   WEBHOOK_CONCURRENCY: positiveInt.default(100),
@@ -69,6 +71,8 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,
       retryHorizonMs: parsed.WEBHOOK_RETRY_HORIZON,
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS,
+      disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
+      retentionMs: parsed.WEBHOOK_RETENTION,
       concurrency: parsed.WEBHOOK_CONCURRENCY,
       endpointConcurrency: parsed.WEBHOOK_ENDPOINT_CONCURRENCY,
       pollIntervalMs: parsed.WEBHOOK_POLL_INTERVAL_MS,

@@ -1,6 +1,6 @@
 import { durationMs, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
-import type { DispatcherSettings } from '@herald/webhook-engine';
+import type { DispatcherSettings, DispatcherStep } from '@herald/webhook-engine';
 import { z } from 'zod';
 
 const port = z.coerce.number().int().min(0).max(65_535);
@@ -35,6 +35,9 @@ const EnvSchema = z.object({
   WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(10),
   WEBHOOK_POLL_INTERVAL_MS: positiveInt.default(500),
   WEBHOOK_REQUEUE_AFTER: durationMs().default(120_000),
+
+  // tests only: SIGKILL this very process at a step of the straight path (crash-recovery tests)
+  HERALD_TEST_CRASH_AT: z.enum(['after-fan-out', 'after-claim', 'after-post']).optional(),
 });
 
 /** The dispatcher's configuration, grouped by concern. Built once by {@link loadDispatcherConfig}. */
@@ -48,6 +51,8 @@ export interface DispatcherConfig {
   redisUrl: string;
   /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
   redisPrefix: string;
+  /** Tests only (`HERALD_TEST_CRASH_AT`): the step at which the process SIGKILLs itself. */
+  testCrashAt: DispatcherStep | undefined;
   webhooks: DispatcherSettings &
     Required<Pick<DispatcherSettings, 'concurrency' | 'endpointConcurrency' | 'pollIntervalMs' | 'requeueAfterMs'>>;
 }
@@ -66,6 +71,7 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
     databasePoolMax: parsed.DATABASE_POOL_MAX,
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    testCrashAt: parsed.HERALD_TEST_CRASH_AT,
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,

@@ -34,6 +34,9 @@ const dispatcher = createDispatcher({
   queue,
   logger,
   settings: config.webhooks,
+  onStep: (step) => {
+    if (step === config.testCrashAt) process.kill(process.pid, 'SIGKILL');
+  },
 });
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');

@@ -39,6 +39,8 @@ export interface BatchAttempterDeps {
   onOutboxEvents?(): void;
   /** Random source for jitter. @default Math.random */
   random?: () => number;
+  /** Called between steps (crash tests). */
+  onStep?(step: 'after-claim' | 'after-post'): void;
 }
 
 export interface BatchResult {
@@ -201,7 +203,9 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
         leaseMs: deps.attemptLeaseMs,
       });
       if (claimed.length === 0) return { attempted: 0, endpoints: [] };
+      deps.onStep?.('after-claim');
       const outcomes = await Promise.all(claimed.map(attemptOne));
+      deps.onStep?.('after-post');
       const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();

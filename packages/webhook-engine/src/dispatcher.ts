@@ -68,7 +68,15 @@ export interface DispatcherDeps {
    * the relay polls, and `notifyOutbox()` wakes it in-process.
    */
   databaseUrl?: string;
+  /**
+   * Called between the steps of the straight path, for crash tests: `after-fan-out` (deliveries
+   * created, not yet in the stream), `after-claim` (a-leases taken, nothing POSTed), `after-post`
+   * (answers received, nothing recorded). @default none
+   */
+  onStep?(step: DispatcherStep): void;
 }
+
+export type DispatcherStep = 'after-fan-out' | 'after-claim' | 'after-post';
 
 export interface Dispatcher {
   /** Creates the queue's stream and group if needed, then starts the relay, scheduler and consumer. */
@@ -127,7 +135,15 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter;
   let listener: OutboxListener | undefined;
-  const relay = createRelay({ db, queue, logger, batchSize, pollIntervalMs, queueLeaseMs: leaseMs });
+  const relay = createRelay({
+    db,
+    queue,
+    logger,
+    batchSize,
+    pollIntervalMs,
+    queueLeaseMs: leaseMs,
+    onFannedOut: () => deps.onStep?.('after-fan-out'),
+  });
   const scheduler = createScheduler({ db, queue, logger, batchSize, pollIntervalMs, queueLeaseMs: leaseMs });
   const retention = createRetention({
     db,
@@ -190,6 +206,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         endpointCap: endpointConcurrency,
         disableAfterMs: settings.disableAfterMs ?? DEFAULT_DISABLE_AFTER_MS,
         onOutboxEvents: () => relay.wake(),
+        onStep: deps.onStep,
         random: deps.random,
       });
       state = 'running';

@@ -15,6 +15,8 @@ export interface RelayOptions {
   pollIntervalMs: number;
   /** How long a fanned-out delivery stays queued before the due scan hands it out again. */
   queueLeaseMs: number;
+  /** Called after a fan-out statement committed, before the XADD (crash tests). */
+  onFannedOut?(): void;
 }
 
 export type Relay = Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'>;
@@ -31,6 +33,7 @@ export function createRelay(options: RelayOptions): Relay {
     async () => {
       const result = await fanOutOutbox(db, { limit: batchSize, queueLeaseMs: options.queueLeaseMs });
       if (result.events === 0) return false;
+      options.onFannedOut?.();
       // Killed or failing here: the deliveries' q-leases expire and the due scan queues them again.
       await queue.enqueue(
         result.queued.map((item) => ({

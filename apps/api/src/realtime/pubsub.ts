@@ -79,23 +79,23 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     };
   }
 
-  const onError = (connection: string) => (error: Error) =>
-    logger.warn({ err: error, connection }, 'redis connection error');
-  const publisher = createRedisClient(
-    deps.redisUrl,
-    { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1, connectionName: 'herald-api-publish' },
-    { onError: onError('publish') },
-  );
-  const subscriber = createRedisClient(
-    deps.redisUrl,
+  const publisher = createRedisClient(deps.redisUrl, {
+    lazyConnect: false,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    connectionName: 'herald-api-publish',
+  });
+  const subscriber = createRedisClient(deps.redisUrl, {
     // Subscriptions made during an outage wait for the reconnect instead of failing.
-    { maxRetriesPerRequest: null, autoResubscribe: true, connectionName: 'herald-api-subscribe' },
-    { onError: onError('subscribe') },
-  );
+    maxRetriesPerRequest: null,
+    autoResubscribe: true,
+    connectionName: 'herald-api-subscribe',
+  });
   for (const [name, client] of [
     ['publish', publisher],
     ['subscribe', subscriber],
   ] as const) {
+    client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
     client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
   }
 

@@ -111,7 +111,7 @@ describe('each limit holds on its own', () => {
   });
 
   it('MAX_QUERY_DIRECTIVES is honoured: a lower limit refuses a few directives', async () => {
-    const strict = await startTestApi({ env: { MAX_QUERY_DIRECTIVES: '2' } });
+    const strict = await startTestApi({ databaseUrl: inject('databaseUrl'), env: { MAX_QUERY_DIRECTIVES: '2' } });
     try {
       const { body } = await strict.graphql(`{ me ${'@include(if: true) '.repeat(3)} { id } }`, {}, alice);
       expect(body.errors?.[0]?.extensions).toMatchObject({ code: 'GRAPHQL_VALIDATION_FAILED', limit: 'directives' });

@@ -243,11 +243,19 @@ describe('JWKS outage (SPEC §4): unavailable, not invalid', () => {
 
   it('a JWKS that refuses connections is AuthUnavailableError; once back, the same token verifies', async () => {
     let clockMs = Date.now();
-    const verifier = createTokenVerifier({ key: { kind: 'jwks', url: jwks.url }, now: () => clockMs });
+    const reported: unknown[] = [];
+    const verifier = createTokenVerifier({
+      key: { kind: 'jwks', url: jwks.url },
+      now: () => clockMs,
+      onKeySourceError: (error) => reported.push(error),
+    });
     const token = await jwks.sign({ sub: 'u1' });
     await jwks.stop();
     try {
       await unavailable(verifier.verify(token));
+      // Within the back-off, no new fetch (and no new report): the outage is not hammered.
+      await unavailable(verifier.verify(token));
+      expect(reported).toHaveLength(1);
     } finally {
       await jwks.start();
     }

@@ -58,6 +58,11 @@ export interface TokenVerifierOptions {
   jwksCacheMaxAgeMs?: number;
   /** The clock, in ms since the epoch; for tests. @default Date.now */
   now?: () => number;
+  /**
+   * JWKS only: called with the cause each time fetching the key set fails (at most once per 5 s back-off),
+   * for the operator's log. Must not throw. @default ignored
+   */
+  onKeySourceError?: (error: unknown) => void;
 }
 
 export interface TokenVerifier {
@@ -74,7 +79,7 @@ export interface TokenVerifier {
 /** Builds the verifier for the configured key source (SPEC §4). One per process, shared by HTTP and WebSocket. */
 export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifier {
   const now = options.now ?? Date.now;
-  const { key, algorithms } = resolveKey(options.key, options.jwksCacheMaxAgeMs ?? JWKS_CACHE_MAX_AGE_MS, now);
+  const { key, algorithms } = resolveKey(options, now);
   const cache = createVerifiedTokenCache(options.cacheSize ?? DEFAULT_VERIFIED_TOKEN_CACHE_SIZE);
   return {
     async verify(token) {
@@ -110,10 +115,10 @@ export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifie
 }
 
 function resolveKey(
-  source: TokenKeySource,
-  jwksCacheMaxAgeMs: number,
+  options: TokenVerifierOptions,
   now: () => number,
 ): { key: KeyObject | JWTVerifyGetKey; algorithms: string[] } {
+  const source = options.key;
   switch (source.kind) {
     case 'secret':
       // A KeyObject, made once: jose turns it into a WebCrypto key once and caches that, where a raw
@@ -122,7 +127,15 @@ function resolveKey(
     case 'public-key':
       return { key: createPublicKey(source.pem), algorithms: [...ASYMMETRIC_ALGORITHMS] };
     case 'jwks':
-      return { key: createJwksKey(source.url, jwksCacheMaxAgeMs, now), algorithms: [...ASYMMETRIC_ALGORITHMS] };
+      return {
+        key: createJwksKey(
+          source.url,
+          options.jwksCacheMaxAgeMs ?? JWKS_CACHE_MAX_AGE_MS,
+          now,
+          options.onKeySourceError,
+        ),
+        algorithms: [...ASYMMETRIC_ALGORITHMS],
+      };
   }
 }
 
@@ -131,7 +144,12 @@ function resolveKey(
  * handling: when a fetch fails, the keys fetched last keep verifying tokens; a token they cannot
  * verify, or any token before keys were ever fetched, gets AuthUnavailableError rather than a refusal.
  */
-function createJwksKey(url: string, cacheMaxAgeMs: number, now: () => number): JWTVerifyGetKey {
+function createJwksKey(
+  url: string,
+  cacheMaxAgeMs: number,
+  now: () => number,
+  onKeySourceError: ((error: unknown) => void) | undefined,
+): JWTVerifyGetKey {
   const remote = createRemoteJWKSet(new URL(url), {
     timeoutDuration: JWKS_TIMEOUT_MS,
     cacheMaxAge: cacheMaxAgeMs,
@@ -160,6 +178,7 @@ function createJwksKey(url: string, cacheMaxAgeMs: number, now: () => number): J
     } catch (error) {
       if (!isKeySourceOutage(error)) throw error;
       failedAt = now();
+      onKeySourceError?.(error);
       const key = await fromLastKeys(...args);
       if (key) return key;
       throw new AuthUnavailableError(AUTH_RETRY_AFTER_SEC, { cause: error });

@@ -119,8 +119,8 @@ describe('claim', () => {
     expect(claims.flat()).toHaveLength(1);
     const rows = await deliveriesOf('org-cap');
     expect(rows.filter((row) => row.lease_token?.startsWith('a:'))).toHaveLength(1);
-    // The entries over the cap were released, not left queued behind a 60 s lease.
-    expect(rows.filter((row) => row.lease_token?.startsWith('q:'))).toHaveLength(0);
+    // The entries over the cap stay queued; a chain takes them (below) without waiting for the 60 s lease.
+    expect(rows.filter((row) => row.lease_token?.startsWith('q:'))).toHaveLength(5);
     const [claimed] = claims.flat();
     await recordOutcomes(harness.db, [outcome(claimed!, { next: { status: 'SUCCEEDED' }, health: 'success' })], {
       disableAfterMs: DAY_MS,
@@ -403,6 +403,26 @@ describe('retention', () => {
       });
       expect((await elsewhere.runOnce()).ran).toBe(false);
     });
+  });
+});
+
+describe('retention beside the subscription history', () => {
+  it('keeps a post.published outbox event the history has not taken yet (historied_at null)', async () => {
+    await sql`alter table webhook_outbox add column if not exists historied_at timestamptz`.execute(harness.db);
+    const old = new Date(Date.now() - 40 * DAY_MS);
+    await harness.db
+      .insertInto('webhook_outbox')
+      .values([
+        { id: 'evt_hist_pending', org_id: 'org-hist', type: 'post.published', body: '{}' },
+        { id: 'evt_hist_taken', org_id: 'org-hist', type: 'post.published', body: '{}' },
+      ])
+      .execute();
+    await sql`update webhook_outbox set dispatched_at = ${old}, historied_at = case when id = 'evt_hist_taken' then now() end
+      where org_id = 'org-hist'`.execute(harness.db);
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    await retention.runOnce();
+    const left = await harness.db.selectFrom('webhook_outbox').select('id').where('org_id', '=', 'org-hist').execute();
+    expect(left.map((row) => row.id)).toEqual(['evt_hist_pending']);
   });
 });
 

@@ -411,3 +411,53 @@ describe('the delivery log', () => {
     expect(errorCode(body)).toBe('BAD_USER_INPUT');
   });
 });
+
+describe('an endpoint that asks for ED25519 (v1a) signatures', () => {
+  it('gets the whpk_ public key once, and deliveries a receiver verifies with it alone; rotation keeps the scheme', async () => {
+    const { body } = await api.graphql(
+      'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { secret signatureScheme endpoint { id } } }',
+      {
+        input: {
+          orgId: 'org-ops-a',
+          url: receiver.url('/ed25519'),
+          eventTypes: ['post.published'],
+          signatureScheme: 'ED25519',
+        },
+      },
+      alice,
+    );
+    expect(body.errors).toBeUndefined();
+    const { secret: publicKey, signatureScheme, endpoint } = body.data.createWebhookEndpoint;
+    expect(signatureScheme).toBe('ED25519');
+    expect(publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
+    const stored = await api.app.database.db
+      .selectFrom('webhook_endpoint_secrets')
+      .select('secret')
+      .where('endpoint_id', '=', endpoint.id)
+      .executeTakeFirstOrThrow();
+    expect(stored.secret).toMatch(/^whsk_/);
+
+    const sent = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+    await waitForLog(
+      { id: endpoint.id, eventId: sent.body.data.sendTestWebhook.eventId },
+      (found) => found.deliveries.edges[0]?.node.status === 'SUCCEEDED',
+    );
+    const [request] = receiver.requestsTo('/ed25519');
+    expect(request!.headers['x-webhook-signature']).toBeUndefined();
+    expect(String(request!.headers['webhook-signature'])).toMatch(/^v1a,/);
+    expect(verifyWebhook({ rawBody: request!.body, headers: request!.headers, publicKeys: [publicKey] })).toMatchObject(
+      {
+        type: 'webhook.test',
+      },
+    );
+
+    const rotated = await api.graphql(
+      'mutation($id: ID!) { rotateWebhookSecret(id: $id) { secret signatureScheme } }',
+      { id: endpoint.id },
+      alice,
+    );
+    expect(rotated.body.data.rotateWebhookSecret).toMatchObject({ signatureScheme: 'ED25519' });
+    expect(rotated.body.data.rotateWebhookSecret.secret).toMatch(/^whpk_/);
+    expect(rotated.body.data.rotateWebhookSecret.secret).not.toBe(publicKey);
+  });
+});

@@ -12,6 +12,7 @@ import {
   findWebhookEndpointById,
   insertTestWebhook,
   insertWebhookEndpoint,
+  listActiveWebhookSecrets,
   listWebhookDeliveryLog,
   listWebhookEndpointsByOrg,
   replayDeadWebhookDeliveries,
@@ -23,7 +24,7 @@ import {
   type WebhookEndpoint,
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-dispatcher';
-import { generateWebhookSecret } from '@herald/webhooks';
+import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
@@ -193,6 +194,40 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
   }),
 });
 
+type SignatureScheme = 'HMAC_SHA256' | 'ED25519';
+
+const WebhookSignatureSchemeEnum = builder.enumType('WebhookSignatureScheme', {
+  description: 'How deliveries to an endpoint are signed.',
+  values: {
+    HMAC_SHA256: {
+      value: 'HMAC_SHA256',
+      description:
+        "A shared `whsec_…` secret: `X-Webhook-Signature` (Stripe's scheme) and `webhook-signature: v1,…` (Standard Webhooks).",
+    },
+    ED25519: {
+      value: 'ED25519',
+      description:
+        'Asymmetric Standard Webhooks `webhook-signature: v1a,…`: Herald keeps the signing key, the receiver verifies with the `whpk_…` public key. No `X-Webhook-Signature`.',
+    },
+  } as const,
+});
+
+/** A new signing credential: what Herald stores, and what the receiver is shown once. */
+function newSigningCredential(scheme: SignatureScheme): { stored: string; shown: string } {
+  if (scheme === 'ED25519') {
+    const pair = generateWebhookSigningKeyPair();
+    return { stored: pair.signingKey, shown: pair.publicKey };
+  }
+  const secret = generateWebhookSecret();
+  return { stored: secret, shown: secret };
+}
+
+interface SecretPayload {
+  endpoint: WebhookEndpoint;
+  secret: string;
+  signatureScheme: SignatureScheme;
+}
+
 const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput', {
   fields: (t) => ({
     orgId: t.id({ required: true }),
@@ -201,28 +236,35 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       description: 'http(s) URL; link-local, and unless allowed, loopback and private addresses are refused.',
     }),
     eventTypes: t.stringList({ required: true, description: `Any of: ${WEBHOOK_EVENT_TYPES.join(', ')}.` }),
+    signatureScheme: t.field({
+      type: WebhookSignatureSchemeEnum,
+      description: 'How deliveries are signed. @default HMAC_SHA256',
+    }),
   }),
 });
 
-const CreateWebhookEndpointPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('CreateWebhookEndpointPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', {
-        description: 'The signing secret (`whsec_…`). Shown only here: store it now.',
-      }),
+const CreateWebhookEndpointPayload = builder.objectRef<SecretPayload>('CreateWebhookEndpointPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'What the receiver verifies with: the signing secret (`whsec_…`), or for ED25519 the public key (`whpk_…`). ' +
+        'Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
-const RotateWebhookSecretPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('RotateWebhookSecretPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', { description: 'The new signing secret. Shown only here: store it now.' }),
+const RotateWebhookSecretPayload = builder.objectRef<SecretPayload>('RotateWebhookSecretPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'The new signing secret (`whsec_…`), or for ED25519 the new public key (`whpk_…`). Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
 builder.queryFields((t) => ({
   webhookEndpoints: t.field({
@@ -264,9 +306,10 @@ builder.mutationFields((t) => ({
       if (existing.length >= MAX_ENDPOINTS_PER_ORG) {
         throw new BadUserInputError(`an organisation may have at most ${MAX_ENDPOINTS_PER_ORG} webhook endpoints`);
       }
-      const secret = generateWebhookSecret();
-      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret });
-      return { endpoint, secret };
+      const signatureScheme = input.signatureScheme ?? 'HMAC_SHA256';
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret: stored });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   rotateWebhookSecret: t.withAuth({ viewer: true }).field({
@@ -276,6 +319,10 @@ builder.mutationFields((t) => ({
       'deliveries carry one `v1=` per secret until the receiver has switched over.',
     args: {
       id: t.arg.id({ required: true }),
+      signatureScheme: t.arg({
+        type: WebhookSignatureSchemeEnum,
+        description: 'Switch to this scheme (both sign during the grace period). @default the current one',
+      }),
       gracePeriodSeconds: t.arg.int({
         description: `How long the current secret keeps signing, 0 to ${MAX_ROTATION_GRACE_SECONDS}. @default ${DEFAULT_ROTATION_GRACE_SECONDS} (24 h)`,
       }),
@@ -290,9 +337,12 @@ builder.mutationFields((t) => ({
       }
       const endpoint = await findOwnEndpoint(context, String(args.id));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
-      const secret = generateWebhookSecret();
-      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret, graceMs: graceSeconds * 1_000 });
-      return { endpoint, secret };
+      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id);
+      const signatureScheme: SignatureScheme =
+        args.signatureScheme ?? (newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256');
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret: stored, graceMs: graceSeconds * 1_000 });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   deleteWebhookEndpoint: t.withAuth({ viewer: true }).field({

@@ -66,6 +66,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
   WEBHOOK_DISABLE_AFTER:
     'An endpoint whose every attempt has failed for this long is disabled (`disabledReason` says so) and a `webhook.endpoint.disabled` event is sent.',
+  HERALD_TEST_CRASH_AT:
+    'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to pin crash recovery. Never set it in a deployment.',
   WEBHOOK_CONCURRENCY: 'Most delivery attempts in flight at once in this dispatcher.',
   WEBHOOK_ENDPOINT_CONCURRENCY:
     'Most deliveries to one endpoint queued or in flight at once, across all dispatchers, so one slow receiver cannot take every slot.',

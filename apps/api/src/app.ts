@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
-import { createEmbeddedDispatcher } from '@herald/webhook-dispatcher';
+import { createEmbeddedDispatcher } from '@herald/webhook-engine';
 import { loadOrCreateDevSecret } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
@@ -66,7 +66,13 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   // dispatcher processes deliver and this process only writes the outbox.
   const webhookDispatcher = config.redisUrl
     ? undefined
-    : createEmbeddedDispatcher({ db: database.db, logger, settings: config.webhooks, registry: metrics.registry });
+    : createEmbeddedDispatcher({
+        db: database.db,
+        logger,
+        settings: config.webhooks,
+        registry: metrics.registry,
+        databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
+      });
   await webhookDispatcher?.start();
   // --- end webhooks -------------------------------------------------------------------------------
 

@@ -26,6 +26,8 @@ describe('loadApiConfig', () => {
       timeoutMs: 10_000,
       retryBaseMs: 5_000,
       retryHorizonMs: 3 * 86_400_000,
+      disableAfterMs: 5 * 86_400_000,
+      retentionMs: 30 * 86_400_000,
       allowPrivateUrls: true,
     });
     expect(config.graphql).toMatchObject({ introspection: true, graphiql: true, maxDepth: 12 });

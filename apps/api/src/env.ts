@@ -64,6 +64,8 @@ export const EnvSchema = z.object({
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
   WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
+  WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
+  WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
 });
 
 export type Mode = 'embedded' | 'cluster';
@@ -97,7 +99,16 @@ export interface ApiConfig {
     maxTokens: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean };
-  webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
+  webhooks: {
+    timeoutMs: number;
+    retryBaseMs: number;
+    retryHorizonMs: number;
+    allowPrivateUrls: boolean;
+    /** `WEBHOOK_DISABLE_AFTER` (SPEC §7.2). */
+    disableAfterMs: number;
+    /** `WEBHOOK_RETENTION` (SPEC §7). */
+    retentionMs: number;
+  };
 }
 
 /**
@@ -150,6 +161,8 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,
       retryHorizonMs: parsed.WEBHOOK_RETRY_HORIZON,
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
+      disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
+      retentionMs: parsed.WEBHOOK_RETENTION,
     },
   };
 }

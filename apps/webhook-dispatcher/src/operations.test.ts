@@ -3,10 +3,15 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import {
+  createDispatcherHarness,
+  type DispatcherHarness,
+  type StartedDispatcher,
+  startTestReceiver,
+  type TestReceiver,
+} from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createOpsServer } from './ops-server.js';
-import { createDispatcherHarness, type DispatcherHarness, type StartedDispatcher } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
 // What operators touch: /health, /readiness, /metrics, and the dead-letter CLI as
 // `pnpm --filter webhook-dispatcher dlq …` runs it (tsx src/dlq-cli.ts).

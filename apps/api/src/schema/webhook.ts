@@ -23,7 +23,7 @@ import {
   type WebhookDelivery,
   type WebhookEndpoint,
 } from '@herald/db';
-import { checkWebhookUrl } from '@herald/webhook-dispatcher';
+import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
 import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';

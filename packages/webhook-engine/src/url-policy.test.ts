@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { checkWebhookUrl, createGuardedLookup, refusalForAddress } from './url-policy.js';
+import { checkWebhookUrl, createGuardedLookup, redactUrl, refusalForAddress } from './url-policy.js';
 
 const strict = { allowPrivateUrls: false };
 const lenient = { allowPrivateUrls: true };
@@ -26,6 +26,14 @@ describe('refusalForAddress', () => {
     (address) => {
       expect(refusalForAddress(address, strict)).toMatch(/WEBHOOK_ALLOW_PRIVATE_URLS/);
       expect(refusalForAddress(address, lenient)).toBeUndefined();
+    },
+  );
+
+  it.each(['fd00:ec2::254', '100.100.100.200', '::ffff:100.100.100.200', '192.0.0.192', '168.63.129.16'])(
+    'always refuses the private metadata address %s, even when private URLs are allowed',
+    (address) => {
+      expect(refusalForAddress(address, strict)).toMatch(/metadata/);
+      expect(refusalForAddress(address, lenient)).toMatch(/metadata/);
     },
   );
 
@@ -75,5 +83,13 @@ describe('the guarded lookup', () => {
     expect(all).toEqual(expect.arrayContaining([expect.objectContaining({ address: expect.any(String) })]));
     const one = await new Promise<unknown>((resolve) => lookup('localhost', {}, (_err, address) => resolve(address)));
     expect(typeof one).toBe('string');
+  });
+});
+
+describe('redactUrl', () => {
+  it('strips userinfo and query so a receiver URL can be logged', () => {
+    expect(redactUrl('https://user:pa55@hooks.example.com/in?token=s3cret#x')).toBe('https://hooks.example.com/in?…');
+    expect(redactUrl('https://hooks.example.com/in')).toBe('https://hooks.example.com/in');
+    expect(redactUrl('not a url')).toBe('(unparsable URL)');
   });
 });

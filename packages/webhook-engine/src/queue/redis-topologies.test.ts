@@ -33,7 +33,7 @@ afterAll(async () => {
 
 const logger = pino({ level: 'silent' });
 
-function queueOn(redisUrl: string): WebhookQueue {
+function queueOn(redisUrl: string): WebhookQueue & { keys: ReturnType<typeof webhookRedisKeys> } {
   const keys = webhookRedisKeys(`herald-test:${randomUUID()}:`);
   const queue = createRedisStreamQueue({ redisUrl, keys, logger });
   cleanups.push(async () => {
@@ -43,10 +43,10 @@ function queueOn(redisUrl: string): WebhookQueue {
     await Promise.all([client.del(keys.workStream), client.del(keys.deadLetterStream)]);
     await client.quit();
   });
-  return queue;
+  return Object.assign(queue, { keys });
 }
 
-const event: WorkMessage = { kind: 'event', eventId: 'evt_topology' };
+const event: WorkMessage = { kind: 'delivery', deliveryId: 'del_topology0', endpointId: 'we_topology', lease: 'l0' };
 const delivery: WorkMessage = { kind: 'delivery', deliveryId: 'del_topology', endpointId: 'we_topology', lease: 'l1' };
 const letter: DeadLetter = {
   deliveryId: 'del_dead',
@@ -83,10 +83,11 @@ describe.each([
     expect(await queue.reclaim('dispatcher-2', 0, 10)).toEqual([]);
 
     await queue.deadLetter(letter);
-    const parked = await queue.listDeadLetters(10);
-    expect(parked.map((entry) => entry.letter)).toEqual([letter]);
-    await queue.removeDeadLetters(parked.map((entry) => entry.id));
-    expect(await queue.listDeadLetters(10)).toEqual([]);
+    const client = createRedisClient(url());
+    const fed = await client.xrange(queue.keys.deadLetterStream, '-', '+');
+    await client.quit();
+    expect(fed).toHaveLength(1);
+    expect(fed[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_dead', 'attempts', '12']));
   });
 });
 

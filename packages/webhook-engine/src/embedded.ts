@@ -16,6 +16,8 @@ export interface EmbeddedDispatcherDeps {
   settings: DispatcherSettings;
   /** Where the metrics are registered (the API's registry, so its `/metrics` shows them). */
   registry?: Registry;
+  /** PostgreSQL URL in single mode (LISTEN for outbox commits); absent for the embedded PGlite. */
+  databaseUrl?: string;
 }
 
 /**
@@ -28,6 +30,7 @@ export function createEmbeddedDispatcher(deps: EmbeddedDispatcherDeps): Dispatch
     queue: createDatabaseQueue({ db: deps.db }),
     logger: deps.logger.child({ component: 'webhook-dispatcher' }),
     registry: deps.registry,
+    databaseUrl: deps.databaseUrl,
     settings: { concurrency: EMBEDDED_CONCURRENCY, pollIntervalMs: EMBEDDED_POLL_INTERVAL_MS, ...deps.settings },
   });
 }

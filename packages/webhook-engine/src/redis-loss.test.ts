@@ -1,8 +1,7 @@
-import { fanOutEvent } from '@herald/db';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { fanOutOutbox } from './lease-protocol.js';
 import { createRelay } from './relay.js';
-import { createScheduler } from './scheduler.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
@@ -40,7 +39,7 @@ describe('when Redis loses the stream and the group', () => {
       logger,
       batchSize: 100,
       pollIntervalMs: 10,
-      resendAfterMs: 60_000,
+      queueLeaseMs: 60_000,
     });
     relay.start();
     for (let i = 0; i < 200 && (await harness.redis.xlen(harness.keys.workStream)) < 20; i++) {
@@ -51,21 +50,8 @@ describe('when Redis loses the stream and the group', () => {
 
     // And 10 more that were already fanned out, with their deliveries queued in the stream.
     const queuedOnly = await harness.publish('org-lost', 10);
-    for (const eventId of queuedOnly) await fanOutEvent(harness.db, eventId);
-    const scheduler = createScheduler({
-      db: harness.db,
-      queue,
-      logger,
-      batchSize: 100,
-      pollIntervalMs: 10,
-      queueLeaseMs: 60_000,
-      endpointConcurrency: 100,
-    });
-    scheduler.start();
-    for (let i = 0; i < 200 && (await harness.redis.xlen(harness.keys.workStream)) < 30; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    await scheduler.stop();
+    const fanned = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    await queue.enqueue(fanned.queued.map((item) => ({ kind: 'delivery', ...item })));
     expect(await harness.redis.xlen(harness.keys.workStream)).toBe(30);
 
     // Redis loses everything.

@@ -5,7 +5,6 @@ import {
   countUnclaimedWebhookWork,
   type Database,
   enqueueWebhookWork,
-  listDeadWebhookDeliveries,
 } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import { decodeWorkMessage, type QueueEntry, type WebhookQueue } from './webhook-queue.js';
@@ -18,7 +17,8 @@ export interface DatabaseQueueOptions {
  * Embedded mode's queue: the `webhook_queue` table, claimed with `for update skip locked` (see
  * `@herald/db`'s webhook-queue.ts). Enqueues made in this process wake a waiting `read` at once; others
  * are seen within `blockMs`. Dead letters are the DEAD deliveries themselves: `deadLetter` has nothing
- * to add, and replaying a delivery (GraphQL) takes it off the list.
+ * to add. Receive counts are not kept: a poison entry is reclaimed until its delivery's lease protocol
+ * settles it.
  */
 export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue {
   const { db } = options;
@@ -63,25 +63,12 @@ export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue
       signals.emit('wake');
     },
     async deadLetter() {},
-    async listDeadLetters(count) {
-      const dead = await listDeadWebhookDeliveries(db, count);
-      return dead.map((delivery) => ({
-        id: delivery.id,
-        letter: {
-          deliveryId: delivery.id,
-          eventId: delivery.eventId,
-          eventType: delivery.eventType,
-          orgId: delivery.orgId,
-          endpointId: delivery.endpointId,
-          url: delivery.url,
-          attempts: delivery.attemptCount,
-          lastStatusCode: delivery.lastStatusCode,
-          lastError: delivery.lastError,
-          deadAt: delivery.updatedAt.toISOString(),
-        },
-      }));
+    async park(entries) {
+      await ackWebhookWork(
+        db,
+        entries.map((entry) => entry.id),
+      );
     },
-    async removeDeadLetters() {},
     lag: () => countUnclaimedWebhookWork(db),
     async ping() {
       await sql`select 1`.execute(db);

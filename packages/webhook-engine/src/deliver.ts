@@ -6,6 +6,8 @@ import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy }
 const KEEP_ALIVE_TIMEOUT_MS = 30_000;
 /** How much of a response body is read (and thrown away) so the connection can be reused. */
 const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
+/** How much of the receiver's answer is kept in the attempt's history (`webhook_attempts.response_body`). */
+export const KEPT_RESPONSE_BODY_BYTES = 1_024;
 /** Sent as `User-Agent`, so receivers can tell Herald's deliveries apart. */
 export const WEBHOOK_USER_AGENT = 'Herald-Webhooks/1.0 (+https://github.com/herald)';
 
@@ -21,6 +23,8 @@ export interface DeliveryOutcome {
   error: string | null;
   /** The response's `Retry-After` header, for the retry policy. */
   retryAfter: string | null;
+  /** The first bytes of the answer (at most {@link KEPT_RESPONSE_BODY_BYTES}, valid UTF-8, no NUL). */
+  responseBody?: string | null;
 }
 
 export interface DeliveryRequest {
@@ -111,8 +115,8 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
           dispatcher: agentFor(endpointId),
           signal,
         });
-        // Read what the receiver sent (bounded) so the connection can serve the next delivery.
-        await response.body.dump({ limit: MAX_RESPONSE_BODY_BYTES, signal }).catch(() => {});
+        // Read what the receiver sent (bounded) so the connection can serve the next delivery; keep its start.
+        const responseBody = await readResponseStart(response.body, signal);
         const statusCode = response.statusCode;
         const retryAfter = response.headers['retry-after'];
         return {
@@ -121,6 +125,7 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
           durationMs: elapsed(),
           error: describeStatus(statusCode),
           retryAfter: Array.isArray(retryAfter) ? (retryAfter[0] ?? null) : (retryAfter ?? null),
+          responseBody,
         };
       } catch (error) {
         return {
@@ -139,6 +144,41 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
       await Promise.all(all.map((entry) => entry.agent.close()));
     },
   };
+}
+
+/**
+ * Reads up to {@link MAX_RESPONSE_BODY_BYTES} of a response (so its connection can be reused) and
+ * returns its first {@link KEPT_RESPONSE_BODY_BYTES} as text: a character cut by the limit is dropped
+ * (the decoder holds it back), invalid bytes become U+FFFD, NUL is removed (PostgreSQL text refuses it).
+ * @returns null for an empty or unreadable body
+ */
+export async function readResponseStart(
+  body: AsyncIterable<Uint8Array> & { destroy(): unknown },
+  signal: AbortSignal,
+): Promise<string | null> {
+  const kept: Uint8Array[] = [];
+  let keptBytes = 0;
+  let readBytes = 0;
+  try {
+    for await (const chunk of body) {
+      if (signal.aborted) break;
+      if (keptBytes < KEPT_RESPONSE_BODY_BYTES) {
+        const slice = chunk.subarray(0, KEPT_RESPONSE_BODY_BYTES - keptBytes);
+        kept.push(slice);
+        keptBytes += slice.length;
+      }
+      readBytes += chunk.length;
+      if (readBytes >= MAX_RESPONSE_BODY_BYTES) {
+        body.destroy();
+        break;
+      }
+    }
+  } catch {
+    // A body cut short keeps what arrived.
+  }
+  if (keptBytes === 0) return null;
+  const text = new TextDecoder('utf-8').decode(Buffer.concat(kept), { stream: true }).replaceAll('\u0000', '');
+  return text.length > 0 ? text : null;
 }
 
 function describeStatus(statusCode: number): string | null {

@@ -7,6 +7,8 @@ const ACK_FLUSH_INTERVAL_MS = 20;
 const ACK_FLUSH_BATCH = 100;
 /** After a failed read, wait this long before the next one. */
 const READ_ERROR_BACKOFF_MS = 500;
+/** An entry received this many times without being done is poison: it is parked, not tried again. */
+export const MAX_ENTRY_RECEIVES = 5;
 
 export interface ConsumerOptions {
   queue: WebhookQueue;
@@ -22,11 +24,14 @@ export interface ConsumerOptions {
   reclaimIdleMs: number;
   /** How long one read waits for new entries. @default 1000 */
   blockMs?: number;
+  /** Most entries read (and claimed, POSTed, recorded) as one batch; several batches run at once. @default 50 */
+  batchSize?: number;
   /**
-   * Does the work of one entry. Resolving acknowledges the entry; rejecting leaves it pending, so it is
-   * reclaimed and tried again after `reclaimIdleMs`.
+   * Does the work of a batch of entries (read together). Resolving acknowledges them; rejecting leaves
+   * them pending, so they are reclaimed and tried again after `reclaimIdleMs`, at most
+   * {@link MAX_ENTRY_RECEIVES} times.
    */
-  handle(entry: QueueEntry): Promise<void>;
+  handle(entries: readonly QueueEntry[]): Promise<void>;
   logger: Logger;
 }
 
@@ -46,6 +51,7 @@ export interface Consumer {
 export function createConsumer(options: ConsumerOptions): Consumer {
   const { queue, consumerName, concurrency, reclaimIdleMs, logger } = options;
   const blockMs = options.blockMs ?? 1_000;
+  const batchSize = options.batchSize ?? 50;
   const held = new Set<string>();
   const handling = new Set<Promise<void>>();
   let acks: string[] = [];
@@ -56,24 +62,46 @@ export function createConsumer(options: ConsumerOptions): Consumer {
   let ackTimer: NodeJS.Timeout | undefined;
   let reclaiming = false;
 
-  function take(entry: QueueEntry): void {
-    if (held.has(entry.id)) return;
-    held.add(entry.id);
-    const work = handleEntry(entry);
+  function take(entries: readonly QueueEntry[]): void {
+    const fresh = entries.filter((entry) => !held.has(entry.id));
+    if (fresh.length === 0) return;
+    for (const entry of fresh) held.add(entry.id);
+    const work = handleBatch(fresh);
     handling.add(work);
     void work.finally(() => handling.delete(work));
   }
 
-  async function handleEntry(entry: QueueEntry): Promise<void> {
+  async function handleBatch(entries: readonly QueueEntry[]): Promise<void> {
+    const garbled = entries.filter((entry) => !entry.message);
+    const poison = entries.filter((entry) => entry.message && (entry.receives ?? 0) > MAX_ENTRY_RECEIVES);
+    const work = entries.filter((entry) => entry.message && (entry.receives ?? 0) <= MAX_ENTRY_RECEIVES);
     try {
-      if (entry.message) await options.handle(entry);
-      else logger.warn({ entryId: entry.id }, 'dropping a garbled webhook queue entry');
-      acks.push(entry.id);
+      for (const entry of garbled) logger.warn({ entryId: entry.id }, 'dropping a garbled webhook queue entry');
+      acks.push(...garbled.map((entry) => entry.id));
+      if (poison.length > 0) {
+        // The deliveries stay in the database: their leases expire and the due scan hands them out again.
+        await queue
+          .park(poison)
+          .then(() =>
+            logger.error(
+              { entries: poison.map((entry) => entry.id), receives: MAX_ENTRY_RECEIVES },
+              'parked webhook queue entries that kept failing',
+            ),
+          )
+          .catch((error: unknown) => logger.warn({ err: error }, 'parking poison webhook entries failed'));
+      }
+      if (work.length > 0) {
+        await options.handle(work);
+        acks.push(...work.map((entry) => entry.id));
+      }
       if (acks.length >= ACK_FLUSH_BATCH) void flushAcks();
     } catch (error) {
-      logger.error({ err: error, entryId: entry.id }, 'webhook work failed; the entry will be reclaimed and retried');
+      logger.error(
+        { err: error, entries: work.length },
+        'webhook work failed; the entries will be reclaimed and retried',
+      );
     } finally {
-      held.delete(entry.id);
+      for (const entry of entries) held.delete(entry.id);
       slotFreed?.();
     }
   }
@@ -104,8 +132,8 @@ export function createConsumer(options: ConsumerOptions): Consumer {
       await waitForSlot();
       if (!running) break;
       try {
-        const entries = await queue.read(consumerName, concurrency - held.size, blockMs);
-        for (const entry of entries) take(entry);
+        const entries = await queue.read(consumerName, Math.min(concurrency - held.size, batchSize), blockMs);
+        take(entries);
       } catch (error) {
         logger.warn({ err: error }, 'reading the webhook queue failed');
         await new Promise((resolve) => setTimeout(resolve, READ_ERROR_BACKOFF_MS));
@@ -121,7 +149,7 @@ export function createConsumer(options: ConsumerOptions): Consumer {
       if (room <= 0) return;
       const entries = await queue.reclaim(consumerName, reclaimIdleMs, room);
       if (entries.length > 0) logger.info({ entries: entries.length }, 'reclaimed webhook entries left pending');
-      for (const entry of entries) take(entry);
+      take(entries);
     } catch (error) {
       logger.warn({ err: error }, 'reclaiming webhook entries failed');
     } finally {

@@ -6,14 +6,15 @@
  *   anything trimmed or lost (see below).
  * - Each dispatcher reads with XREADGROUP under its own consumer name, so an entry goes to exactly one
  *   of them and sits in the group's pending-entries list (PEL) until XACKed after the work is done.
- * - A dispatcher that dies leaves its entries pending. Every dispatcher periodically XAUTOCLAIMs entries
- *   idle longer than the reclaim time (longer than a delivery attempt may take, so an attempt still in
- *   flight is not duplicated in the normal case) and does them itself.
+ * - A dispatcher that dies leaves its entries pending. Every dispatcher periodically looks at the
+ *   pending entries idle longer than the reclaim time (XPENDING IDLE, which also says how often each
+ *   was delivered) and XCLAIMs them; an entry received too often (poison) is parked instead.
  * - If Redis loses the stream or the group (a restart without persistence, a FLUSHALL, a deleted key),
  *   XREADGROUP/XAUTOCLAIM answer NOGROUP. The queue then recreates both (reading the stream from its
  *   start) and fires `onReset`, on which the dispatcher hands out again whatever the database says is
- *   not done: undispatched outbox events and queued deliveries. Nothing hangs, nothing is lost.
- * - Dead letters go to a second stream; operators list and replay them with the `dlq` CLI.
+ *   queued. Nothing hangs, nothing is lost.
+ * - Dead letters are also written to a second stream, an alerting feed (the database is their record);
+ *   parked poison entries to a third.
  * - Every command touches one key (a pipeline only ever XADDs to the work stream), so the queue runs
  *   unchanged on Redis Cluster (`redis+cluster://`) as on one server or behind Sentinel.
  */
@@ -21,10 +22,8 @@ import { createRedisClient } from '@herald/config/redis';
 import type { WebhookRedisKeys } from '@herald/contracts';
 import type { Logger } from 'pino';
 import {
-  type DeadLetter,
   decodeWorkMessage,
   encodeWorkMessage,
-  type ParkedDeadLetter,
   type QueueEntry,
   type WebhookQueue,
   type WorkMessage,
@@ -51,7 +50,7 @@ type StreamEntry = [id: string, fields: string[]];
 
 export function createRedisStreamQueue(options: RedisStreamQueueOptions): WebhookQueue {
   const { keys, logger } = options;
-  const { workStream, deadLetterStream, consumerGroup } = keys;
+  const { workStream, deadLetterStream, parkedStream, consumerGroup } = keys;
   const commands = createRedisClient(options.redisUrl, { lazyConnect: false, enableAutoPipelining: true });
   // XREADGROUP BLOCK holds its connection; it gets its own so other commands never wait behind it.
   const blocking = commands.duplicate();
@@ -59,7 +58,6 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     client.on('error', (error) => logger.warn({ err: error }, 'redis connection error'));
   }
   const resetListeners: Array<() => void> = [];
-  let reclaimCursor = '0-0';
   let lastPrune = 0;
 
   async function createGroup(): Promise<boolean> {
@@ -73,7 +71,6 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
   }
 
   function reset(): void {
-    reclaimCursor = '0-0';
     for (const listener of resetListeners) listener();
   }
 
@@ -151,23 +148,59 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     },
     async reclaim(consumer, minIdleMs, count) {
       try {
-        const [next, entries] = (await commands.xautoclaim(
+        const pending = (await commands.xpending(
+          workStream,
+          consumerGroup,
+          'IDLE',
+          minIdleMs,
+          '-',
+          '+',
+          count,
+        )) as Array<[id: string, owner: string, idleMs: number, receives: number]>;
+        await pruneStaleConsumers().catch((error) => logger.debug({ err: error }, 'pruning stale consumers failed'));
+        if (pending.length === 0) return [];
+        const receives = new Map(pending.map(([id, , , times]) => [id, Number(times)]));
+        // XCLAIM re-checks the idle time, so two dispatchers never both take an entry.
+        const claimed = (await commands.xclaim(
           workStream,
           consumerGroup,
           consumer,
           minIdleMs,
-          reclaimCursor,
-          'COUNT',
-          count,
-        )) as [string, StreamEntry[], string[]];
-        reclaimCursor = next;
-        await pruneStaleConsumers().catch((error) => logger.debug({ err: error }, 'pruning stale consumers failed'));
-        // Entries trimmed from the stream come back without fields; XAUTOCLAIM has dropped them already.
-        return toEntries(entries.filter((entry) => Array.isArray(entry?.[1])));
+          ...pending.map(([id]) => id),
+        )) as StreamEntry[];
+        // Entries trimmed from the stream come back without fields: nothing left to do for them.
+        const trimmed = claimed.filter((entry) => !Array.isArray(entry?.[1])).map((entry) => entry?.[0]);
+        if (trimmed.length > 0) await commands.xack(workStream, consumerGroup, ...(trimmed as string[]));
+        return toEntries(claimed.filter((entry) => Array.isArray(entry?.[1]))).map((entry) => ({
+          ...entry,
+          receives: (receives.get(entry.id) ?? 0) + 1,
+        }));
       } catch (error) {
         if (await recover(error)) return [];
         throw error;
       }
+    },
+    async park(entries) {
+      if (entries.length === 0) return;
+      const pipeline = commands.pipeline();
+      for (const entry of entries) {
+        pipeline.xadd(
+          parkedStream,
+          'MAXLEN',
+          '~',
+          MAX_DEAD_LETTER_STREAM_LENGTH,
+          '*',
+          'entryId',
+          entry.id,
+          'receives',
+          String(entry.receives ?? 0),
+          ...Object.entries(entry.message ?? {}).flat(),
+        );
+      }
+      const results = (await pipeline.exec()) ?? [];
+      const failed = results.find(([error]) => error);
+      if (failed?.[0]) throw failed[0];
+      await commands.xack(workStream, consumerGroup, ...entries.map((entry) => entry.id));
     },
     async ack(ids) {
       if (ids.length === 0) return;
@@ -186,13 +219,6 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
         '*',
         ...Object.entries(letter).flatMap(([field, value]) => [field, value == null ? '' : String(value)]),
       );
-    },
-    async listDeadLetters(count) {
-      const entries = (await commands.xrange(deadLetterStream, '-', '+', 'COUNT', count)) as StreamEntry[];
-      return entries.map(([id, fields]): ParkedDeadLetter => ({ id, letter: toDeadLetter(pairs(fields)) }));
-    },
-    async removeDeadLetters(ids) {
-      if (ids.length > 0) await commands.xdel(deadLetterStream, ...ids);
     },
     async lag() {
       try {
@@ -224,20 +250,4 @@ function pairs(list: readonly unknown[]): Record<string, string> {
   const record: Record<string, string> = {};
   for (let i = 0; i + 1 < list.length; i += 2) record[String(list[i])] = String(list[i + 1]);
   return record;
-}
-
-function toDeadLetter(fields: Record<string, string>): DeadLetter {
-  const number = (value: string | undefined) => (value ? Number(value) : null);
-  return {
-    deliveryId: fields.deliveryId ?? '',
-    eventId: fields.eventId ?? '',
-    eventType: fields.eventType ?? '',
-    orgId: fields.orgId ?? '',
-    endpointId: fields.endpointId ?? '',
-    url: fields.url ?? '',
-    attempts: Number(fields.attempts ?? 0),
-    lastStatusCode: number(fields.lastStatusCode),
-    lastError: fields.lastError || null,
-    deadAt: fields.deadAt ?? '',
-  };
 }

@@ -21,6 +21,18 @@ export class RefusedUrlError extends Error {
   readonly code = 'ERR_WEBHOOK_URL_REFUSED';
 }
 
+/**
+ * Cloud metadata services that live on private rather than link-local addresses: always refused, like
+ * 169.254.169.254, even when private URLs are allowed. AWS IMDS over IPv6 (fd00:ec2::254), Alibaba
+ * Cloud (100.100.100.200), Oracle Cloud's legacy 192.0.0.192, Azure's wire server (168.63.129.16).
+ */
+export const METADATA_ADDRESSES: ReadonlySet<string> = new Set([
+  'fd00:ec2::254',
+  '100.100.100.200',
+  '192.0.0.192',
+  '168.63.129.16',
+]);
+
 /** ipaddr.js range names allowed only with `allowPrivateUrls`. */
 const PRIVATE_RANGES = new Set(['loopback', 'private', 'uniqueLocal', 'carrierGradeNat']);
 
@@ -35,6 +47,7 @@ export function refusalForAddress(address: string, policy: UrlPolicy): string | 
   const parsed = ipaddr.process(address);
   const range = parsed.range();
   const shown = parsed.toString();
+  if (METADATA_ADDRESSES.has(shown)) return `${shown} is a cloud metadata address; never allowed`;
   if (range === 'unicast') return undefined;
   if (range === 'linkLocal') return `${shown} is a link-local address (cloud metadata); never allowed`;
   if (PRIVATE_RANGES.has(range)) {
@@ -133,4 +146,22 @@ export function createGuardedLookup(policy: UrlPolicy): LookupFunction {
       return callback(null, first.address, first.family);
     });
   };
+}
+
+/**
+ * A receiver URL fit for logs: userinfo and query (where tokens hide) removed, fragment dropped. An
+ * unparsable URL is reduced to a placeholder rather than logged as is.
+ */
+export function redactUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    url.username = '';
+    url.password = '';
+    const query = url.search ? '?…' : '';
+    url.search = '';
+    url.hash = '';
+    return `${url.toString()}${query}`;
+  } catch {
+    return '(unparsable URL)';
+  }
 }

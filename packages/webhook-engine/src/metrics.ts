@@ -12,6 +12,8 @@ export interface DispatcherMetrics {
   deliverySeconds: Histogram<'outcome'>;
   /** `herald_webhook_dead_letters_total`: deliveries that ran out of retries. */
   deadLetters: Counter;
+  /** `herald_webhook_endpoints_disabled_total`: endpoints this dispatcher disabled (410, failing too long). */
+  disabledEndpoints: Counter;
 }
 
 export interface MetricSources {
@@ -19,6 +21,10 @@ export interface MetricSources {
   retryBacklog(): Promise<number>;
   /** Queue entries not yet read by any dispatcher, read at scrape time (`herald_webhook_stream_lag`). */
   streamLag(): Promise<number>;
+  /** DEAD deliveries now (`herald_webhook_dead_deliveries`). */
+  deadDeliveries?(): Promise<number>;
+  /** DISABLED endpoints now (`herald_webhook_disabled_endpoints`). */
+  disabledEndpoints?(): Promise<number>;
 }
 
 /**
@@ -57,6 +63,25 @@ export function createDispatcherMetrics(
       if (value !== undefined) this.set(value);
     },
   });
+  for (const [name, help, source] of [
+    [
+      'herald_webhook_dead_deliveries',
+      'Webhook deliveries that are DEAD now (listed and replayed by the dlq CLI)',
+      sources.deadDeliveries,
+    ],
+    ['herald_webhook_disabled_endpoints', 'Webhook endpoints that are DISABLED now', sources.disabledEndpoints],
+  ] as const) {
+    if (!source) continue;
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        const value = await source().catch(() => undefined);
+        if (value !== undefined) this.set(value);
+      },
+    });
+  }
   return {
     registry,
     attempts,
@@ -70,6 +95,11 @@ export function createDispatcherMetrics(
     deadLetters: new Counter({
       name: 'herald_webhook_dead_letters_total',
       help: 'Webhook deliveries that ran out of retries and were parked in the dead-letter stream',
+      registers: [registry],
+    }),
+    disabledEndpoints: new Counter({
+      name: 'herald_webhook_endpoints_disabled_total',
+      help: 'Webhook endpoints disabled by the dispatcher (410 Gone, or every attempt failing for WEBHOOK_DISABLE_AFTER)',
       registers: [registry],
     }),
   };

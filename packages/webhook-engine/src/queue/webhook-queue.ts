@@ -5,18 +5,21 @@
  * loses delays a delivery (the relay or the scheduler hands it out again) but never loses it.
  */
 
-/** One unit of work. */
-export type WorkMessage =
-  /** Fan an outbox event out into one delivery per subscribed endpoint. */
-  | { kind: 'event'; eventId: string }
-  /** Make one attempt of a delivery; `lease` is the queue lease the scheduler took for this entry. */
-  | { kind: 'delivery'; deliveryId: string; endpointId: string; lease: string };
+/** One unit of work: attempt a delivery; `lease` is the q-lease taken for this entry (lease-protocol.ts). */
+export interface WorkMessage {
+  kind: 'delivery';
+  deliveryId: string;
+  endpointId: string;
+  lease: string;
+}
 
 export interface QueueEntry {
   /** The queue's id for the entry (a stream entry id, or a row id); what `ack` takes. */
   id: string;
   /** Undefined when the entry could not be read (garbled): it is acknowledged and dropped. */
   message: WorkMessage | undefined;
+  /** How many times the entry has been handed to a consumer (reclaims included), when known. */
+  receives?: number;
 }
 
 /** A delivery parked after its retries ran out (SPEC §7), as operators list and replay it. */
@@ -32,12 +35,6 @@ export interface DeadLetter {
   lastError: string | null;
   /** ISO 8601. */
   deadAt: string;
-}
-
-export interface ParkedDeadLetter {
-  /** The dead-letter entry's id (removal key). */
-  id: string;
-  letter: DeadLetter;
 }
 
 export interface WebhookQueue {
@@ -59,10 +56,13 @@ export interface WebhookQueue {
   ack(ids: readonly string[]): Promise<void>;
   /** Makes a `read` that is waiting return at once (used by `stop`). */
   interrupt(): void;
-  /** Parks a dead delivery for operators. */
+  /** Writes a dead delivery to the alerting feed (the database stays its record). */
   deadLetter(letter: DeadLetter): Promise<void>;
-  listDeadLetters(count: number): Promise<ParkedDeadLetter[]>;
-  removeDeadLetters(ids: readonly string[]): Promise<void>;
+  /**
+   * Takes entries out of circulation (acknowledged, and copied to the parked stream when there is one):
+   * entries received too often without being done (poison).
+   */
+  park(entries: readonly QueueEntry[]): Promise<void>;
   /** Entries appended but not yet read by any consumer. */
   lag(): Promise<number>;
   /** Resolves when the queue's storage answers; rejects otherwise. */
@@ -77,7 +77,6 @@ export interface WebhookQueue {
 
 /** Reads a message back from its flat string fields; undefined when garbled. */
 export function decodeWorkMessage(fields: Readonly<Record<string, string>>): WorkMessage | undefined {
-  if (fields.kind === 'event' && fields.eventId) return { kind: 'event', eventId: fields.eventId };
   if (fields.kind === 'delivery' && fields.deliveryId && fields.endpointId && fields.lease) {
     return { kind: 'delivery', deliveryId: fields.deliveryId, endpointId: fields.endpointId, lease: fields.lease };
   }

@@ -90,6 +90,7 @@ export async function createDispatcherHarness(
       const queue = newQueue();
       const dispatcher = createDispatcher({
         db: database.db,
+        databaseUrl: schema.url,
         queue,
         logger,
         settings: { ...FAST_SETTINGS, ...settings },
@@ -131,7 +132,7 @@ export async function createDispatcherHarness(
       await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
       await Promise.all(queues.map((queue) => queue.close()));
       // One key per DEL: on Redis Cluster the two streams may live on different nodes.
-      await Promise.all([redis.del(keys.workStream), redis.del(keys.deadLetterStream)]);
+      await Promise.all([redis.del(keys.workStream), redis.del(keys.deadLetterStream), redis.del(keys.parkedStream)]);
       await redis.quit();
       await database.close();
       await schema.drop();

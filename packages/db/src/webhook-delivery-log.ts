@@ -125,3 +125,15 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
       .executeTakeFirstOrThrow();
   });
 }
+
+/** How many `webhook.test` deliveries of an endpoint are still PENDING (sent or retrying). */
+export async function countPendingTestWebhooks(db: Kysely<Database>, endpointId: string): Promise<number> {
+  const row = await db
+    .selectFrom('webhook_deliveries')
+    .select((eb) => eb.fn.countAll<string>().as('count'))
+    .where('endpoint_id', '=', endpointId)
+    .where('event_type', '=', WEBHOOK_TEST_EVENT)
+    .where('status', '=', 'PENDING')
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
+}

@@ -248,6 +248,33 @@ describe('sendTestWebhook', () => {
     expect((await log({ id: other.endpoint.id })).deliveries.edges).toEqual([]);
   });
 
+  it('refuses a sixth test event while five are pending, with BAD_USER_INPUT and nothing recorded', async () => {
+    const { endpoint } = await createEndpoint('/test-flood');
+    // Pending and not due for an hour, as if the receiver kept failing; the lease cleared, so an attempt
+    // already in flight cannot record another state over it (the engine compares leases).
+    for (let i = 0; i < 5; i++) {
+      const { body } = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+      await api.app.database.db
+        .updateTable('webhook_deliveries')
+        .set({
+          status: 'PENDING',
+          next_attempt_at: new Date(Date.now() + 3_600_000),
+          lease_token: null,
+          leased_until: null,
+        })
+        .where('id', '=', body.data.sendTestWebhook.id)
+        .execute();
+    }
+    const refused = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+    expect(errorCode(refused.body)).toBe('BAD_USER_INPUT');
+    const rows = await api.app.database.db
+      .selectFrom('webhook_deliveries')
+      .select('id')
+      .where('endpoint_id', '=', endpoint.id)
+      .execute();
+    expect(rows).toHaveLength(5);
+  });
+
   it('records a SKIPPED delivery, never due, for a disabled endpoint', async () => {
     const { endpoint } = await createEndpoint('/test-disabled');
     await api.graphql(DISABLE, { id: endpoint.id }, alice);

@@ -1,6 +1,7 @@
 import { isMemberOf } from '@herald/auth';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
+  countPendingTestWebhooks,
   createEndpointSuccessRateLoader,
   createWebhookAttemptsLoader,
   DEFAULT_SUCCESS_RATE_ATTEMPTS,
@@ -40,6 +41,8 @@ const MAX_DISABLE_REASON_CHARS = 500;
 /** Longest event type or event id accepted as a delivery-log filter. */
 const MAX_FILTER_CHARS = 200;
 const MAX_SUCCESS_RATE_ATTEMPTS = 1_000;
+/** Test events of one endpoint not yet delivered (or dead) at once; more is BAD_USER_INPUT. */
+const MAX_PENDING_TEST_WEBHOOKS = 5;
 
 export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus', {
   values: {
@@ -413,11 +416,17 @@ builder.mutationFields((t) => ({
     description:
       'Sends a `webhook.test` event to this endpoint only (whatever its eventTypes), delivered and retried like ' +
       'any other; returns its delivery, whose status and attempts show the result. SKIPPED when the endpoint is ' +
-      'disabled.',
+      `disabled. At most ${MAX_PENDING_TEST_WEBHOOKS} may be pending per endpoint.`,
     args: { endpointId: t.arg.id({ required: true }) },
     resolve: async (_root, args, context) => {
       const endpoint = await findOwnEndpoint(context, String(args.endpointId));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if ((await countPendingTestWebhooks(context.db, endpoint.id)) >= MAX_PENDING_TEST_WEBHOOKS) {
+        throw new BadUserInputError(
+          `${MAX_PENDING_TEST_WEBHOOKS} test events to this endpoint are still pending: wait for them to be delivered`,
+          'endpointId',
+        );
+      }
       return insertTestWebhook(context.db, endpoint);
     },
   }),

@@ -70,4 +70,6 @@ try {
 } finally {
   await database.close();
 }
+// stdout to a pipe is asynchronous: let it drain, or a long listing is cut short by the exit.
+await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));
 process.exit(exitCode);

@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { replayWebhookDelivery } from '@herald/db';
+import { deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
 import { sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -119,8 +119,8 @@ describe('claim', () => {
     expect(claims.flat()).toHaveLength(1);
     const rows = await deliveriesOf('org-cap');
     expect(rows.filter((row) => row.lease_token?.startsWith('a:'))).toHaveLength(1);
-    // The entries over the cap were released, not left queued behind a 60 s lease.
-    expect(rows.filter((row) => row.lease_token?.startsWith('q:'))).toHaveLength(0);
+    // The entries over the cap stay queued; a chain takes them (below) without waiting for the 60 s lease.
+    expect(rows.filter((row) => row.lease_token?.startsWith('q:'))).toHaveLength(5);
     const [claimed] = claims.flat();
     await recordOutcomes(harness.db, [outcome(claimed!, { next: { status: 'SUCCEEDED' }, health: 'success' })], {
       disableAfterMs: DAY_MS,
@@ -403,6 +403,28 @@ describe('retention', () => {
       });
       expect((await elsewhere.runOnce()).ran).toBe(false);
     });
+  });
+});
+
+describe('deleting an endpoint', () => {
+  it('is a soft delete; retention purges its deliveries and then the endpoint in the background', async () => {
+    const endpoint = await harness.createEndpoint('org-del', receiver.url('/del'));
+    await harness.publish('org-del', 3);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(await deleteWebhookEndpoint(harness.db, endpoint.id, ['org-del'])).toBe(true);
+    expect(await findWebhookEndpointById(harness.db, endpoint.id)).toBeUndefined();
+    expect(await deliveriesOf('org-del')).toHaveLength(3);
+    // Published after the delete: no delivery at all.
+    await harness.publish('org-del');
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(await deliveriesOf('org-del')).toHaveLength(3);
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    const result = await retention.runOnce();
+    expect(result).toMatchObject({ purgedDeliveries: 3, purgedEndpoints: 1 });
+    expect(await deliveriesOf('org-del')).toEqual([]);
+    const raw = await harness.db.selectFrom('webhook_endpoints').select('id').where('id', '=', endpoint.id).execute();
+    expect(raw).toEqual([]);
   });
 });
 

@@ -214,6 +214,21 @@ describe("another organisation's admin", () => {
     expect(receiver.requestsTo('/tenancy')).toEqual([]);
   });
 
+  it('gets NOT_FOUND, like its owner, for a deleted endpoint', async () => {
+    const { endpoint } = await createEndpoint('/deleted');
+    const deleted = await api.graphql(
+      'mutation($id: ID!) { deleteWebhookEndpoint(id: $id) }',
+      { id: endpoint.id },
+      alice,
+    );
+    expect(deleted.body.data.deleteWebhookEndpoint).toBe(true);
+    for (const token of [alice, mallory]) {
+      for (const document of [DISABLE, ENABLE, SEND_TEST, REPLAY_DEAD]) {
+        expect(errorCode((await api.graphql(document, { id: endpoint.id }, token)).body)).toBe('NOT_FOUND');
+      }
+    }
+  });
+
   it('is FORBIDDEN to list the organisation, and anonymous callers are UNAUTHENTICATED', async () => {
     expect(errorCode((await api.graphql(ENDPOINTS, { orgId: 'org-ops-a' }, mallory)).body)).toBe('FORBIDDEN');
     const { endpoint } = await createEndpoint('/anonymous');

@@ -28,7 +28,7 @@ const pemPublicKey = z.string().refine(
   { error: 'expected a PEM-encoded public key (SPKI)' },
 );
 
-const EnvSchema = z.object({
+export const EnvSchema = z.object({
   // Not defaulted here: whether it was set decides error masking outside embedded mode (see below).
   NODE_ENV: z.enum(['development', 'production', 'test']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

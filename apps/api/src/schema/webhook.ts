@@ -1,13 +1,22 @@
 import { isMemberOf } from '@herald/auth';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
+  countPendingTestWebhooks,
+  createEndpointSuccessRateLoader,
   createWebhookAttemptsLoader,
+  DEFAULT_SUCCESS_RATE_ATTEMPTS,
   deleteWebhookEndpoint,
+  disableWebhookEndpoint,
+  type EndpointSuccessRateLoader,
+  enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
+  insertTestWebhook,
   insertWebhookEndpoint,
-  listWebhookDeliveries,
+  listActiveWebhookSecrets,
+  listWebhookDeliveryLog,
   listWebhookEndpointsByOrg,
+  replayDeadWebhookDeliveries,
   replayWebhookDelivery,
   rotateWebhookSecret,
   type WebhookAttempt,
@@ -16,7 +25,7 @@ import {
   type WebhookEndpoint,
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
-import { generateWebhookSecret } from '@herald/webhooks';
+import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
@@ -26,6 +35,24 @@ const MAX_ENDPOINTS_PER_ORG = 50;
 /** How long the secrets in use keep signing beside a new one after a rotation (issue 4: 24 h). */
 const DEFAULT_ROTATION_GRACE_SECONDS = 24 * 3_600;
 const MAX_ROTATION_GRACE_SECONDS = 7 * 24 * 3_600;
+/** `disabledReason` of an endpoint disabled over GraphQL without a reason. */
+const DEFAULT_DISABLE_REASON = 'disabled by an operator';
+const MAX_DISABLE_REASON_CHARS = 500;
+/** Longest event type or event id accepted as a delivery-log filter. */
+const MAX_FILTER_CHARS = 200;
+const MAX_SUCCESS_RATE_ATTEMPTS = 1_000;
+/** Test events of one endpoint not yet delivered (or dead) at once; more is BAD_USER_INPUT. */
+const MAX_PENDING_TEST_WEBHOOKS = 5;
+
+export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus', {
+  values: {
+    ENABLED: { value: 'ENABLED', description: 'Receives deliveries.' },
+    DISABLED: {
+      value: 'DISABLED',
+      description: 'Receives nothing: events meanwhile are recorded as SKIPPED and not sent when it is enabled again.',
+    },
+  } as const,
+});
 
 export const WebhookDeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', {
   values: {
@@ -46,6 +73,10 @@ export const WebhookAttemptRef = builder.objectRef<WebhookAttempt>('WebhookAttem
     }),
     durationMs: t.exposeInt('duration_ms'),
     error: t.exposeString('error', { nullable: true, description: 'Why the attempt failed; null on success.' }),
+    responseBody: t.exposeString('response_body', {
+      nullable: true,
+      description: "The first bytes (at most 1 KiB, as UTF-8 text) of the receiver's answer; null when none arrived.",
+    }),
   }),
 });
 
@@ -55,6 +86,7 @@ export const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDel
     id: t.exposeID('id'),
     eventId: t.exposeID('event_id'),
     eventType: t.exposeString('event_type'),
+    endpointId: t.exposeID('endpoint_id'),
     status: t.field({ type: WebhookDeliveryStatusEnum, resolve: (delivery) => delivery.status }),
     attempts: t.field({
       type: [WebhookAttemptRef],
@@ -85,21 +117,119 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
     url: t.exposeString('url'),
     eventTypes: t.exposeStringList('event_types'),
     createdAt: t.field({ type: 'DateTime', resolve: (endpoint) => endpoint.created_at }),
+    status: t.field({ type: WebhookEndpointStatusEnum, resolve: (endpoint) => endpoint.status }),
+    disabledAt: t.field({ type: 'DateTime', nullable: true, resolve: (endpoint) => endpoint.disabled_at }),
+    disabledReason: t.exposeString('disabled_reason', {
+      nullable: true,
+      description: "Why it is disabled: an operator's reason, `410 Gone`, or failing for WEBHOOK_DISABLE_AFTER.",
+    }),
+    failingSince: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'First failed attempt of the current failure streak; null after a success or when enabled.',
+      resolve: (endpoint) => endpoint.failing_since,
+    }),
+    pausedUntil: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'No attempt before this: the receiver asked to slow down (429/503 with Retry-After).',
+      resolve: (endpoint) => endpoint.paused_until,
+    }),
+    successRate: t.float({
+      nullable: true,
+      description:
+        'Share of the latest attempts to this endpoint that got a 2xx, from 0 to 1; null when it has no attempts.',
+      args: {
+        lastAttempts: t.arg.int({
+          description: `How many of the latest attempts to count, 1 to ${MAX_SUCCESS_RATE_ATTEMPTS}. @default ${DEFAULT_SUCCESS_RATE_ATTEMPTS}`,
+        }),
+      },
+      resolve: async (endpoint, args, context) => {
+        const lastAttempts = args.lastAttempts ?? DEFAULT_SUCCESS_RATE_ATTEMPTS;
+        if (lastAttempts < 1 || lastAttempts > MAX_SUCCESS_RATE_ATTEMPTS) {
+          throw new BadUserInputError(
+            `lastAttempts must be between 1 and ${MAX_SUCCESS_RATE_ATTEMPTS}`,
+            'lastAttempts',
+          );
+        }
+        const rate = await successRateLoader(context, lastAttempts).load(endpoint.id);
+        return rate.attempts === 0 ? null : rate.succeeded / rate.attempts;
+      },
+    }),
     deliveries: t.field({
       type: WebhookDeliveryConnection,
-      description: 'Deliveries to this endpoint, newest first.',
+      description: 'The delivery log of this endpoint, newest first; every filter given must hold.',
       args: {
         first: t.arg.int({ description: `Page size, at most ${MAX_PAGE_SIZE}. @default ${DEFAULT_PAGE_SIZE}` }),
         after: t.arg.string(),
         status: t.arg({ type: WebhookDeliveryStatusEnum, description: 'Only deliveries in this state.' }),
+        eventType: t.arg.string({ description: 'Only deliveries of this event type, e.g. `post.published`.' }),
+        eventId: t.arg.id({ description: 'Only deliveries of this event (`evt_…`).' }),
+        createdAfter: t.arg({ type: 'DateTime', description: 'Only deliveries created at or after this instant.' }),
+        createdBefore: t.arg({ type: 'DateTime', description: 'Only deliveries created before this instant.' }),
       },
-      resolve: (endpoint, args, context) =>
-        resolveSeqConnection<WebhookDelivery>('delivery', args, (page) =>
-          listWebhookDeliveries(context.db, { endpointId: endpoint.id, status: args.status, ...page }),
-        ),
+      resolve: (endpoint, args, context) => {
+        const eventId = args.eventId == null ? null : String(args.eventId);
+        for (const [name, value] of [
+          ['eventType', args.eventType],
+          ['eventId', eventId],
+        ] as const) {
+          if (value != null && value.length > MAX_FILTER_CHARS) {
+            throw new BadUserInputError(`${name} must be at most ${MAX_FILTER_CHARS} characters`, name);
+          }
+        }
+        if (args.createdAfter && args.createdBefore && args.createdAfter > args.createdBefore) {
+          throw new BadUserInputError('createdAfter must not be later than createdBefore', 'createdAfter');
+        }
+        return resolveSeqConnection<WebhookDelivery>('delivery', args, (page) =>
+          listWebhookDeliveryLog(context.db, {
+            endpointId: endpoint.id,
+            status: args.status,
+            eventType: args.eventType,
+            eventId,
+            createdAfter: args.createdAfter,
+            createdBefore: args.createdBefore,
+            ...page,
+          }),
+        );
+      },
     }),
   }),
 });
+
+type SignatureScheme = 'HMAC_SHA256' | 'ED25519';
+
+const WebhookSignatureSchemeEnum = builder.enumType('WebhookSignatureScheme', {
+  description: 'How deliveries to an endpoint are signed.',
+  values: {
+    HMAC_SHA256: {
+      value: 'HMAC_SHA256',
+      description:
+        "A shared `whsec_…` secret: `X-Webhook-Signature` (Stripe's scheme) and `webhook-signature: v1,…` (Standard Webhooks).",
+    },
+    ED25519: {
+      value: 'ED25519',
+      description:
+        'Asymmetric Standard Webhooks `webhook-signature: v1a,…`: Herald keeps the signing key, the receiver verifies with the `whpk_…` public key. No `X-Webhook-Signature`.',
+    },
+  } as const,
+});
+
+/** A new signing credential: what Herald stores, and what the receiver is shown once. */
+function newSigningCredential(scheme: SignatureScheme): { stored: string; shown: string } {
+  if (scheme === 'ED25519') {
+    const pair = generateWebhookSigningKeyPair();
+    return { stored: pair.signingKey, shown: pair.publicKey };
+  }
+  const secret = generateWebhookSecret();
+  return { stored: secret, shown: secret };
+}
+
+interface SecretPayload {
+  endpoint: WebhookEndpoint;
+  secret: string;
+  signatureScheme: SignatureScheme;
+}
 
 const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput', {
   fields: (t) => ({
@@ -109,28 +239,35 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       description: 'http(s) URL; link-local, and unless allowed, loopback and private addresses are refused.',
     }),
     eventTypes: t.stringList({ required: true, description: `Any of: ${WEBHOOK_EVENT_TYPES.join(', ')}.` }),
+    signatureScheme: t.field({
+      type: WebhookSignatureSchemeEnum,
+      description: 'How deliveries are signed. @default HMAC_SHA256',
+    }),
   }),
 });
 
-const CreateWebhookEndpointPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('CreateWebhookEndpointPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', {
-        description: 'The signing secret (`whsec_…`). Shown only here: store it now.',
-      }),
+const CreateWebhookEndpointPayload = builder.objectRef<SecretPayload>('CreateWebhookEndpointPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'What the receiver verifies with: the signing secret (`whsec_…`), or for ED25519 the public key (`whpk_…`). ' +
+        'Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
-const RotateWebhookSecretPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('RotateWebhookSecretPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', { description: 'The new signing secret. Shown only here: store it now.' }),
+const RotateWebhookSecretPayload = builder.objectRef<SecretPayload>('RotateWebhookSecretPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'The new signing secret (`whsec_…`), or for ED25519 the new public key (`whpk_…`). Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
 builder.queryFields((t) => ({
   webhookEndpoints: t.field({
@@ -172,9 +309,10 @@ builder.mutationFields((t) => ({
       if (existing.length >= MAX_ENDPOINTS_PER_ORG) {
         throw new BadUserInputError(`an organisation may have at most ${MAX_ENDPOINTS_PER_ORG} webhook endpoints`);
       }
-      const secret = generateWebhookSecret();
-      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret });
-      return { endpoint, secret };
+      const signatureScheme = input.signatureScheme ?? 'HMAC_SHA256';
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret: stored });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   rotateWebhookSecret: t.withAuth({ viewer: true }).field({
@@ -184,6 +322,10 @@ builder.mutationFields((t) => ({
       'deliveries carry one `v1=` per secret until the receiver has switched over.',
     args: {
       id: t.arg.id({ required: true }),
+      signatureScheme: t.arg({
+        type: WebhookSignatureSchemeEnum,
+        description: 'Switch to this scheme (both sign during the grace period). @default the current one',
+      }),
       gracePeriodSeconds: t.arg.int({
         description: `How long the current secret keeps signing, 0 to ${MAX_ROTATION_GRACE_SECONDS}. @default ${DEFAULT_ROTATION_GRACE_SECONDS} (24 h)`,
       }),
@@ -198,9 +340,12 @@ builder.mutationFields((t) => ({
       }
       const endpoint = await findOwnEndpoint(context, String(args.id));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
-      const secret = generateWebhookSecret();
-      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret, graceMs: graceSeconds * 1_000 });
-      return { endpoint, secret };
+      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id);
+      const signatureScheme: SignatureScheme =
+        args.signatureScheme ?? (newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256');
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret: stored, graceMs: graceSeconds * 1_000 });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   deleteWebhookEndpoint: t.withAuth({ viewer: true }).field({
@@ -228,12 +373,101 @@ builder.mutationFields((t) => ({
       return replayed;
     },
   }),
+  disableWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description:
+      'Stops deliveries to an endpoint: events meanwhile are recorded as SKIPPED and never sent. Records a ' +
+      "`webhook.endpoint.disabled` event for the organisation's other endpoints. Disabling a disabled endpoint " +
+      'changes nothing.',
+    args: {
+      id: t.arg.id({ required: true }),
+      reason: t.arg.string({
+        description: `Shown as \`disabledReason\`, at most ${MAX_DISABLE_REASON_CHARS} characters. @default "${DEFAULT_DISABLE_REASON}"`,
+      }),
+    },
+    resolve: async (_root, args, context) => {
+      const reason = args.reason?.trim() || DEFAULT_DISABLE_REASON;
+      if (reason.length > MAX_DISABLE_REASON_CHARS) {
+        throw new BadUserInputError(`reason must be at most ${MAX_DISABLE_REASON_CHARS} characters`, 'reason');
+      }
+      const endpoint = await disableWebhookEndpoint(context.db, {
+        id: String(args.id),
+        orgIds: context.viewer.orgs,
+        reason,
+      });
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return endpoint;
+    },
+  }),
+  enableWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description:
+      'Resumes deliveries to an endpoint and resets its failure streak and any pause. Deliveries SKIPPED while ' +
+      'it was disabled are not sent.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await enableWebhookEndpoint(context.db, String(args.id), context.viewer.orgs);
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return endpoint;
+    },
+  }),
+  sendTestWebhook: t.withAuth({ viewer: true }).field({
+    type: WebhookDeliveryRef,
+    description:
+      'Sends a `webhook.test` event to this endpoint only (whatever its eventTypes), delivered and retried like ' +
+      'any other; returns its delivery, whose status and attempts show the result. SKIPPED when the endpoint is ' +
+      `disabled. At most ${MAX_PENDING_TEST_WEBHOOKS} may be pending per endpoint.`,
+    args: { endpointId: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await findOwnEndpoint(context, String(args.endpointId));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if ((await countPendingTestWebhooks(context.db, endpoint.id)) >= MAX_PENDING_TEST_WEBHOOKS) {
+        throw new BadUserInputError(
+          `${MAX_PENDING_TEST_WEBHOOKS} test events to this endpoint are still pending: wait for them to be delivered`,
+          'endpointId',
+        );
+      }
+      return insertTestWebhook(context.db, endpoint);
+    },
+  }),
+  replayDeadWebhookDeliveries: t.withAuth({ viewer: true }).field({
+    type: 'Int',
+    description:
+      'Sends every DEAD delivery of the endpoint again, each with its own event id and a fresh retry horizon; ' +
+      'returns how many. Refused while the endpoint is disabled (enable it first).',
+    args: { endpointId: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await findOwnEndpoint(context, String(args.endpointId));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if (endpoint.status === 'DISABLED') {
+        throw new BadUserInputError('the endpoint is disabled: enable it before replaying its dead deliveries');
+      }
+      return replayDeadWebhookDeliveries(context.db, endpoint.id);
+    },
+  }),
 }));
 
 /** The endpoint when it exists and the viewer is a member of its organisation; else undefined. */
 async function findOwnEndpoint(context: Context, id: string): Promise<WebhookEndpoint | undefined> {
   const endpoint = await findWebhookEndpointById(context.db, id);
   return endpoint && isMemberOf(context.viewer, endpoint.org_id) ? endpoint : undefined;
+}
+
+/** Per request and window size: the success rates of every endpoint of a list in one query. */
+const successRateLoaders = new WeakMap<Context, Map<number, EndpointSuccessRateLoader>>();
+
+function successRateLoader(context: Context, lastAttempts: number): EndpointSuccessRateLoader {
+  let byWindow = successRateLoaders.get(context);
+  if (!byWindow) {
+    byWindow = new Map();
+    successRateLoaders.set(context, byWindow);
+  }
+  let loader = byWindow.get(lastAttempts);
+  if (!loader) {
+    loader = createEndpointSuccessRateLoader(context.db, lastAttempts);
+    byWindow.set(lastAttempts, loader);
+  }
+  return loader;
 }
 
 /** One attempts loader per request (the context object), so no cached attempt outlives it. */

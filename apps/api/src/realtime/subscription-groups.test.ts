@@ -61,7 +61,10 @@ describe('shared execution', () => {
       expect(next).toEqual({
         id,
         type: 'next',
-        payload: { data: { postPublished: { id: postId, title: 'shared', author: { name: 'Alice' } } } },
+        payload: {
+          data: { postPublished: { id: postId, title: 'shared', author: { name: 'Alice' } } },
+          extensions: { cursor: expect.any(String) },
+        },
       });
     }
     closeAll(subscribers.map((s) => s.raw));

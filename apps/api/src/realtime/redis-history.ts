@@ -142,13 +142,13 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
       return;
     }
     const { last } = feed;
-    if (last && entry.epoch === last.epoch) {
-      if (entry.position <= last.position) return; // already delivered (read during a fill)
-      if (entry.position > last.position + 1 && limits.size > 0) {
-        feed.queue.push(entry);
-        startFill(feed);
-        return;
-      }
+    if (last && entry.epoch === last.epoch && entry.position <= last.position) return; // delivered by a fill
+    // A gap, or a new epoch that didn't start at 1 here: read what was missed first.
+    const expected = last && entry.epoch === last.epoch ? last.position + 1 : 1;
+    if (last && entry.position > expected && limits.size > 0) {
+      feed.queue.push(entry);
+      startFill(feed);
+      return;
     }
     deliver(feed, entry);
   }
@@ -172,11 +172,28 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     const last = feed.last;
     if (!last) return;
     try {
-      const missed = await readAfter(feed.orgId, last.epoch, last.position);
-      for (const entry of missed) if (entry.position > (feed.last?.position ?? 0)) deliver(feed, entry);
+      let missed: HistoryEntry[];
+      try {
+        missed = await readAfter(feed.orgId, last.epoch, last.position);
+      } catch (error) {
+        if (!(error instanceof CursorExpiredError)) throw error;
+        // The history was lost meanwhile (Redis restarted empty): everything in the new one is new here.
+        const [epoch] = await commands.heraldHistoryRead(
+          subscriptionRedisKeys(prefix, feed.orgId).history,
+          subscriptionRedisKeys(prefix, feed.orgId).meta,
+          0,
+          1,
+        );
+        missed = epoch && epoch !== last.epoch ? await readAfter(feed.orgId, epoch, 0) : [];
+        if (missed.length === 0)
+          logger.warn({ orgId: feed.orgId }, 'live subscribers missed events no longer in the history');
+      }
+      for (const entry of missed) {
+        const current = feed.last;
+        if (!current || current.epoch !== entry.epoch || entry.position > current.position) deliver(feed, entry);
+      }
     } catch (error) {
-      // The missed entries are gone (trimmed, or a new epoch): deliver what comes next.
-      logger.warn({ err: error, orgId: feed.orgId }, 'live subscribers missed events no longer in the history');
+      logger.warn({ err: error, orgId: feed.orgId }, 'could not read missed events from the history');
     }
   }
 

@@ -26,6 +26,9 @@ import type { ApiMetrics } from '../metrics.js';
  * broadcast; then they join the group, which skips them for the events they already have. When no
  * group exists yet and their stream has gone live, their stream becomes the group's.
  *
+ * The group executes without a viewer: the first member's context loses its viewer when its stream
+ * becomes the group's, so what members receive never depends on who subscribed first.
+ *
  * A group whose stream fails ends each member with an `error` (SUBSCRIPTION_INTERRUPTED), never a
  * `complete` that clients would take for a normal end.
  *
@@ -164,6 +167,10 @@ export function createSubscriptionGroups(deps: {
   }
 
   function startGroup(key: string, stream: AsyncIterator<ExecutionResult>, context: Context, last?: Position) {
+    // The stream executes with the context it was subscribed with, its first member's. From now on that
+    // context serves every member: drop the member's identity so no execution for the group can act
+    // with one member's rights (shared fields never read the viewer; one that did fails loudly).
+    context.viewer = null;
     const group: Group = { members: new Map(), stream, context, last };
     groups.set(key, group);
     void pump(key, group);
@@ -219,7 +226,8 @@ export function createSubscriptionGroups(deps: {
 
       /** A resuming member joins once its own stream delivered what the group last broadcast. */
       const tryJoin = (): boolean => {
-        if (!own || !lastYielded) return false;
+        // Not before its own stream is live: replayed events were never the group's to broadcast.
+        if (!own || !lastYielded || !lastLive) return false;
         const group = groups.get(key);
         if (group) {
           const last = group.last;
@@ -227,7 +235,6 @@ export function createSubscriptionGroups(deps: {
           void own.return?.();
           membership = enter(key, group, member, lastYielded);
         } else {
-          if (!lastLive) return false;
           membership = enter(key, startGroup(key, own, context, lastYielded), member, undefined);
         }
         own = undefined;

@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
+import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
@@ -114,5 +115,19 @@ describe.concurrent('pnpm bench, smoke size', () => {
       }),
     );
     expectEveryFrameRight(result);
+  });
+});
+
+describe('pnpm bench, resume section at smoke size', () => {
+  it('clients resuming from one cursor each get every replayed event once', async () => {
+    const result = await runResumeCatchUp({
+      clients: 5,
+      events: 20,
+      databaseUrl: inject('databaseUrl'),
+      redisUrl: inject('redisUrl'),
+      timeoutMs: 60_000,
+    });
+    expect(result).toMatchObject({ clients: 5, eventsPerClient: 20, complete: 5, delivered: 100 });
+    expect(resumeMarkdown(result)).toContain('5/5 got every event exactly');
   });
 });

@@ -30,6 +30,7 @@ import {
   markdown,
   withRatios,
 } from './report.js';
+import { type ResumeResult, runResumeCatchUp } from './resume.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
@@ -121,7 +122,7 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,resume',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -178,6 +179,14 @@ async function main() {
       {},
     ),
     redis: herald('redis', 'Herald 2 pods + Redis', 2, 'redis', {}),
+    // Resumable subscriptions (issue 12): the same without keeping the history, to price it.
+    'redis-history-off': herald(
+      'redis-history-off',
+      'Herald 2 pods + Redis, history off (SUBSCRIPTION_HISTORY_SIZE=0)',
+      2,
+      'redis',
+      { SUBSCRIPTION_HISTORY_SIZE: '0' },
+    ),
     'embedded-stock': herald(
       'embedded-stock',
       `Herald embedded, stock path (WS_SHARED_EXECUTION=false${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
@@ -194,8 +203,8 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+    if (id !== 'webhooks' && id !== 'resume' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, resume`);
   }
 
   log(
@@ -319,6 +328,24 @@ async function main() {
     });
   }
 
+  let resume: ResumeResult | null = null;
+  if (scenarios.includes('resume')) {
+    if (!postgresOk || !redisOk || !databaseUrl || !redisUrl) skipped.push('resume catch-up: needs postgres and redis');
+    else {
+      log('resume: clients resuming at once from one cursor');
+      resume = await runResumeCatchUp({
+        clients: num('resume-clients', quick ? 200 : 1_000),
+        events: num('resume-events', quick ? 200 : 1_000),
+        databaseUrl,
+        redisUrl,
+        timeoutMs: num('resume-timeout-ms', 300_000),
+      }).catch((error: Error) => {
+        skipped.push(`resume catch-up failed: ${error.message}`);
+        return null;
+      });
+    }
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -348,6 +375,7 @@ async function main() {
     },
     fanout: withRatios(fanout),
     webhooks,
+    resume,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

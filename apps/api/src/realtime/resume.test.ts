@@ -269,3 +269,29 @@ describe('cursors the server cannot honour: an error message with CURSOR_EXPIRED
     await live.dispose();
   });
 });
+
+describe('resuming in embedded mode (PGlite, in-process history)', () => {
+  it('replays the missed events after a cursor, then goes live', async () => {
+    const embedded = await startTestApi({ listen: true });
+    try {
+      const url = `${embedded.baseUrl!.replace('http', 'ws')}/graphql`;
+      const token = await embedded.token({ sub: 'writer', name: 'Writer', orgs: ['org-e'] });
+      const before = await active(embedded.app);
+      const first = subscribe(url, token, { orgId: 'org-e' });
+      await until('the subscription', async () => (await active(embedded.app)) === before + 1);
+      await embedded.createAndPublish(token, 'org-e', 'seen');
+      await until('the first event', () => first.events.length === 1);
+      await first.dispose();
+      await embedded.createAndPublish(token, 'org-e', 'missed 1');
+      await embedded.createAndPublish(token, 'org-e', 'missed 2');
+      const resumed = subscribe(url, token, { orgId: 'org-e', after: first.events[0]!.cursor });
+      await until('the replay', () => resumed.events.length === 2);
+      await embedded.createAndPublish(token, 'org-e', 'live');
+      await until('the live event', () => resumed.events.length === 3);
+      expect(resumed.titles()).toEqual(['missed 1', 'missed 2', 'live']);
+      await resumed.dispose();
+    } finally {
+      await embedded.close();
+    }
+  });
+});

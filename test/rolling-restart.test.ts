@@ -96,9 +96,23 @@ describe('rolling restart behind nginx', () => {
         intervalMs: 100,
       });
       const reconnectedMs = Date.now() - stoppedAt;
+      const latest = published.at(-1);
+      await waitFor(
+        'every client to catch up',
+        () => clients.every((client) => !latest || client.count(latest) === 1),
+        {
+          timeoutMs: 60_000,
+          intervalMs: 100,
+        },
+      );
+      const caughtUpMs = Date.now() - stoppedAt;
+      const survivors = pods.filter((_, i) => i !== index);
+      const replayed = await Promise.all(
+        survivors.map((pod) => readMetric(pod.baseUrl, 'herald_subscription_events_replayed_total')),
+      );
       pods[index] = await startApiProcess({ ...env, PORT: String(ports[index]) });
       figures.push(
-        `pod ${index}: drained in ${survivorsBack - stoppedAt} ms, all ${CLIENTS} clients subscribed again ${reconnectedMs} ms after SIGTERM, ${published.length - publishedBefore} posts published meanwhile`,
+        `pod ${index}: drained in ${survivorsBack - stoppedAt} ms, all ${CLIENTS} clients subscribed again ${reconnectedMs} ms and caught up ${caughtUpMs} ms after SIGTERM; ${published.length - publishedBefore} posts published meanwhile; surviving pods have replayed ${replayed.reduce((a, b) => a + b, 0)} events from history so far`,
       );
     }
     publishing = false;

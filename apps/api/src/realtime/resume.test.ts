@@ -160,6 +160,8 @@ describe('resuming postPublished across pods', () => {
       'live',
     ]);
     expect(positions(resumed.events, org)).toEqual(Array.from({ length: 26 }, (_, i) => 6 + i));
+    // At least the 5 missed before the resume came from the history, and were counted so.
+    expect((await podB.app.metrics.eventsReplayed.get()).values[0]?.value).toBeGreaterThanOrEqual(5);
     // Caught up, the resumed subscription shares the watcher's group instead of running on its own.
     expect(podB.app.webSockets.sharedGroups).toBe(groupsWithWatcher);
     await until('the watcher to see the live event', () => watcher.titles().includes('live'));

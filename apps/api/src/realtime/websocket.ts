@@ -201,6 +201,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         metrics.eventsDelivered.inc();
         const event = (args.contextValue as Context | undefined)?.event;
         if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
+        if (event?.replayed) metrics.eventsReplayed.inc();
       },
       onError(_ctx, _id, _payload, errors) {
         logger.debug({ errors: errors.map((error) => error.message) }, 'subscribe refused');

@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
+import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
@@ -156,4 +157,18 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
   }, 240_000);
+});
+
+describe('pnpm bench, resume section at smoke size', () => {
+  it('clients resuming from one cursor each get every replayed event once', async () => {
+    const result = await runResumeCatchUp({
+      clients: 5,
+      events: 20,
+      databaseUrl: inject('databaseUrl'),
+      redisUrl: inject('redisUrl'),
+      timeoutMs: 60_000,
+    });
+    expect(result).toMatchObject({ clients: 5, eventsPerClient: 20, complete: 5, delivered: 100 });
+    expect(resumeMarkdown(result)).toContain('5/5 got every event exactly');
+  });
 });

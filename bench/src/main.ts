@@ -30,6 +30,7 @@ import {
   markdown,
   withRatios,
 } from './report.js';
+import { type ResumeResult, runResumeCatchUp } from './resume.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
 import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
@@ -122,7 +123,9 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks,token-verify',
+    profile
+      ? 'raw,embedded,embedded-stock'
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,token-verify,resume',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -179,6 +182,14 @@ async function main() {
       {},
     ),
     redis: herald('redis', 'Herald 2 pods + Redis', 2, 'redis', {}),
+    // Resumable subscriptions (issue 12): the same without keeping the history, to price it.
+    'redis-history-off': herald(
+      'redis-history-off',
+      'Herald 2 pods + Redis, history off (SUBSCRIPTION_HISTORY_SIZE=0)',
+      2,
+      'redis',
+      { SUBSCRIPTION_HISTORY_SIZE: '0' },
+    ),
     'embedded-stock': herald(
       'embedded-stock',
       `Herald embedded, stock path (WS_SHARED_EXECUTION=false${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
@@ -195,8 +206,10 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && id !== 'token-verify' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify`);
+    if (!['webhooks', 'token-verify', 'resume'].includes(id) && !specs[id])
+      throw new Error(
+        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume`,
+      );
   }
 
   log(
@@ -330,6 +343,24 @@ async function main() {
     });
   }
 
+  let resume: ResumeResult | null = null;
+  if (scenarios.includes('resume')) {
+    if (!postgresOk || !redisOk || !databaseUrl || !redisUrl) skipped.push('resume catch-up: needs postgres and redis');
+    else {
+      log('resume: clients resuming at once from one cursor');
+      resume = await runResumeCatchUp({
+        clients: num('resume-clients', quick ? 200 : 1_000),
+        events: num('resume-events', quick ? 200 : 1_000),
+        databaseUrl,
+        redisUrl,
+        timeoutMs: num('resume-timeout-ms', 300_000),
+      }).catch((error: Error) => {
+        skipped.push(`resume catch-up failed: ${error.message}`);
+        return null;
+      });
+    }
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -360,6 +391,7 @@ async function main() {
     fanout: withRatios(fanout),
     webhooks,
     tokenVerify,
+    resume,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { type ResumeResult, resumeMarkdown } from './resume.js';
 import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, type WebhookResult } from './webhooks.js';
 
@@ -31,6 +32,8 @@ export interface BenchResults {
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
   tokenVerify?: TokenVerifyResult | null;
+  /** Resumable subscriptions' catch-up run (issue 12); absent in results of earlier runs. */
+  resume?: ResumeResult | null;
   skipped: string[];
 }
 
@@ -191,6 +194,7 @@ export function markdown(results: BenchResults): string {
     lines.push('', `Receiver: ${w.receiver}.`);
   }
   lines.push(...tokenVerifyMarkdown(results.tokenVerify));
+  if (results.resume) lines.push('', resumeMarkdown(results.resume));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

@@ -58,7 +58,14 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
   });
   const metrics = createApiMetrics();
-  const pubsub = createPubSubService({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, logger, metrics });
+  const pubsub = createPubSubService({
+    redisUrl: config.redisUrl,
+    redisPrefix: config.redisPrefix,
+    limits: config.subscriptionHistory,
+    db: database.db,
+    logger,
+    metrics,
+  });
   try {
     await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
   } catch (error) {

@@ -137,4 +137,18 @@ describe('loadApiConfig', () => {
       'WS_KEEPALIVE_MS',
     ]);
   });
+
+  it('reads the subscription history settings (SPEC §3), 1000 events for 1 h by default', () => {
+    expect(loadApiConfig({}).subscriptionHistory).toEqual({ size: 1_000, ttlMs: 3_600_000 });
+    expect(loadApiConfig({}).redisPrefix).toBe('herald:');
+    expect(
+      loadApiConfig({ SUBSCRIPTION_HISTORY_SIZE: '0', SUBSCRIPTION_HISTORY_TTL: '15m', HERALD_REDIS_PREFIX: 'h2:' }),
+    ).toMatchObject({ subscriptionHistory: { size: 0, ttlMs: 900_000 }, redisPrefix: 'h2:' });
+  });
+
+  it('refuses a bad history size or TTL with one line naming the variable', () => {
+    expect(configError({ SUBSCRIPTION_HISTORY_SIZE: '-1' })[0]).toMatch(/^SUBSCRIPTION_HISTORY_SIZE/);
+    expect(configError({ SUBSCRIPTION_HISTORY_SIZE: 'lots' })[0]).toMatch(/^SUBSCRIPTION_HISTORY_SIZE/);
+    expect(configError({ SUBSCRIPTION_HISTORY_TTL: 'an hour' })[0]).toMatch(/^SUBSCRIPTION_HISTORY_TTL/);
+  });
 });

@@ -70,6 +70,8 @@ export const EnvSchema = z.object({
 
   // subscriptions (SPEC §6.1)
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+  SUBSCRIPTION_HISTORY_SIZE: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
+  SUBSCRIPTION_HISTORY_TTL: durationMs().default(3_600_000),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -114,6 +116,12 @@ export interface ApiConfig {
   redisUrl: string | undefined;
   /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
   redisPrefix: string;
+  /**
+   * Resumable subscriptions (SPEC §6.1): events kept per organisation (`SUBSCRIPTION_HISTORY_SIZE`, 0
+   * turns resuming off, @default 1000) and for how long after its last event (`SUBSCRIPTION_HISTORY_TTL`,
+   * @default 1h). A bad value stops the process at start.
+   */
+  subscriptionHistory: { size: number; ttlMs: number };
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -180,6 +188,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    subscriptionHistory: { size: parsed.SUBSCRIPTION_HISTORY_SIZE, ttlMs: parsed.SUBSCRIPTION_HISTORY_TTL },
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET

@@ -21,6 +21,10 @@ export const ErrorCode = {
   WEBSOCKET_REQUIRED: 'WEBSOCKET_REQUIRED',
   /** The token could not be checked because the key source (JWKS) is unreachable: retry later, same token. */
   AUTH_UNAVAILABLE: 'AUTH_UNAVAILABLE',
+  /** A subscription's `after` cursor is malformed, older than the history, or foreign (SPEC §6.1). */
+  CURSOR_EXPIRED: 'CURSOR_EXPIRED',
+  /** A live subscription ended on the server's side (its event source failed): subscribe again. */
+  SUBSCRIPTION_INTERRUPTED: 'SUBSCRIPTION_INTERRUPTED',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

@@ -336,8 +336,14 @@ describe('dead letters and poison entries', () => {
       );
       expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_poison']));
       expect(handled).toBe(MAX_ENTRY_RECEIVES);
-      const pending = (await harness.redis.xpending(harness.keys.workStream, harness.keys.consumerGroup)) as [number];
-      expect(pending[0]).toBe(0);
+      // Parking copies the entry, then acknowledges it: it leaves the pending list.
+      const pending = await until(
+        async () =>
+          ((await harness.redis.xpending(harness.keys.workStream, harness.keys.consumerGroup)) as [number])[0],
+        (count) => count === 0,
+        5_000,
+      );
+      expect(pending).toBe(0);
     } finally {
       await consumer.stop();
     }

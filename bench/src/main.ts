@@ -20,6 +20,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import { HTTP_OPERATION_IDS, HTTP_TARGETS, type HttpResult, type HttpTargetId, runHttp } from './http.js';
+import type { HttpOperation } from './http-sql.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
   type BenchResults,
@@ -121,7 +123,7 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks,http',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -194,8 +196,8 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+    if (id !== 'webhooks' && id !== 'http' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, http`);
   }
 
   log(
@@ -319,6 +321,23 @@ async function main() {
     });
   }
 
+  let http: HttpResult | null = null;
+  if (scenarios.includes('http')) {
+    log('http: queries and mutations at 64 keep-alive connections, Herald vs raw node:http + pg vs stock Yoga');
+    http = await runHttp({
+      databaseUrl: postgresOk ? databaseUrl : undefined,
+      targets: list('http-targets', HTTP_TARGETS.join(',')) as HttpTargetId[],
+      operations: list('http-operations', HTTP_OPERATION_IDS.join(',')) as HttpOperation[],
+      connections: num('http-connections', 64),
+      trials: num('http-trials', quick ? 3 : 5),
+      trialMs: num('http-trial-ms', quick ? 2000 : 3000),
+      warmupMs: num('http-warmup-ms', quick ? 1000 : 2000),
+      seedPosts: 100,
+      heraldEnv,
+      log,
+    });
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -348,6 +367,7 @@ async function main() {
     },
     fanout: withRatios(fanout),
     webhooks,
+    http,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

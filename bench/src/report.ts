@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { type HttpResult, httpMarkdown } from './http.js';
 import type { WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
@@ -29,6 +30,8 @@ export interface BenchResults {
   run: RunInfo;
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
+  /** issue 15's HTTP section (absent in runs from before it). */
+  http?: HttpResult | null;
   skipped: string[];
 }
 
@@ -186,6 +189,7 @@ export function markdown(results: BenchResults): string {
     }
     lines.push('', `Receiver: ${w.receiver}.`);
   }
+  if (results.http) lines.push('', httpMarkdown(results.http));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

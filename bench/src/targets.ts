@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, insertPost, upsertUser } from '@herald/db';
+import { freePort } from '@herald/testing/ports';
 import { Pool } from 'undici';
 import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
 import { inspectorUrlFrom } from './inspector.js';
@@ -164,9 +165,12 @@ async function startPod(env: Record<string, string>, cpuProfDir: string | undefi
     TSX_IMPORT,
     'apps/api/src/main.ts',
   ];
+  // Above `info` the "listening" line is not logged: such a pod gets a port chosen here, and is up when
+  // /health answers.
+  const quietPort = ['info', 'debug', 'trace', undefined].includes(env.LOG_LEVEL) ? undefined : await freePort();
   const child = spawnTracked(process.execPath, args, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(quietPort ?? 0), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
@@ -195,6 +199,20 @@ async function startPod(env: Record<string, string>, cpuProfDir: string | undefi
       clearTimeout(timer);
       reject(new Error(`Herald exited with ${code} before listening:\n${output.join('\n')}`));
     });
+    if (quietPort !== undefined) {
+      const poll = setInterval(() => {
+        if (child.exitCode !== null) return clearInterval(poll);
+        fetch(`http://127.0.0.1:${quietPort}/health`).then(
+          (response) => {
+            if (!response.ok) return;
+            clearInterval(poll);
+            clearTimeout(timer);
+            resolve(quietPort);
+          },
+          () => {},
+        );
+      }, 100);
+    }
   });
   const inspector = inspectorUrlFrom(output.join(''));
   if (!inspector) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);

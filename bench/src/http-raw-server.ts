@@ -26,6 +26,8 @@ const POOL_MAX = 10;
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: POOL_MAX });
 const secret = Buffer.from(process.env.JWT_SECRET ?? '', 'utf8');
+/** `wrong-me` answers `me` with another id: the smoke test proves the load client's checks catch it. */
+const FAULT = process.env.RAW_FAULT ?? '';
 const events = new EventEmitter();
 events.setMaxListeners(0);
 
@@ -58,6 +60,7 @@ async function handle(request: IncomingMessage, response: ServerResponse): Promi
   const variables = body.variables ?? {};
   switch (OPERATION_NAMES[body.operationName ?? '']) {
     case 'me':
+      if (FAULT === 'wrong-me') return send(response, 200, { data: { me: { id: 'someone-else' } } });
       return send(response, 200, { data: { me: viewer ? { id: viewer.sub } : null } });
     case 'posts': {
       const orgId = String(variables.orgId);

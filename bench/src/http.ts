@@ -69,6 +69,8 @@ export interface HttpConfig {
   /** Extra environment for the Herald processes. */
   heraldEnv: Record<string, string>;
   log: (line: string) => void;
+  /** A deliberate error of the raw server for the smoke test (see http-raw-server.ts); never in a measurement. */
+  rawFault?: 'wrong-me';
 }
 
 export interface HttpTrial {
@@ -193,7 +195,11 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       pool = new pg.Pool({ connectionString: url, max: 4 });
       const drafts = (count: number) => insertDrafts(pool!, herald.orgId, count, 'Draft ');
       await insertDrafts(pool, herald.orgId, config.seedPosts, 'Seeded post ');
-      const baselineEnv = { DATABASE_URL: url, JWT_SECRET: herald.env.JWT_SECRET! };
+      const baselineEnv = {
+        DATABASE_URL: url,
+        JWT_SECRET: herald.env.JWT_SECRET!,
+        ...(config.rawFault ? { RAW_FAULT: config.rawFault } : {}),
+      };
       const pending: Array<Promise<void>> = [];
       for (const id of config.targets) {
         if (id === 'herald') {
@@ -238,6 +244,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
 
     const rows: HttpRow[] = [];
     const lastRate = new Map<HttpTargetId, number>();
+    const firstFailures = new Map<string, string>();
     const runOnce = async (server: Server, operation: HttpOperation, durationMs: number): Promise<HttpTrial> => {
       let ids: string[] | undefined;
       if (operation === 'publishPost') {
@@ -262,8 +269,8 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       const reqPerSec = Math.round((result.requests / Math.max(1, result.durationMs)) * 1000);
       if (operation === 'createPost' || operation === 'publishPost') lastRate.set(server.id, reqPerSec);
       if (result.failures > 0 && result.firstFailure) {
-        const row = rows.find((candidate) => candidate.target === server.id && candidate.operation === operation);
-        if (row) row.firstFailure ??= result.firstFailure;
+        const key = `${server.id}/${operation}`;
+        if (!firstFailures.has(key)) firstFailures.set(key, result.firstFailure);
         log(`  ${server.id} ${operation}: ${result.failures} failed answers, first: ${result.firstFailure}`);
       }
       return {
@@ -304,6 +311,9 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
           p99Ms: spread(trials.map((trial) => trial.p99Ms)).median,
           cpuUsPerRequest: spread(trials.map((trial) => trial.cpuUsPerRequest)),
           failures: trials.reduce((sum, trial) => sum + trial.failures, 0),
+          ...(firstFailures.has(`${server.id}/${operation}`)
+            ? { firstFailure: firstFailures.get(`${server.id}/${operation}`)! }
+            : {}),
           vsRaw: { reqPerSec: null, p99: null, cpu: null },
           vsYoga: { reqPerSec: null },
         });

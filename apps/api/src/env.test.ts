@@ -14,6 +14,24 @@ function configError(env: Record<string, string>): string[] {
 
 const SECRET = 'x'.repeat(32);
 
+describe('JWT_JWKS_URL', () => {
+  it('must be https:// outside development, with one line naming the variable', () => {
+    expect(configError({ NODE_ENV: 'production', JWT_JWKS_URL: 'http://idp.example/jwks.json' })).toEqual([
+      'JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)',
+    ]);
+    const https = loadApiConfig({ NODE_ENV: 'production', JWT_JWKS_URL: 'https://idp.example/jwks.json' });
+    expect(https.auth.key).toEqual({ kind: 'jwks', url: 'https://idp.example/jwks.json' });
+  });
+
+  it('may be http:// in development and test configurations (a local identity provider)', () => {
+    for (const NODE_ENV of ['development', 'test']) {
+      expect(loadApiConfig({ NODE_ENV, JWT_JWKS_URL: 'http://127.0.0.1:8080/jwks.json' }).auth.key).toMatchObject({
+        kind: 'jwks',
+      });
+    }
+  });
+});
+
 describe('loadApiConfig', () => {
   it('defaults to embedded mode with the SPEC §3 defaults', () => {
     const config = loadApiConfig({});

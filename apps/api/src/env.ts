@@ -160,6 +160,9 @@ function checkKeySources(env: z.output<typeof EnvSchema>): void {
   if (keys.length > 1) {
     throw new InvalidConfigError([`${keys[1]}: set only one of ${keys.join(', ')}`]);
   }
+  if (env.JWT_JWKS_URL && env.NODE_ENV === 'production' && new URL(env.JWT_JWKS_URL).protocol !== 'https:') {
+    throw new InvalidConfigError(['JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)']);
+  }
   if (keys.length === 0 && env.DATABASE_URL) {
     throw new InvalidConfigError([
       'JWT_SECRET: required in cluster mode (DATABASE_URL is set): set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL',

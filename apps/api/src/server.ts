@@ -1,7 +1,6 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
@@ -13,8 +12,10 @@ import type { Logger } from './logger.js';
 import type { ApiMetrics } from './metrics.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
+import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
 import { schema } from './schema/index.js';
@@ -95,10 +96,11 @@ export function createServer(deps: ServerDeps): HeraldServer {
       // Field suggestions ("did you mean …") would leak the schema when introspection is off.
       blockFieldSuggestion: { enabled: !config.graphql.introspection },
     }) as Plugin,
+    useIntrospectionPolicy(config.graphql.introspection),
+    useWebSocketOnlySubscriptions() as Plugin,
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
   ];
-  if (!config.graphql.introspection) plugins.push(useDisableIntrospection());
 
   const yoga = createYoga<Record<string, unknown>, Context>({
     schema,

@@ -4,9 +4,9 @@ import { GraphQLError } from 'graphql';
 import { isAsyncIterable, type Plugin } from 'graphql-yoga';
 
 /** Code for a document that does not parse or does not validate against the schema. */
-export const GRAPHQL_VALIDATION_FAILED = 'GRAPHQL_VALIDATION_FAILED';
+export const GRAPHQL_VALIDATION_FAILED = ErrorCode.GRAPHQL_VALIDATION_FAILED;
 /** Code for a document that is not valid GraphQL syntax. */
-export const GRAPHQL_PARSE_FAILED = 'GRAPHQL_PARSE_FAILED';
+export const GRAPHQL_PARSE_FAILED = ErrorCode.GRAPHQL_PARSE_FAILED;
 
 /**
  * Makes sure every error a client sees carries `extensions.code` (SPEC §5). Resolver errors already

@@ -16,6 +16,8 @@
  * One load-client process (`http-load.ts`) checks every answer.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import {
@@ -32,6 +34,7 @@ import {
 } from './common.js';
 import type { HttpLoadCommand, HttpLoadResult } from './http-load.js';
 import type { HttpOperation } from './http-sql.js';
+import { type CpuProfile, type ProfileSummary, summariseProfile } from './profile.js';
 import { BENCH_AUTHOR, BENCH_TAGS } from './protocol.js';
 import { type HeraldTarget, startHeraldTarget } from './targets.js';
 
@@ -71,6 +74,15 @@ export interface HttpConfig {
   log: (line: string) => void;
   /** A deliberate error of the raw server for the smoke test (see http-raw-server.ts); never in a measurement. */
   rawFault?: 'wrong-me';
+  /** Write a CPU profile of each Herald process here (`node --cpu-prof`) and summarise it per operation. */
+  profileDir?: string;
+}
+
+export interface HttpProfile {
+  target: HttpTargetId;
+  operation: HttpOperation;
+  cpuUsPerRequest: number;
+  summary: ProfileSummary;
 }
 
 export interface HttpTrial {
@@ -106,6 +118,8 @@ export interface HttpResult {
   rows: HttpRow[];
   skipped: string[];
   notes: string[];
+  /** With `profileDir`: where each Herald target's CPU went, per operation (trial windows only). */
+  profiles?: HttpProfile[];
 }
 
 interface Server {
@@ -117,6 +131,8 @@ interface Server {
   /** Makes `count` drafts to publish. */
   drafts(count: number): Promise<string[]>;
   stop(): Promise<void>;
+  /** The directory its CPU profile is written to when it stops (Herald with `profileDir`). */
+  profileDir?: string;
 }
 
 async function startScript(
@@ -154,7 +170,12 @@ async function insertDrafts(pool: pg.Pool, orgId: string, count: number, title: 
   return rows.map((row) => row.id);
 }
 
-function heraldServer(id: HttpTargetId, herald: HeraldTarget, extra: () => Promise<void>): Server {
+function heraldServer(
+  id: HttpTargetId,
+  herald: HeraldTarget,
+  extra: () => Promise<void>,
+  profileDir: string | undefined,
+): Server {
   const origin = herald.wsUrls[0]!.replace(/^ws:/, 'http:').replace(/\/graphql$/, '');
   return {
     id,
@@ -163,6 +184,7 @@ function heraldServer(id: HttpTargetId, herald: HeraldTarget, extra: () => Promi
     token: herald.token,
     orgId: herald.orgId,
     drafts: async (count) => (await herald.prepareEvents(count)).map((event) => event.postId),
+    ...(profileDir ? { profileDir } : {}),
     async stop() {
       await extra();
       await herald.stop();
@@ -183,6 +205,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       skipped.push('HTTP: raw, herald and yoga need DATABASE_URL');
     } else if (wantsPostgres) {
       // Herald migrates the schema; the raw loop and stock Yoga use the same schema, rows and secret.
+      const profileDir = profileDirFor(config, 'herald');
       const herald = await startHeraldTarget({
         pods: 1,
         pubsub: 'memory',
@@ -190,6 +213,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         database: 'postgres',
         env: heraldEnv,
         label: 'http',
+        ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
       const url = herald.env.DATABASE_URL!;
       pool = new pg.Pool({ connectionString: url, max: 4 });
@@ -203,7 +227,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       const pending: Array<Promise<void>> = [];
       for (const id of config.targets) {
         if (id === 'herald') {
-          servers.push({ ...heraldServer('herald', herald, async () => {}), drafts });
+          servers.push({ ...heraldServer('herald', herald, async () => {}, profileDir), drafts });
         } else if (id === 'raw' || id === 'yoga') {
           pending.push(
             startScript(id === 'raw' ? RAW_SERVER : YOGA_SERVER, baselineEnv).then(({ child, port }) => {
@@ -221,9 +245,11 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         }
       }
       await Promise.all(pending);
-      if (!config.targets.includes('herald')) servers.push({ ...heraldServer('herald', herald, async () => {}) });
+      if (!config.targets.includes('herald'))
+        servers.push({ ...heraldServer('herald', herald, async () => {}, undefined) });
     }
     if (config.targets.includes('herald-pglite')) {
+      const profileDir = profileDirFor(config, 'herald-pglite');
       const embedded = await startHeraldTarget({
         pods: 1,
         pubsub: 'memory',
@@ -231,8 +257,9 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         database: 'pglite',
         env: heraldEnv,
         label: 'http-pglite',
+        ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
-      const server = heraldServer('herald-pglite', embedded, async () => {});
+      const server = heraldServer('herald-pglite', embedded, async () => {}, profileDir);
       servers.push(server);
       log('  herald-pglite: seeding posts over createPost');
       await embedded.prepareEvents(config.seedPosts);
@@ -245,6 +272,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
     const rows: HttpRow[] = [];
     const lastRate = new Map<HttpTargetId, number>();
     const firstFailures = new Map<string, string>();
+    const windows = new Map<string, Array<[number, number]>>();
     const runOnce = async (server: Server, operation: HttpOperation, durationMs: number): Promise<HttpTrial> => {
       let ids: string[] | undefined;
       if (operation === 'publishPost') {
@@ -253,6 +281,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         ids = await server.drafts(count);
       }
       const before = procSample(server.pids[0]!).cpuUs;
+      const startedUs = monotonicUs();
       const result = await load.ask<HttpLoadResult>({
         type: 'run',
         origin: server.origin,
@@ -265,6 +294,10 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         ...(ids ? { ids } : {}),
       } satisfies HttpLoadCommand);
       const cpuUs = procSample(server.pids[0]!).cpuUs - before;
+      if (durationMs === config.trialMs) {
+        const key = `${server.id}/${operation}`;
+        windows.set(key, [...(windows.get(key) ?? []), [startedUs, monotonicUs()]]);
+      }
       const latency = Histogram.from(result.latency).summaryMs();
       const reqPerSec = Math.round((result.requests / Math.max(1, result.durationMs)) * 1000);
       if (operation === 'createPost' || operation === 'publishPost') lastRate.set(server.id, reqPerSec);
@@ -319,7 +352,26 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         });
       }
     }
+    const profiles: HttpProfile[] = [];
+    for (const server of measured) {
+      if (!server.profileDir) continue;
+      await server.stop();
+      servers.splice(servers.indexOf(server), 1);
+      const file = readdirSync(server.profileDir).find((name) => name.endsWith('.cpuprofile'));
+      if (!file) throw new Error(`${server.id}: no .cpuprofile was written`);
+      const data = JSON.parse(readFileSync(join(server.profileDir, file), 'utf8')) as CpuProfile;
+      for (const operation of config.operations) {
+        const row = rows.find((candidate) => candidate.target === server.id && candidate.operation === operation);
+        profiles.push({
+          target: server.id,
+          operation,
+          cpuUsPerRequest: row?.cpuUsPerRequest.median ?? Number.NaN,
+          summary: summariseProfile(data, windows.get(`${server.id}/${operation}`) ?? []),
+        });
+      }
+    }
     return {
+      ...(config.profileDir ? { profiles } : {}),
       connections: config.connections,
       trials: config.trials,
       trialMs: config.trialMs,
@@ -381,6 +433,49 @@ export function httpMarkdown(result: HttpResult | null | undefined): string {
   }
   lines.push('', ...result.notes.map((note) => `- ${note}`));
   if (result.skipped.length) lines.push(...result.skipped.map((line) => `- skipped: ${line}`));
+  return `${lines.join('\n')}\n`;
+}
+
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
+function profileDirFor(config: HttpConfig, id: HttpTargetId): string | undefined {
+  if (!config.profileDir || !config.targets.includes(id)) return undefined;
+  const dir = join(config.profileDir, id);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/**
+ * The HTTP section of PROFILE.md: per operation and Herald target, the server CPU per request split by
+ * package and the functions with the most self time (share of profiled busy time × measured µs/request).
+ */
+export function httpProfileMarkdown(profiles: HttpProfile[], command: string, header: string[]): string {
+  const lines = [
+    '## HTTP: where Herald spends its CPU per request (issue 15)',
+    '',
+    `- Command: \`${command}\` — \`node --cpu-prof\` on the Herald process; only samples inside the trials count.`,
+    ...header.map((line) => `- ${line}`),
+    '',
+  ];
+  const us = (pct: number, cpu: number) => round((pct * cpu) / 100, 0);
+  for (const profile of profiles) {
+    const { summary, cpuUsPerRequest: cpu } = profile;
+    lines.push(
+      `### ${profile.operation} — ${LABELS[profile.target]}: ${cpu} µs CPU/request (profiler on)`,
+      '',
+      `By package: ${summary.byPackage
+        .slice(0, 10)
+        .map((row) => `${row.name} ${us(row.pct, cpu)} µs (${row.pct}%)`)
+        .join('; ')}.`,
+      '',
+      '| top functions (self) | µs/request | % |',
+      '|---|---:|---:|',
+      ...summary.topFunctions
+        .slice(0, 12)
+        .map((row) => `| ${row.name.replaceAll('|', '\\|')} | ${us(row.pct, cpu)} | ${row.pct} |`),
+      '',
+    );
+  }
   return `${lines.join('\n')}\n`;
 }
 

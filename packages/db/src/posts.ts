@@ -38,13 +38,24 @@ export interface PostPageQuery {
   inverted?: boolean;
 }
 
-/** One page of an organisation's posts, newest first (keyset pagination on `seq`). */
-export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<Post[]> {
-  let select = db.selectFrom('posts').selectAll().where('org_id', '=', query.orgId);
-  if (query.afterSeq != null) select = select.where('seq', '<', query.afterSeq);
-  if (query.beforeSeq != null) select = select.where('seq', '>', query.beforeSeq);
+/** A post with its author's display name, read in the same query (a join on `users`). */
+export type PostWithAuthor = Post & { author_name: string };
+
+/**
+ * One page of an organisation's posts, newest first (keyset pagination on `seq`), each with its
+ * author's name from the same query: a page costs one round trip, authors included.
+ */
+export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<PostWithAuthor[]> {
+  let select = db
+    .selectFrom('posts')
+    .innerJoin('users', 'users.id', 'posts.author_id')
+    .selectAll('posts')
+    .select('users.name as author_name')
+    .where('posts.org_id', '=', query.orgId);
+  if (query.afterSeq != null) select = select.where('posts.seq', '<', query.afterSeq);
+  if (query.beforeSeq != null) select = select.where('posts.seq', '>', query.beforeSeq);
   return select
-    .orderBy('seq', query.inverted ? 'asc' : 'desc')
+    .orderBy('posts.seq', query.inverted ? 'asc' : 'desc')
     .limit(query.limit)
     .execute();
 }

@@ -77,9 +77,13 @@ builder.queryFields((t) => ({
       after: t.arg.string(),
     },
     resolve: (_root, args, context) =>
-      resolveSeqConnection<Post>('post', args, (page) =>
-        listPostsByOrg(context.db, { orgId: String(args.orgId), ...page }),
-      ),
+      resolveSeqConnection<Post>('post', args, async (page) => {
+        const rows = await listPostsByOrg(context.db, { orgId: String(args.orgId), ...page });
+        // The page's query read the authors too (a join): `author` is then answered without a query.
+        for (const row of rows)
+          context.loaders.author.prime(row.author_id, { id: row.author_id, name: row.author_name });
+        return rows;
+      }),
   }),
 }));
 

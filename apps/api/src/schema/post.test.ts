@@ -99,6 +99,46 @@ describe('createPost and publishPost', () => {
     expect(after.body.data.posts.edges).toHaveLength(before.body.data.posts.edges.length);
   });
 
+  it('publishes with one statement that also writes the post.published outbox row', async () => {
+    const post = await createPost(alice, 'org-a', 'one round trip', ['x', 'y']);
+    let queries = 0;
+    const counter: KyselyPlugin = {
+      transformQuery(args) {
+        queries++;
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    };
+    const { body } = await startCountingApi(counter).graphql(PUBLISH, { id: post.id }, alice);
+    expect(body.data.publishPost.status).toBe('PUBLISHED');
+    expect(queries).toBe(1);
+    const rows = await outboxRowsOf(post.id);
+    expect(rows).toHaveLength(1);
+    const event = JSON.parse(rows[0]!.body);
+    expect(event).toEqual({
+      id: rows[0]!.id,
+      type: 'post.published',
+      created: expect.any(String),
+      data: {
+        id: post.id,
+        orgId: 'org-a',
+        title: 'one round trip',
+        tags: ['x', 'y'],
+        status: 'PUBLISHED',
+        publishedAt: body.data.publishPost.publishedAt,
+        author: { id: 'alice', name: 'Alice' },
+      },
+    });
+  });
+
+  it('announces a post once when it is published by several requests at the same time', async () => {
+    const post = await createPost(alice, 'org-a', 'raced');
+    const answers = await Promise.all(Array.from({ length: 6 }, () => api.graphql(PUBLISH, { id: post.id }, alice)));
+    for (const answer of answers) expect(answer.body.data.publishPost.status).toBe('PUBLISHED');
+    expect(new Set(answers.map((answer) => answer.body.data.publishPost.publishedAt)).size).toBe(1);
+    expect(await outboxRowsOf(post.id)).toHaveLength(1);
+  });
+
   it('publishPost of an unknown id is NOT_FOUND', async () => {
     const { body } = await api.graphql(PUBLISH, { id: 'does-not-exist' }, alice);
     expect(body.data).toBeNull();
@@ -145,6 +185,12 @@ describe('posts connection', () => {
     expect(queries).toBe(1);
   });
 });
+
+/** The webhook outbox rows that announce `postId`. */
+async function outboxRowsOf(postId: string) {
+  const rows = await api.app.database.db.selectFrom('webhook_outbox').select(['id', 'body']).execute();
+  return rows.filter((row) => JSON.parse(row.body).data?.id === postId);
+}
 
 /** A second server on the same database whose queries pass through `plugin`. */
 function startCountingApi(plugin: KyselyPlugin): Pick<TestApi, 'graphql'> {

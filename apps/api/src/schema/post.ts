@@ -1,9 +1,9 @@
 import { isMemberOf } from '@herald/auth';
-import { findPostById, insertPost, listPostsByOrg, type Post, publishPostInTransaction, upsertUser } from '@herald/db';
+import { findPostById, insertPost, listPostsByOrg, type Post, upsertUser } from '@herald/db';
 import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
-import { recordPostPublishedWebhook } from '../post-published-webhook.js';
+import { publishPostWithWebhook } from '../post-published-webhook.js';
 import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../realtime/pubsub.js';
 import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
 import { builder } from './builder.js';
@@ -123,12 +123,8 @@ builder.mutationFields((t) => ({
     description: 'Publishes a draft. Publishing an already published post returns it unchanged.',
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, context) => {
-      const result = await context.db.transaction().execute(async (trx) => {
-        const outcome = await publishPostInTransaction(trx, String(id), context.viewer.orgs);
-        // Durable events caused by the change (webhook outbox) are written here, inside the transaction.
-        if (outcome?.published) await recordPostPublishedWebhook(trx, outcome.post);
-        return outcome;
-      });
+      // The durable event caused by the change (webhook outbox row) is written by the same statement.
+      const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs);
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post.
       if (result.published) context.pubsub.publishPostPublished(result.post);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { Database, Post } from './database.js';
 
 export interface NewPostInput {
@@ -21,6 +21,27 @@ export async function insertPost(db: Kysely<Database>, input: NewPostInput): Pro
     })
     .returningAll()
     .executeTakeFirstOrThrow();
+}
+
+/**
+ * Records the author (as `upsertUser` does: a changed name updates the stored one) and inserts the
+ * draft in ONE statement: one round trip, atomic, no transaction to open and commit.
+ */
+export async function insertPostWithAuthor(
+  db: Kysely<Database>,
+  input: NewPostInput & { authorName: string },
+): Promise<Post> {
+  const { rows } = await sql<Post>`
+    with author as (
+      insert into users (id, name) values (${input.authorId}, ${input.authorName})
+      on conflict (id) do update set name = excluded.name, updated_at = now()
+      where users.name is distinct from excluded.name
+    )
+    insert into posts (id, org_id, author_id, title, tags)
+    values (${randomUUID()}, ${input.orgId}, ${input.authorId}, ${input.title}, ${[...new Set(input.tags)]}::text[])
+    returning *
+  `.execute(db);
+  return rows[0]!;
 }
 
 export async function findPostById(db: Kysely<Database>, id: string): Promise<Post | undefined> {

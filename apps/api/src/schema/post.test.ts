@@ -99,6 +99,25 @@ describe('createPost and publishPost', () => {
     expect(after.body.data.posts.edges).toHaveLength(before.body.data.posts.edges.length);
   });
 
+  it('creates a draft, its author row and answers its author with one statement', async () => {
+    let queries = 0;
+    const counter: KyselyPlugin = {
+      transformQuery(args) {
+        queries++;
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    };
+    const dave = await api.token({ sub: 'dave', name: 'Dave', orgs: ['org-d'] });
+    const { body } = await startCountingApi(counter).graphql(
+      CREATE,
+      { input: { orgId: 'org-d', title: 'counted', tags: [] } },
+      dave,
+    );
+    expect(body.data.createPost).toMatchObject({ title: 'counted', author: { id: 'dave', name: 'Dave' } });
+    expect(queries).toBe(1);
+  });
+
   it('publishes with one statement that also writes the post.published outbox row', async () => {
     const post = await createPost(alice, 'org-a', 'one round trip', ['x', 'y']);
     let queries = 0;

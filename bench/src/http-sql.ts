@@ -73,87 +73,54 @@ export async function selectPostsPage(pool: pg.Pool, orgId: string, first: numbe
   return rows;
 }
 
-/** `createPost`: upsert the author, insert the draft; one transaction, as Herald does. */
+/** `createPost`: the author row and the draft in one statement, as Herald does (`insertPostWithAuthor`). */
 export async function createPostTx(pool: pg.Pool, viewer: TokenClaims, orgId: string, title: string, tags: string[]) {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    await client.query({
-      name: 'bench_upsert_user',
-      text: 'insert into users (id, name) values ($1, $2) on conflict (id) do update set name = excluded.name, updated_at = now() where users.name is distinct from excluded.name',
-      values: [viewer.sub, viewer.name],
-    });
-    const { rows } = await client.query<PostRow>({
-      name: 'bench_insert_post',
-      text: 'insert into posts (id, org_id, author_id, title, tags) values ($1, $2, $3, $4, $5) returning *',
-      values: [randomUUID(), orgId, viewer.sub, title, [...new Set(tags)]],
-    });
-    await client.query('commit');
-    return rows[0]!;
-  } catch (error) {
-    await client.query('rollback').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
+  const { rows } = await pool.query<PostRow>({
+    name: 'bench_create_post',
+    text: `with author as (
+        insert into users (id, name) values ($1, $2)
+        on conflict (id) do update set name = excluded.name, updated_at = now()
+        where users.name is distinct from excluded.name
+      )
+      insert into posts (id, org_id, author_id, title, tags) values ($3, $4, $1, $5, $6::text[]) returning *`,
+    values: [viewer.sub, viewer.name, randomUUID(), orgId, title, [...new Set(tags)]],
+  });
+  return rows[0]!;
 }
 
 /**
- * `publishPost`: lock the row, mark it published, read the author, write the `post.published` outbox
- * row; one transaction, as Herald does. @returns undefined for an unknown id (or another org's)
+ * `publishPost`: mark the draft published and write its `post.published` outbox row (author read by a
+ * join) in one statement, as Herald does (`publishPostWithWebhook`); a post that is not a draft is read
+ * back. @returns undefined for an unknown id (or another org's)
  */
 export async function publishPostTx(pool: pg.Pool, viewer: TokenClaims, id: string) {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    const current = await client.query<PostRow>({
-      name: 'bench_lock_post',
-      text: 'select * from posts where id = $1 and org_id = any($2) for update',
-      values: [id, viewer.orgs],
-    });
-    let post = current.rows[0];
-    let published = false;
-    if (post && post.status !== 'PUBLISHED') {
-      const updated = await client.query<PostRow>({
-        name: 'bench_publish_post',
-        text: "update posts set status = 'PUBLISHED', published_at = now() where id = $1 returning *",
-        values: [id],
-      });
-      post = updated.rows[0]!;
-      published = true;
-      const author = await client.query<{ id: string; name: string }>({
-        name: 'bench_author',
-        text: 'select id, name from users where id = $1',
-        values: [post.author_id],
-      });
-      const created = new Date();
-      const eventId = `evt_${randomUUID().replaceAll('-', '')}`;
-      const body = JSON.stringify({
-        id: eventId,
-        type: 'post.published',
-        created: created.toISOString(),
-        data: {
-          id: post.id,
-          orgId: post.org_id,
-          title: post.title,
-          tags: post.tags,
-          status: 'PUBLISHED',
-          publishedAt: (post.published_at ?? created).toISOString(),
-          author: author.rows[0],
-        },
-      });
-      await client.query({
-        name: 'bench_outbox',
-        text: 'insert into webhook_outbox (id, org_id, type, body, created_at) values ($1, $2, $3, $4, $5)',
-        values: [eventId, post.org_id, 'post.published', body, created],
-      });
-    }
-    await client.query('commit');
-    return post ? { post, published } : undefined;
-  } catch (error) {
-    await client.query('rollback').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
+  const publishedAt = new Date();
+  const eventId = `evt_${randomUUID().replaceAll('-', '')}`;
+  const head = `${JSON.stringify({ id: eventId, type: 'post.published', created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
+  const { rows } = await pool.query<PostRow>({
+    name: 'bench_publish_post',
+    text: `with published as (
+        update posts set status = 'PUBLISHED', published_at = $1
+        where id = $2 and org_id = any($3::text[]) and status = 'DRAFT'
+        returning *
+      ), recorded as (
+        insert into webhook_outbox (id, org_id, type, body, created_at)
+        select $4, p.org_id, 'post.published',
+          $5 || json_build_object(
+            'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
+            'publishedAt', $6::text, 'author', json_build_object('id', u.id, 'name', u.name)
+          )::text || '}',
+          $1
+        from published p join users u on u.id = p.author_id
+      )
+      select * from published`,
+    values: [publishedAt, id, viewer.orgs, eventId, head, publishedAt.toISOString()],
+  });
+  if (rows[0]) return { post: rows[0], published: true };
+  const current = await pool.query<PostRow>({
+    name: 'bench_read_post',
+    text: 'select * from posts where id = $1 and org_id = any($2::text[])',
+    values: [id, viewer.orgs],
+  });
+  return current.rows[0] ? { post: current.rows[0], published: false } : undefined;
 }

@@ -383,7 +383,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
           .map(([key, value]) => `${key}=${value}`)
           .join(
             ' ',
-          )}, in-memory pub/sub, pool of 10. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts (posts: one join; mutations: the same transaction as Herald, outbox row included).`,
+          )}, in-memory pub/sub, pool of 10. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts, the same statements as Herald (posts: one join; createPost: author upsert + insert in one statement; publishPost: update + outbox row in one statement).`,
         'Server CPU/request: the server process only (every thread); PostgreSQL backends are not counted. PGlite runs inside Herald, so its row includes the database; its "× raw" compares with the raw loop on PostgreSQL.',
       ],
     };

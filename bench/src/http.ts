@@ -213,6 +213,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         database: 'postgres',
         env: heraldEnv,
         label: 'http',
+        inspect: false,
         ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
       const url = herald.env.DATABASE_URL!;
@@ -257,6 +258,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         database: 'pglite',
         env: heraldEnv,
         label: 'http-pglite',
+        inspect: false,
         ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
       const server = heraldServer('herald-pglite', embedded, async () => {}, profileDir);
@@ -340,9 +342,9 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
           operation,
           trials,
           reqPerSec: spread(trials.map((trial) => trial.reqPerSec)),
-          p50Ms: spread(trials.map((trial) => trial.p50Ms)).median,
-          p99Ms: spread(trials.map((trial) => trial.p99Ms)).median,
-          cpuUsPerRequest: spread(trials.map((trial) => trial.cpuUsPerRequest)),
+          p50Ms: round(spread(trials.map((trial) => trial.p50Ms)).median, 2),
+          p99Ms: round(spread(trials.map((trial) => trial.p99Ms)).median, 2),
+          cpuUsPerRequest: roundSpread(spread(trials.map((trial) => trial.cpuUsPerRequest))),
           failures: trials.reduce((sum, trial) => sum + trial.failures, 0),
           ...(firstFailures.has(`${server.id}/${operation}`)
             ? { firstFailure: firstFailures.get(`${server.id}/${operation}`)! }
@@ -436,6 +438,7 @@ export function httpMarkdown(result: HttpResult | null | undefined): string {
   return `${lines.join('\n')}\n`;
 }
 
+const roundSpread = (value: Spread): Spread => ({ ...value, median: round(value.median, 1) });
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
 function profileDirFor(config: HttpConfig, id: HttpTargetId): string | undefined {

@@ -138,6 +138,8 @@ export interface HeraldOptions {
   env?: Record<string, string>;
   /** Write a V8 CPU profile of each pod into this directory (`node --cpu-prof`). */
   cpuProfDir?: string;
+  /** Start the pods with `--inspect` (needed to force a GC before reading memory). @default true */
+  inspect?: boolean;
   label: string;
 }
 
@@ -157,9 +159,9 @@ interface Pod {
   output: string[];
 }
 
-async function startPod(env: Record<string, string>, cpuProfDir: string | undefined): Promise<Pod> {
+async function startPod(env: Record<string, string>, cpuProfDir: string | undefined, inspect = true): Promise<Pod> {
   const args = [
-    '--inspect=127.0.0.1:0',
+    ...(inspect ? ['--inspect=127.0.0.1:0'] : []),
     ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
     '--import',
     TSX_IMPORT,
@@ -214,8 +216,8 @@ async function startPod(env: Record<string, string>, cpuProfDir: string | undefi
       }, 100);
     }
   });
-  const inspector = inspectorUrlFrom(output.join(''));
-  if (!inspector) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
+  const inspector = inspect ? inspectorUrlFrom(output.join('')) : '';
+  if (inspector === undefined) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
   const pod: Pod = {
     death: undefined,
     child,
@@ -301,7 +303,7 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
 
   let pods: Pod[];
   try {
-    pods = await Promise.all(Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir)));
+    pods = await Promise.all(Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect)));
   } catch (error) {
     unregister();
     await removeAll();

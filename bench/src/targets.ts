@@ -303,7 +303,9 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
 
   let pods: Pod[];
   try {
-    pods = await Promise.all(Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect)));
+    pods = await Promise.all(
+      Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect)),
+    );
   } catch (error) {
     unregister();
     await removeAll();

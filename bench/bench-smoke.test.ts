@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
+import { type HttpConfig, runHttp } from './src/http.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
@@ -171,4 +172,50 @@ describe('pnpm bench, resume section at smoke size', () => {
     expect(result).toMatchObject({ clients: 5, eventsPerClient: 20, complete: 5, delivered: 100 });
     expect(resumeMarkdown(result)).toContain('5/5 got every event exactly');
   });
+});
+
+/** The HTTP section (issue 15) at toy size: 4 connections, one short trial per target and operation. */
+const httpConfig = (overrides: Partial<HttpConfig>): HttpConfig => ({
+  databaseUrl: inject('databaseUrl'),
+  targets: ['raw', 'herald', 'yoga', 'herald-pglite'],
+  operations: ['posts', 'me', 'createPost', 'publishPost'],
+  connections: 4,
+  trials: 1,
+  trialMs: 250,
+  warmupMs: 100,
+  seedPosts: 12,
+  heraldEnv: {},
+  log: () => {},
+  ...overrides,
+});
+
+describe('pnpm bench HTTP section, smoke size', () => {
+  it('runs every operation against raw, Herald, stock Yoga and Herald on PGlite, every answer checked', async () => {
+    const result = await runHttp(httpConfig({}));
+    expect(result.skipped).toEqual([]);
+    expect(result.rows.map((row) => `${row.operation}/${row.target}`).sort()).toEqual(
+      ['posts', 'me', 'createPost', 'publishPost']
+        .flatMap((operation) => ['raw', 'herald', 'yoga', 'herald-pglite'].map((target) => `${operation}/${target}`))
+        .sort(),
+    );
+    for (const row of result.rows) {
+      expect({ row: `${row.operation}/${row.target}`, failures: row.failures, firstFailure: row.firstFailure }).toEqual(
+        {
+          row: `${row.operation}/${row.target}`,
+          failures: 0,
+          firstFailure: undefined,
+        },
+      );
+      expect(row.trials[0]!.requests).toBeGreaterThan(0);
+      expect(row.trials[0]!.exhausted).toBe(false);
+      if (row.target !== 'raw') expect(row.vsRaw.reqPerSec).not.toBeNull();
+    }
+  }, 180_000);
+
+  it('counts an answer with the wrong content as failed', async () => {
+    const result = await runHttp(httpConfig({ targets: ['raw'], operations: ['me'], rawFault: 'wrong-me' }));
+    const row = result.rows.find((candidate) => candidate.target === 'raw')!;
+    expect(row.failures).toBeGreaterThan(0);
+    expect(row.firstFailure).toMatch(/wrong answer \(me\.id\)/);
+  }, 120_000);
 });

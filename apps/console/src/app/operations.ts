@@ -20,8 +20,12 @@ export interface EndpointSummary {
   disabledAt: string | null;
   disabledReason: string | null;
   createdAt: string;
-  /** Outcomes of the latest deliveries (newest first), for the recent success rate. */
-  recent: { edges: { node: { status: DeliveryStatus } }[] };
+  /** First failed attempt of the current failure streak. */
+  failingSince: string | null;
+  /** The receiver asked to slow down (429/503 with Retry-After): no attempt before this. */
+  pausedUntil: string | null;
+  /** Share of the latest attempts that got a 2xx (0 to 1); null without attempts. */
+  successRate: number | null;
 }
 
 export interface Attempt {
@@ -47,14 +51,14 @@ export interface DeliveryPage {
   pageInfo: { hasNextPage: boolean; endCursor: string | null };
 }
 
-/** How many of an endpoint's latest deliveries its success rate is computed over. */
-export const RECENT_DELIVERIES = 50;
+/** How many of an endpoint's latest attempts its success rate is computed over. */
+export const RECENT_ATTEMPTS = 100;
 /** Delivery log page size. */
 export const DELIVERY_PAGE_SIZE = 25;
 
 const ENDPOINT_FIELDS = `
-  id url eventTypes status disabledAt disabledReason createdAt
-  recent: deliveries(first: ${RECENT_DELIVERIES}) { edges { node { status } } }
+  id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil
+  successRate(lastAttempts: ${RECENT_ATTEMPTS})
 `;
 
 const DELIVERY_FIELDS = `
@@ -69,10 +73,16 @@ export const ENDPOINTS = `query Endpoints($orgId: ID!) { webhookEndpoints(orgId:
 export const ENDPOINT = `query Endpoint($id: ID!) { webhookEndpoint(id: $id) { ${ENDPOINT_FIELDS} } }`;
 
 export const DELIVERIES = `
-  query Deliveries($id: ID!, $first: Int, $after: String, $status: WebhookDeliveryStatus) {
+  query Deliveries(
+    $id: ID!, $first: Int, $after: String, $status: WebhookDeliveryStatus,
+    $eventType: String, $eventId: ID, $createdAfter: DateTime, $createdBefore: DateTime
+  ) {
     webhookEndpoint(id: $id) {
       id
-      deliveries(first: $first, after: $after, status: $status) {
+      deliveries(
+        first: $first, after: $after, status: $status,
+        eventType: $eventType, eventId: $eventId, createdAfter: $createdAfter, createdBefore: $createdBefore
+      ) {
         edges { node { ${DELIVERY_FIELDS} } }
         pageInfo { hasNextPage endCursor }
       }
@@ -86,20 +96,12 @@ export const CREATE_ENDPOINT = `
   }
 `;
 
-export const DISABLE_ENDPOINT = 'mutation Disable($id: ID!) { disableWebhookEndpoint(id: $id) { id status } }';
+export const DISABLE_ENDPOINT = `
+  mutation Disable($id: ID!, $reason: String) { disableWebhookEndpoint(id: $id, reason: $reason) { id status } }
+`;
 export const ENABLE_ENDPOINT = 'mutation Enable($id: ID!) { enableWebhookEndpoint(id: $id) { id status } }';
 export const DELETE_ENDPOINT = 'mutation Delete($id: ID!) { deleteWebhookEndpoint(id: $id) }';
 export const ROTATE_SECRET = 'mutation Rotate($id: ID!) { rotateWebhookSecret(id: $id) { secret } }';
 export const SEND_TEST = `mutation SendTest($id: ID!) { sendTestWebhook(endpointId: $id) { ${DELIVERY_FIELDS} } }`;
 export const REPLAY_DEAD = 'mutation ReplayDead($id: ID!) { replayDeadWebhookDeliveries(endpointId: $id) }';
 export const REPLAY_DELIVERY = `mutation Replay($id: ID!) { replayWebhookDelivery(id: $id) { ${DELIVERY_FIELDS} } }`;
-
-/**
- * Share of the finished deliveries among the latest ones that succeeded, or null when none finished yet.
- * PENDING ones are still being retried and SKIPPED ones were never sent, so neither counts.
- */
-export function successRate(endpoint: EndpointSummary): number | null {
-  const finished = endpoint.recent.edges.filter(({ node }) => node.status === 'SUCCEEDED' || node.status === 'DEAD');
-  if (finished.length === 0) return null;
-  return finished.filter(({ node }) => node.status === 'SUCCEEDED').length / finished.length;
-}

@@ -33,11 +33,11 @@ describe('buildConsole', () => {
     const code = await readFile(join(outDir, script!), 'utf8');
     expect(result.files[script!]).toBeLessThan(MAX_SCRIPT_BYTES);
     // No bare imports left for a browser to fail on, and no Node globals.
-    expect(code).not.toMatch(/\bfrom\s*["'](?!\.)/);
-    expect(code).not.toContain('process.env');
+    expect(/\bimport\s*[{*"'(]/.test(code), 'an import statement is left in the bundle').toBe(false);
+    expect(code.includes('process.env'), 'process.env is left in the bundle').toBe(false);
     // It talks to the public GraphQL endpoint beside /console, nothing else.
-    expect(code).toContain('../graphql');
-    expect(code).toContain('replayDeadWebhookDeliveries');
+    expect(code.includes('"../graphql"')).toBe(true);
+    expect(code.includes('replayDeadWebhookDeliveries')).toBe(true);
   });
 
   it('is stale when index.html is missing or a source is newer, fresh right after a build', async () => {

@@ -36,15 +36,21 @@ export function DeliveryLog({ request, route, version }: Props) {
   /** Cursors of the pages before the current one; the current page starts after the last. */
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const after = cursors[cursors.length - 1] ?? null;
+  const [filters, setFilters] = useState<SearchFilters>(NO_FILTERS);
   // A new filter or endpoint starts at the newest page again.
-  useEffect(() => setCursors([null]), [endpointId, status]);
+  useEffect(() => setCursors([null]), [endpointId, status, filters]);
 
-  const page = useQuery(`deliveries:${endpointId}:${status ?? ''}:${after ?? ''}`, async () => {
+  const key = `deliveries:${endpointId}:${status ?? ''}:${after ?? ''}:${JSON.stringify(filters)}`;
+  const page = useQuery(key, async () => {
     const data = await request<{ webhookEndpoint: { deliveries: DeliveryPage } | null }>(DELIVERIES, {
       id: endpointId,
       first: DELIVERY_PAGE_SIZE,
       after,
       status: status ?? null,
+      eventType: filters.eventType || null,
+      eventId: filters.eventId || null,
+      createdAfter: toInstant(filters.from),
+      createdBefore: toInstant(filters.to),
     });
     return data.webhookEndpoint?.deliveries;
   });
@@ -66,6 +72,7 @@ export function DeliveryLog({ request, route, version }: Props) {
           </a>
         ))}
       </nav>
+      <SearchForm onSearch={setFilters} />
       {page.error && <ErrorNotice error={page.error} />}
       {page.data && edges.length === 0 && (
         <p class="empty">{status === 'DEAD' ? 'No dead letters.' : 'No deliveries here yet.'}</p>
@@ -107,6 +114,72 @@ export function DeliveryLog({ request, route, version }: Props) {
         </button>
       </div>
     </div>
+  );
+}
+
+interface SearchFilters {
+  eventType: string;
+  eventId: string;
+  /** `datetime-local` values, in the browser's time zone. */
+  from: string;
+  to: string;
+}
+
+const NO_FILTERS: SearchFilters = { eventType: '', eventId: '', from: '', to: '' };
+
+/** `2026-11-23T11:40` (local time) → ISO instant, or null when empty or invalid. */
+function toInstant(local: string): string | null {
+  if (!local) return null;
+  const time = new Date(local).getTime();
+  return Number.isNaN(time) ? null : new Date(time).toISOString();
+}
+
+/** Search by event type, event id and creation time; applied on submit, not on every keystroke. */
+function SearchForm({ onSearch }: { onSearch: (filters: SearchFilters) => void }) {
+  const [draft, setDraft] = useState<SearchFilters>(NO_FILTERS);
+  const field = (name: keyof SearchFilters) => ({
+    value: draft[name],
+    onInput: (event: Event) => setDraft({ ...draft, [name]: (event.target as HTMLInputElement).value }),
+  });
+  return (
+    <form
+      class="filters"
+      aria-label="Search deliveries"
+      onSubmit={(event) => {
+        event.preventDefault();
+        onSearch({ ...draft, eventType: draft.eventType.trim(), eventId: draft.eventId.trim() });
+      }}
+    >
+      <label>
+        Event type
+        <input placeholder="post.published" {...field('eventType')} />
+      </label>
+      <label>
+        Event id
+        <input placeholder="evt_…" {...field('eventId')} />
+      </label>
+      <label>
+        Created from
+        <input type="datetime-local" {...field('from')} />
+      </label>
+      <label>
+        Created before
+        <input type="datetime-local" {...field('to')} />
+      </label>
+      <button type="submit" class="quiet">
+        Search
+      </button>
+      <button
+        type="reset"
+        class="quiet"
+        onClick={() => {
+          setDraft(NO_FILTERS);
+          onSearch(NO_FILTERS);
+        }}
+      >
+        Clear
+      </button>
+    </form>
   );
 }
 

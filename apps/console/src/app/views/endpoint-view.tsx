@@ -7,14 +7,15 @@ import {
   ENABLE_ENDPOINT,
   ENDPOINT,
   type EndpointSummary,
+  RECENT_ATTEMPTS,
   REPLAY_DEAD,
   ROTATE_SECRET,
   SEND_TEST,
-  successRate,
 } from '../operations.js';
 import { navigate, type Route } from '../route.js';
 import { useQuery } from '../use-query.js';
 import { DeliveryLog } from './delivery-log.js';
+import { describeHealth } from './endpoints-view.js';
 import { ErrorNotice } from './error-notice.js';
 import { SecretNotice } from './secret-notice.js';
 import { StatusBadge } from './status-badge.js';
@@ -31,6 +32,7 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
   const [secret, setSecret] = useState<string | undefined>(undefined);
   const [error, setError] = useState<Error | undefined>(undefined);
   const [busy, setBusy] = useState(false);
+  const [reason, setReason] = useState('');
   /** Bumped after an action so the delivery log asks again at once. */
   const [logVersion, setLogVersion] = useState(0);
 
@@ -66,19 +68,20 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
             <span class="url">{data.url}</span> <StatusBadge status={data.status} />
           </h1>
           <dl class="facts">
-            <dt>Recent success rate</dt>
-            <dd data-testid="success-rate">{formatRate(successRate(data))}</dd>
+            <dt>Success rate</dt>
+            <dd data-testid="success-rate">
+              {formatRate(data.successRate)} <span class="muted">of the latest {RECENT_ATTEMPTS} attempts</span>
+            </dd>
+            <dt>Health</dt>
+            <dd data-testid="health">{describeHealth(data)}</dd>
             <dt>Event types</dt>
             <dd>{data.eventTypes.join(', ')}</dd>
             <dt>Created</dt>
             <dd>{formatTime(data.createdAt)}</dd>
             {data.status === 'DISABLED' && (
               <>
-                <dt>Disabled</dt>
-                <dd>
-                  {formatTime(data.disabledAt)}
-                  {data.disabledReason && ` — ${data.disabledReason}`}
-                </dd>
+                <dt>Disabled at</dt>
+                <dd>{formatTime(data.disabledAt)}</dd>
               </>
             )}
           </dl>
@@ -96,18 +99,28 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
               Send test event
             </button>
             {data.status === 'ENABLED' ? (
-              <button
-                type="button"
-                disabled={busy}
-                onClick={() =>
-                  act(async () => {
-                    await request(DISABLE_ENDPOINT, id);
-                    return 'Endpoint disabled: new events are recorded as SKIPPED.';
-                  })
-                }
-              >
-                Disable
-              </button>
+              <span class="inline-form">
+                <input
+                  aria-label="Reason for disabling"
+                  placeholder="Reason (optional)"
+                  maxLength={500}
+                  value={reason}
+                  onInput={(event) => setReason((event.target as HTMLInputElement).value)}
+                />
+                <button
+                  type="button"
+                  disabled={busy}
+                  onClick={() =>
+                    act(async () => {
+                      await request(DISABLE_ENDPOINT, { id: endpointId, reason: reason.trim() || null });
+                      setReason('');
+                      return 'Endpoint disabled: new events are recorded as SKIPPED.';
+                    })
+                  }
+                >
+                  Disable
+                </button>
+              </span>
             ) : (
               <button
                 type="button"

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks';
 import { formatRate, formatTime } from '../format.js';
 import type { Request } from '../graphql.js';
-import { CREATE_ENDPOINT, ENDPOINTS, type EndpointSummary, successRate } from '../operations.js';
+import { CREATE_ENDPOINT, ENDPOINTS, type EndpointSummary, RECENT_ATTEMPTS } from '../operations.js';
 import { formatRoute } from '../route.js';
 import { useQuery } from '../use-query.js';
 import { ErrorNotice } from './error-notice.js';
@@ -33,7 +33,8 @@ export function EndpointsView({ request, orgId }: { request: Request; orgId: str
             <tr>
               <th>URL</th>
               <th>Status</th>
-              <th title="Succeeded among the latest finished deliveries">Success rate</th>
+              <th title={`2xx answers among the latest ${RECENT_ATTEMPTS} attempts`}>Success rate</th>
+              <th>Health</th>
               <th>Event types</th>
               <th>Created</th>
             </tr>
@@ -47,7 +48,8 @@ export function EndpointsView({ request, orgId }: { request: Request; orgId: str
                 <td>
                   <StatusBadge status={endpoint.status} />
                 </td>
-                <td class="number">{formatRate(successRate(endpoint))}</td>
+                <td class="number success-rate">{formatRate(endpoint.successRate)}</td>
+                <td>{describeHealth(endpoint)}</td>
                 <td>{endpoint.eventTypes.join(', ')}</td>
                 <td>{formatTime(endpoint.createdAt)}</td>
               </tr>
@@ -129,4 +131,14 @@ function CreateEndpoint(props: { request: Request; orgId: string; onCreated: (se
       </button>
     </form>
   );
+}
+
+/** One line on how the endpoint is doing, beyond its status. */
+export function describeHealth(endpoint: EndpointSummary): string {
+  if (endpoint.status === 'DISABLED') return endpoint.disabledReason ?? 'disabled';
+  if (endpoint.pausedUntil && Date.parse(endpoint.pausedUntil) > Date.now()) {
+    return `slowed down until ${formatTime(endpoint.pausedUntil)}`;
+  }
+  if (endpoint.failingSince) return `failing since ${formatTime(endpoint.failingSince)}`;
+  return 'healthy';
 }

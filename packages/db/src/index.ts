@@ -6,6 +6,8 @@ export * from './posts.js';
 export * from './users.js';
 export * from './webhook-attempts-loader.js';
 export * from './webhook-deliveries.js';
+export * from './webhook-delivery-log.js';
+export * from './webhook-endpoint-health.js';
 export * from './webhook-endpoints.js';
 export * from './webhook-outbox.js';
 export * from './webhook-queue.js';

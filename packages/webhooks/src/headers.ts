@@ -10,3 +10,15 @@ export const WEBHOOK_ID_HEADER = 'X-Webhook-ID';
 export const WEBHOOK_TIMESTAMP_HEADER = 'X-Webhook-Timestamp';
 /** `t=<unix seconds>,v1=<hex>[,v1=<hex>…]`: Stripe's scheme, one `v1` per active signing secret. */
 export const WEBHOOK_SIGNATURE_HEADER = 'X-Webhook-Signature';
+
+/**
+ * Standard Webhooks (https://www.standardwebhooks.com) header names, sent beside the `X-Webhook-*`
+ * ones so that the `standardwebhooks` and `svix` libraries verify Herald's deliveries. Lower-case as
+ * the specification writes them.
+ */
+/** The event id; the same value as `X-Webhook-ID` and the body's `id`. */
+export const STANDARD_WEBHOOK_ID_HEADER = 'webhook-id';
+/** Unix seconds at which this attempt was signed; the same value as `X-Webhook-Timestamp`. */
+export const STANDARD_WEBHOOK_TIMESTAMP_HEADER = 'webhook-timestamp';
+/** `v1,<base64>[ v1,<base64>…]`: one space-separated entry per active signing secret. */
+export const STANDARD_WEBHOOK_SIGNATURE_HEADER = 'webhook-signature';

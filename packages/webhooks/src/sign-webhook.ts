@@ -1,5 +1,14 @@
-import { WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER } from './headers.js';
+import {
+  STANDARD_WEBHOOK_ID_HEADER,
+  STANDARD_WEBHOOK_SIGNATURE_HEADER,
+  STANDARD_WEBHOOK_TIMESTAMP_HEADER,
+  WEBHOOK_ID_HEADER,
+  WEBHOOK_SIGNATURE_HEADER,
+  WEBHOOK_TIMESTAMP_HEADER,
+} from './headers.js';
 import { computeSignature, formatSignatureHeader } from './signature.js';
+import { computeStandardSignature, formatStandardSignatureHeader } from './standard-signature.js';
+import { standardWebhookKey } from './webhook-secret.js';
 
 export interface SignWebhookOptions {
   /** The event id (`evt_…`), sent as `X-Webhook-ID`; must equal the body's `id`. */
@@ -8,7 +17,9 @@ export interface SignWebhookOptions {
   rawBody: string;
   /**
    * The endpoint's active signing secrets: one during normal operation, the new and the old one
-   * during a rotation's grace period. One `v1` entry is produced per secret, in this order.
+   * during a rotation's grace period. One `v1` entry per secret is produced in each signature
+   * header, in this order. A `whsec_` + base64 secret keys the Standard Webhooks signature with its
+   * decoded bytes (see `standardWebhookKey`).
    * An empty list throws a `TypeError`: an unsigned delivery is never sent.
    */
   secrets: readonly string[];
@@ -17,10 +28,14 @@ export interface SignWebhookOptions {
 }
 
 /**
- * The headers of one delivery attempt (SPEC §7): `Content-Type: application/json`, `X-Webhook-ID`,
- * `X-Webhook-Timestamp` and `X-Webhook-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`, where each hex is
- * HMAC-SHA256(secret, `${t}.${rawBody}`). Sign every attempt afresh so that `t` is current: a retry
- * signed with the first attempt's time would fall out of the receiver's replay window.
+ * The headers of one delivery attempt (SPEC §7), in two schemes signed with the same secrets:
+ * - Stripe's: `X-Webhook-ID`, `X-Webhook-Timestamp` and `X-Webhook-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`,
+ *   where each hex is HMAC-SHA256(secret string, `${t}.${rawBody}`);
+ * - Standard Webhooks': `webhook-id`, `webhook-timestamp` and `webhook-signature: v1,<base64>[ v1,<base64>…]`,
+ *   where each base64 is HMAC-SHA256(decoded secret, `${id}.${t}.${rawBody}`);
+ * plus `Content-Type: application/json`. Both timestamps are the same `t`. Sign every attempt afresh
+ * so that `t` is current: a retry signed with the first attempt's time would fall out of the
+ * receiver's replay window. Every sender (the engine, examples, the bench) signs through this one function.
  *
  * @throws TypeError when `secrets` is empty, `eventId` is empty or contains a line break, or
  *   `timestamp` is not a non-negative integer.
@@ -37,10 +52,16 @@ export function signWebhook(options: SignWebhookOptions): Record<string, string>
     throw new TypeError('signWebhook: timestamp must be a non-negative integer (Unix seconds)');
   }
   const signatures = secrets.map((secret) => computeSignature(secret, timestampSec, rawBody));
+  const standardSignatures = secrets.map((secret) =>
+    computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody),
+  );
   return {
     'Content-Type': 'application/json',
     [WEBHOOK_ID_HEADER]: eventId,
     [WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
     [WEBHOOK_SIGNATURE_HEADER]: formatSignatureHeader(timestampSec, signatures),
+    [STANDARD_WEBHOOK_ID_HEADER]: eventId,
+    [STANDARD_WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
+    [STANDARD_WEBHOOK_SIGNATURE_HEADER]: formatStandardSignatureHeader(standardSignatures),
   };
 }

@@ -18,17 +18,22 @@ const event: WebhookEvent = {
   data: { id: 'post-1', orgId: 'org-a', title: 'Hello, ünïcode ✓', tags: ['news'] },
 };
 
-/** A delivery as the dispatcher would send it, plus the verifier's other options. */
+/**
+ * A delivery in SPEC §7's Stripe scheme only (as a Herald from before Standard Webhooks sends it:
+ * `verifyWebhook` falls back to `X-Webhook-*` when no `webhook-signature` is present), plus the
+ * verifier's other options. standard-webhooks.test.ts covers the other scheme.
+ */
 function delivery(
   options: { body?: string; eventId?: string; secrets?: string[]; timestamp?: number } = {},
 ): VerifyWebhookOptions & { headers: Record<string, string> } {
   const rawBody = options.body ?? JSON.stringify(event);
-  const headers = signWebhook({
+  const signed = signWebhook({
     eventId: options.eventId ?? event.id,
     rawBody,
     secrets: options.secrets ?? [OLD_SECRET],
     timestamp: options.timestamp ?? NOW_SEC,
   });
+  const headers = Object.fromEntries(Object.entries(signed).filter(([name]) => !name.startsWith('webhook-')));
   return { rawBody, headers, secrets: [OLD_SECRET], now: NOW_SEC };
 }
 
@@ -52,15 +57,20 @@ function without(headers: Record<string, string>, name: string): Record<string, 
 }
 
 describe('signWebhook', () => {
-  it('sends the SPEC §7 headers, with the signature as HMAC-SHA256 of "<t>.<body>" in hex', () => {
+  it('sends the SPEC §7 headers of both schemes: hex HMAC of "<t>.<body>", base64 HMAC of "<id>.<t>.<body>"', () => {
     const rawBody = JSON.stringify(event);
     const headers = signWebhook({ eventId: event.id, rawBody, secrets: [OLD_SECRET], timestamp: NOW_SEC });
     const expected = createHmac('sha256', OLD_SECRET).update(`${NOW_SEC}.${rawBody}`).digest('hex');
+    const key = Buffer.from(OLD_SECRET.slice('whsec_'.length), 'base64');
+    const standard = createHmac('sha256', key).update(`${event.id}.${NOW_SEC}.${rawBody}`).digest('base64');
     expect(headers).toEqual({
       'Content-Type': 'application/json',
       'X-Webhook-ID': event.id,
       'X-Webhook-Timestamp': String(NOW_SEC),
       'X-Webhook-Signature': `t=${NOW_SEC},v1=${expected}`,
+      'webhook-id': event.id,
+      'webhook-timestamp': String(NOW_SEC),
+      'webhook-signature': `v1,${standard}`,
     });
   });
 

@@ -1,8 +1,17 @@
 import { timingSafeEqual } from 'node:crypto';
-import { WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER } from './headers.js';
+import {
+  STANDARD_WEBHOOK_ID_HEADER,
+  STANDARD_WEBHOOK_SIGNATURE_HEADER,
+  STANDARD_WEBHOOK_TIMESTAMP_HEADER,
+  WEBHOOK_ID_HEADER,
+  WEBHOOK_SIGNATURE_HEADER,
+  WEBHOOK_TIMESTAMP_HEADER,
+} from './headers.js';
 import { readHeader, type WebhookHeaders } from './read-header.js';
 import { computeSignature, parseSignatureHeader } from './signature.js';
+import { computeStandardSignature, parseStandardSignatureHeader } from './standard-signature.js';
 import { isWebhookEvent, type WebhookEvent } from './webhook-event.js';
+import { standardWebhookKey } from './webhook-secret.js';
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
 /** Replay window: how far the signed `t` may be from the receiver's clock, either way (SPEC §7). */
@@ -17,20 +26,39 @@ export interface VerifyWebhookOptions {
   /** The request's headers: a WHATWG `Headers` (fetch, Yoga) or node's `req.headers`. Case-insensitive. */
   headers: WebhookHeaders;
   /**
-   * The endpoint's secrets. During a rotation, list both the new and the old one; a delivery is
-   * accepted when any `v1` entry matches any secret. An empty list throws a `TypeError`.
+   * The endpoint's secrets, as Herald showed them (either form of an older secret works: the
+   * original `whsec_` base64url string or its Standard Webhooks form). During a rotation, list both
+   * the new and the old one; a delivery is accepted when any `v1` entry matches any secret. An empty
+   * list throws a `TypeError`.
    */
   secrets: readonly string[];
   /** Largest accepted distance between the signed `t` and `now`, in seconds. @default 300 */
   toleranceSec?: number;
   /** The receiver's clock, in Unix seconds. @default now */
   now?: number;
+  /**
+   * Which signature scheme to check. `auto` checks Standard Webhooks (`webhook-*` headers) when a
+   * `webhook-signature` header is present, and Stripe's (`X-Webhook-*`) otherwise, so deliveries of
+   * an older Herald that sends only `X-Webhook-*` keep verifying. A named scheme requires its headers
+   * (`missing_header` otherwise). @default 'auto'
+   */
+  scheme?: WebhookSignatureScheme;
+}
+
+/** `standard`: `webhook-id/-timestamp/-signature`; `stripe`: `X-Webhook-ID/-Timestamp/-Signature`. */
+export type WebhookSignatureScheme = 'auto' | 'standard' | 'stripe';
+
+/** What a scheme's headers say once one of their signatures matched a secret. */
+interface VerifiedHeaders {
+  eventId: string;
+  idHeader: string;
+  timestampSec: number;
 }
 
 /**
- * Verifies one delivery and returns its parsed event. Checks, in order: the three headers are
- * present and well-formed; some `v1` matches some secret (constant-time comparison); the signed
- * `t` is within `toleranceSec` of `now`; the body is a JSON event; `X-Webhook-ID` equals its `id`.
+ * Verifies one delivery and returns its parsed event. Checks, in order: the scheme's three headers
+ * are present and well-formed; some `v1` matches some secret (constant-time comparison); the signed
+ * timestamp is within `toleranceSec` of `now`; the body is a JSON event; the id header equals its `id`.
  *
  * @throws WebhookVerificationError with the `reason` of the first failed check; never returns an
  *   unverified event.
@@ -45,24 +73,13 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
     throw new TypeError('verifyWebhook: toleranceSec must be a non-negative number');
   }
 
-  const eventId = requireHeader(headers, WEBHOOK_ID_HEADER);
-  const timestampHeader = requireHeader(headers, WEBHOOK_TIMESTAMP_HEADER);
-  const signatureHeader = requireHeader(headers, WEBHOOK_SIGNATURE_HEADER);
-  const { timestampSec, signatures } = parseSignatureHeader(signatureHeader);
-  if (!/^\d+$/.test(timestampHeader) || Number(timestampHeader) !== timestampSec) {
-    throw new WebhookVerificationError(
-      'malformed_header',
-      `${WEBHOOK_TIMESTAMP_HEADER} must be Unix seconds equal to the signature's t`,
-    );
-  }
-
-  const signed = secrets.some((secret) => {
-    const expected = computeSignature(secret, timestampSec, rawBody);
-    return signatures.some((signature) => timingSafeEqual(signature, expected));
-  });
-  if (!signed) {
-    throw new WebhookVerificationError('no_matching_signature', 'no v1 signature matches a signing secret');
-  }
+  const scheme = options.scheme ?? 'auto';
+  const standard =
+    scheme === 'standard' ||
+    (scheme === 'auto' && readHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER) !== undefined);
+  const { eventId, idHeader, timestampSec } = standard
+    ? verifyStandardSignature(headers, secrets, rawBody)
+    : verifyStripeSignature(headers, secrets, rawBody);
 
   if (Math.abs(now - timestampSec) > toleranceSec) {
     throw new WebhookVerificationError(
@@ -73,9 +90,61 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
 
   const event = parseEvent(rawBody);
   if (event.id !== eventId) {
-    throw new WebhookVerificationError('id_mismatch', `${WEBHOOK_ID_HEADER} differs from the body's id`);
+    throw new WebhookVerificationError('id_mismatch', `${idHeader} differs from the body's id`);
   }
   return event;
+}
+
+/** SPEC §7's `X-Webhook-Signature: t=…,v1=<hex>` (Stripe's scheme), keyed with the whole secret string. */
+function verifyStripeSignature(
+  headers: WebhookHeaders,
+  secrets: readonly string[],
+  rawBody: string | Uint8Array,
+): VerifiedHeaders {
+  const eventId = requireHeader(headers, WEBHOOK_ID_HEADER);
+  const timestampHeader = requireHeader(headers, WEBHOOK_TIMESTAMP_HEADER);
+  const signatureHeader = requireHeader(headers, WEBHOOK_SIGNATURE_HEADER);
+  const { timestampSec, signatures } = parseSignatureHeader(signatureHeader);
+  if (!/^\d+$/.test(timestampHeader) || Number(timestampHeader) !== timestampSec) {
+    throw new WebhookVerificationError(
+      'malformed_header',
+      `${WEBHOOK_TIMESTAMP_HEADER} must be Unix seconds equal to the signature's t`,
+    );
+  }
+  const signed = secrets.some((secret) => {
+    const expected = computeSignature(secret, timestampSec, rawBody);
+    return signatures.some((signature) => timingSafeEqual(signature, expected));
+  });
+  if (!signed) {
+    throw new WebhookVerificationError('no_matching_signature', 'no v1 signature matches a signing secret');
+  }
+  return { eventId, idHeader: WEBHOOK_ID_HEADER, timestampSec };
+}
+
+/** Standard Webhooks' `webhook-signature: v1,<base64>`, keyed with the decoded secret. */
+function verifyStandardSignature(
+  headers: WebhookHeaders,
+  secrets: readonly string[],
+  rawBody: string | Uint8Array,
+): VerifiedHeaders {
+  const eventId = requireHeader(headers, STANDARD_WEBHOOK_ID_HEADER);
+  const timestampHeader = requireHeader(headers, STANDARD_WEBHOOK_TIMESTAMP_HEADER);
+  const signatures = parseStandardSignatureHeader(requireHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER));
+  if (!/^\d{1,12}$/.test(timestampHeader)) {
+    throw new WebhookVerificationError('malformed_header', `${STANDARD_WEBHOOK_TIMESTAMP_HEADER} must be Unix seconds`);
+  }
+  if (/[\r\n]/.test(eventId)) {
+    throw new WebhookVerificationError('malformed_header', `${STANDARD_WEBHOOK_ID_HEADER} must be on one line`);
+  }
+  const timestampSec = Number(timestampHeader);
+  const signed = secrets.some((secret) => {
+    const expected = computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody);
+    return signatures.some((signature) => timingSafeEqual(signature, expected));
+  });
+  if (!signed) {
+    throw new WebhookVerificationError('no_matching_signature', 'no v1 signature matches a signing secret');
+  }
+  return { eventId, idHeader: STANDARD_WEBHOOK_ID_HEADER, timestampSec };
 }
 
 function requireHeader(headers: WebhookHeaders, name: string): string {

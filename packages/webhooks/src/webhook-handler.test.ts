@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it, vi } from 'vitest';
-import { WEBHOOK_SIGNATURE_HEADER } from './headers.js';
+import { STANDARD_WEBHOOK_SIGNATURE_HEADER, WEBHOOK_SIGNATURE_HEADER } from './headers.js';
 import { createPostgresEventStore, type PostgresEventStore } from './postgres-event-store.js';
 import { signWebhook } from './sign-webhook.js';
 import type { WebhookEvent } from './webhook-event.js';
@@ -172,6 +172,7 @@ describe('createWebhookHandler over HTTP with the PostgreSQL store', () => {
 
     const request = signed(event);
     delete (request.headers as Record<string, string>)[WEBHOOK_SIGNATURE_HEADER];
+    delete (request.headers as Record<string, string>)[STANDARD_WEBHOOK_SIGNATURE_HEADER];
     const unsigned = await fetch(receiver.url, request);
     expect(unsigned.status).toBe(400);
     expect(((await unsigned.json()) as { reason: string }).reason).toBe('missing_header');

@@ -1,6 +1,6 @@
 /**
  * Why a delivery was refused:
- * - `missing_header`: `X-Webhook-ID`, `X-Webhook-Timestamp` or `X-Webhook-Signature` is absent or empty;
+ * - `missing_header`: an id, timestamp or signature header of the checked scheme is absent or empty;
  * - `malformed_header`: one is present but not in the SPEC §7 format (or repeated, or the timestamp
  *   header disagrees with the signature's `t`);
  * - `timestamp_outside_tolerance`: the signed `t` is too old (a replay) or too far in the future;

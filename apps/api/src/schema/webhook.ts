@@ -2,12 +2,18 @@ import { isMemberOf } from '@herald/auth';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
   createWebhookAttemptsLoader,
+  DEFAULT_SUCCESS_RATE_ATTEMPTS,
   deleteWebhookEndpoint,
+  disableWebhookEndpoint,
+  enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
+  getEndpointSuccessRate,
+  insertTestWebhook,
   insertWebhookEndpoint,
-  listWebhookDeliveries,
+  listWebhookDeliveryLog,
   listWebhookEndpointsByOrg,
+  replayDeadWebhookDeliveries,
   replayWebhookDelivery,
   rotateWebhookSecret,
   type WebhookAttempt,
@@ -26,6 +32,22 @@ const MAX_ENDPOINTS_PER_ORG = 50;
 /** How long the secrets in use keep signing beside a new one after a rotation (issue 4: 24 h). */
 const DEFAULT_ROTATION_GRACE_SECONDS = 24 * 3_600;
 const MAX_ROTATION_GRACE_SECONDS = 7 * 24 * 3_600;
+/** `disabledReason` of an endpoint disabled over GraphQL without a reason. */
+const DEFAULT_DISABLE_REASON = 'disabled by an operator';
+const MAX_DISABLE_REASON_CHARS = 500;
+/** Longest event type or event id accepted as a delivery-log filter. */
+const MAX_FILTER_CHARS = 200;
+const MAX_SUCCESS_RATE_ATTEMPTS = 1_000;
+
+export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus', {
+  values: {
+    ENABLED: { value: 'ENABLED', description: 'Receives deliveries.' },
+    DISABLED: {
+      value: 'DISABLED',
+      description: 'Receives nothing: events meanwhile are recorded as SKIPPED and not sent when it is enabled again.',
+    },
+  } as const,
+});
 
 export const WebhookDeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', {
   values: {
@@ -46,6 +68,10 @@ export const WebhookAttemptRef = builder.objectRef<WebhookAttempt>('WebhookAttem
     }),
     durationMs: t.exposeInt('duration_ms'),
     error: t.exposeString('error', { nullable: true, description: 'Why the attempt failed; null on success.' }),
+    responseBody: t.exposeString('response_body', {
+      nullable: true,
+      description: "The first bytes (at most 1 KiB, as UTF-8 text) of the receiver's answer; null when none arrived.",
+    }),
   }),
 });
 
@@ -55,6 +81,7 @@ export const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDel
     id: t.exposeID('id'),
     eventId: t.exposeID('event_id'),
     eventType: t.exposeString('event_type'),
+    endpointId: t.exposeID('endpoint_id'),
     status: t.field({ type: WebhookDeliveryStatusEnum, resolve: (delivery) => delivery.status }),
     attempts: t.field({
       type: [WebhookAttemptRef],
@@ -85,18 +112,82 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
     url: t.exposeString('url'),
     eventTypes: t.exposeStringList('event_types'),
     createdAt: t.field({ type: 'DateTime', resolve: (endpoint) => endpoint.created_at }),
+    status: t.field({ type: WebhookEndpointStatusEnum, resolve: (endpoint) => endpoint.status }),
+    disabledAt: t.field({ type: 'DateTime', nullable: true, resolve: (endpoint) => endpoint.disabled_at }),
+    disabledReason: t.exposeString('disabled_reason', {
+      nullable: true,
+      description: "Why it is disabled: an operator's reason, `410 Gone`, or failing for WEBHOOK_DISABLE_AFTER.",
+    }),
+    failingSince: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'First failed attempt of the current failure streak; null after a success or when enabled.',
+      resolve: (endpoint) => endpoint.failing_since,
+    }),
+    pausedUntil: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description: 'No attempt before this: the receiver asked to slow down (429/503 with Retry-After).',
+      resolve: (endpoint) => endpoint.paused_until,
+    }),
+    successRate: t.float({
+      nullable: true,
+      description:
+        'Share of the latest attempts to this endpoint that got a 2xx, from 0 to 1; null when it has no attempts.',
+      args: {
+        lastAttempts: t.arg.int({
+          description: `How many of the latest attempts to count, 1 to ${MAX_SUCCESS_RATE_ATTEMPTS}. @default ${DEFAULT_SUCCESS_RATE_ATTEMPTS}`,
+        }),
+      },
+      resolve: async (endpoint, args, context) => {
+        const lastAttempts = args.lastAttempts ?? DEFAULT_SUCCESS_RATE_ATTEMPTS;
+        if (lastAttempts < 1 || lastAttempts > MAX_SUCCESS_RATE_ATTEMPTS) {
+          throw new BadUserInputError(
+            `lastAttempts must be between 1 and ${MAX_SUCCESS_RATE_ATTEMPTS}`,
+            'lastAttempts',
+          );
+        }
+        const rate = await getEndpointSuccessRate(context.db, endpoint.id, lastAttempts);
+        return rate.attempts === 0 ? null : rate.succeeded / rate.attempts;
+      },
+    }),
     deliveries: t.field({
       type: WebhookDeliveryConnection,
-      description: 'Deliveries to this endpoint, newest first.',
+      description: 'The delivery log of this endpoint, newest first; every filter given must hold.',
       args: {
         first: t.arg.int({ description: `Page size, at most ${MAX_PAGE_SIZE}. @default ${DEFAULT_PAGE_SIZE}` }),
         after: t.arg.string(),
         status: t.arg({ type: WebhookDeliveryStatusEnum, description: 'Only deliveries in this state.' }),
+        eventType: t.arg.string({ description: 'Only deliveries of this event type, e.g. `post.published`.' }),
+        eventId: t.arg.id({ description: 'Only deliveries of this event (`evt_…`).' }),
+        createdAfter: t.arg({ type: 'DateTime', description: 'Only deliveries created at or after this instant.' }),
+        createdBefore: t.arg({ type: 'DateTime', description: 'Only deliveries created before this instant.' }),
       },
-      resolve: (endpoint, args, context) =>
-        resolveSeqConnection<WebhookDelivery>('delivery', args, (page) =>
-          listWebhookDeliveries(context.db, { endpointId: endpoint.id, status: args.status, ...page }),
-        ),
+      resolve: (endpoint, args, context) => {
+        const eventId = args.eventId == null ? null : String(args.eventId);
+        for (const [name, value] of [
+          ['eventType', args.eventType],
+          ['eventId', eventId],
+        ] as const) {
+          if (value != null && value.length > MAX_FILTER_CHARS) {
+            throw new BadUserInputError(`${name} must be at most ${MAX_FILTER_CHARS} characters`, name);
+          }
+        }
+        if (args.createdAfter && args.createdBefore && args.createdAfter > args.createdBefore) {
+          throw new BadUserInputError('createdAfter must not be later than createdBefore', 'createdAfter');
+        }
+        return resolveSeqConnection<WebhookDelivery>('delivery', args, (page) =>
+          listWebhookDeliveryLog(context.db, {
+            endpointId: endpoint.id,
+            status: args.status,
+            eventType: args.eventType,
+            eventId,
+            createdAfter: args.createdAfter,
+            createdBefore: args.createdBefore,
+            ...page,
+          }),
+        );
+      },
     }),
   }),
 });
@@ -226,6 +317,72 @@ builder.mutationFields((t) => ({
       const replayed = await replayWebhookDelivery(context.db, delivery.id);
       if (!replayed) throw new NotFoundError('Webhook delivery');
       return replayed;
+    },
+  }),
+  disableWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description:
+      'Stops deliveries to an endpoint: events meanwhile are recorded as SKIPPED and never sent. Records a ' +
+      "`webhook.endpoint.disabled` event for the organisation's other endpoints. Disabling a disabled endpoint " +
+      'changes nothing.',
+    args: {
+      id: t.arg.id({ required: true }),
+      reason: t.arg.string({
+        description: `Shown as \`disabledReason\`, at most ${MAX_DISABLE_REASON_CHARS} characters. @default "${DEFAULT_DISABLE_REASON}"`,
+      }),
+    },
+    resolve: async (_root, args, context) => {
+      const reason = args.reason?.trim() || DEFAULT_DISABLE_REASON;
+      if (reason.length > MAX_DISABLE_REASON_CHARS) {
+        throw new BadUserInputError(`reason must be at most ${MAX_DISABLE_REASON_CHARS} characters`, 'reason');
+      }
+      const endpoint = await disableWebhookEndpoint(context.db, {
+        id: String(args.id),
+        orgIds: context.viewer.orgs,
+        reason,
+      });
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return endpoint;
+    },
+  }),
+  enableWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description:
+      'Resumes deliveries to an endpoint and resets its failure streak and any pause. Deliveries SKIPPED while ' +
+      'it was disabled are not sent.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await enableWebhookEndpoint(context.db, String(args.id), context.viewer.orgs);
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return endpoint;
+    },
+  }),
+  sendTestWebhook: t.withAuth({ viewer: true }).field({
+    type: WebhookDeliveryRef,
+    description:
+      'Sends a `webhook.test` event to this endpoint only (whatever its eventTypes), delivered and retried like ' +
+      'any other; returns its delivery, whose status and attempts show the result. SKIPPED when the endpoint is ' +
+      'disabled.',
+    args: { endpointId: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await findOwnEndpoint(context, String(args.endpointId));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return insertTestWebhook(context.db, endpoint);
+    },
+  }),
+  replayDeadWebhookDeliveries: t.withAuth({ viewer: true }).field({
+    type: 'Int',
+    description:
+      'Sends every DEAD delivery of the endpoint again, each with its own event id and a fresh retry horizon; ' +
+      'returns how many. Refused while the endpoint is disabled (enable it first).',
+    args: { endpointId: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const endpoint = await findOwnEndpoint(context, String(args.endpointId));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if (endpoint.status === 'DISABLED') {
+        throw new BadUserInputError('the endpoint is disabled: enable it before replaying its dead deliveries');
+      }
+      return replayDeadWebhookDeliveries(context.db, endpoint.id);
     },
   }),
 }));

@@ -1,0 +1,102 @@
+import { createTestSchema } from '@herald/testing';
+import { signWebhook, toStandardWebhookSecret, verifyWebhook } from '@herald/webhooks';
+import { type Kysely, Migrator, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { Database } from './database.js';
+import { migrateToLatest } from './migrate.js';
+import { migrationProvider } from './migrations/index.js';
+import { insertWebhookEndpoint, rotateWebhookSecret } from './webhook-endpoints.js';
+
+// The Standard Webhooks migration annotates every stored secret with the form `standardwebhooks` and
+// `svix` accept, computed in SQL exactly as @herald/webhooks computes it, and leaves the secret
+// itself (the X-Webhook-Signature key receivers hold) untouched.
+
+const BEFORE = '2026-11-23T11-00_webhook-endpoint-health';
+/** Secrets as they may sit in a database migrated before Standard Webhooks. */
+const STORED_SECRETS = [
+  `whsec_${Buffer.alloc(32, 0xfb).toString('base64url')}`, // issued by generateWebhookSecret before: base64url
+  `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64url')}`,
+  `whsec_${Buffer.alloc(32, 0xff).toString('base64')}`, // already standard base64 (padded)
+  'whsec_abcdefg', // base64url of a length that is not a multiple of 4
+  'whsec_abcde', // 4n+1 characters: no whole byte, so keyed as text
+  'whsec_with spaces and ünïcode',
+  'a-secret-set-by-hand',
+];
+
+const backends = [
+  {
+    name: 'PostgreSQL',
+    open: async () => createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url }),
+  },
+  { name: 'embedded PGlite', open: () => createDatabase({ kind: 'embedded', dataDir: 'memory://' }) },
+];
+
+describe.each(backends)('the standard-secrets migration on $name', ({ open }) => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    database = await open();
+    db = database.db;
+    const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
+    const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });
+    const { error } = await migrator.migrateTo(BEFORE);
+    if (error) throw error;
+    for (const [index, secret] of STORED_SECRETS.entries()) {
+      await sql`insert into webhook_endpoints (id, org_id, url, event_types)
+        values (${`we_old${index}`}, 'org-old', 'https://example.com/hook', '{post.published}')`.execute(db);
+      await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values (${`we_old${index}`}, ${secret})`.execute(
+        db,
+      );
+    }
+    await migrateToLatest(db);
+  });
+
+  afterAll(() => database.close());
+
+  it('gives every existing secret the Standard Webhooks form toStandardWebhookSecret computes, secret unchanged', async () => {
+    const rows = await db
+      .selectFrom('webhook_endpoint_secrets')
+      .select(['secret', 'standard_secret'])
+      .where('endpoint_id', 'like', 'we_old%')
+      .orderBy('endpoint_id')
+      .execute();
+    expect(rows.map((row) => row.secret)).toEqual(STORED_SECRETS);
+    expect(rows.map((row) => row.standard_secret)).toEqual(STORED_SECRETS.map(toStandardWebhookSecret));
+    expect(rows[0]?.standard_secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(rows[2]?.standard_secret).toBe(STORED_SECRETS[2]);
+  });
+
+  it('lets a receiver verify an old secret’s delivery by the Standard scheme with the stored form', async () => {
+    const row = await db
+      .selectFrom('webhook_endpoint_secrets')
+      .select(['secret', 'standard_secret'])
+      .where('endpoint_id', '=', 'we_old0')
+      .executeTakeFirstOrThrow();
+    const event = { id: 'evt_migrated', type: 'post.published', created: new Date().toISOString(), data: {} };
+    const rawBody = JSON.stringify(event);
+    const headers = signWebhook({ eventId: event.id, rawBody, secrets: [row.secret] });
+    expect(verifyWebhook({ rawBody, headers, secrets: [row.standard_secret], scheme: 'standard' })).toEqual(event);
+    expect(verifyWebhook({ rawBody, headers, secrets: [row.secret], scheme: 'stripe' })).toEqual(event);
+  });
+
+  it('annotates secrets written after the migration too (new endpoint, rotation)', async () => {
+    const endpoint = await insertWebhookEndpoint(db, {
+      orgId: 'org-new',
+      url: 'https://example.com/new',
+      eventTypes: ['post.published'],
+      secret: STORED_SECRETS[0]!,
+    });
+    await rotateWebhookSecret(db, { endpointId: endpoint.id, secret: 'whsec_rotated-by-hand', graceMs: 60_000 });
+    const rows = await db
+      .selectFrom('webhook_endpoint_secrets')
+      .select(['secret', 'standard_secret'])
+      .where('endpoint_id', '=', endpoint.id)
+      .orderBy('id')
+      .execute();
+    expect(rows.map((row) => row.standard_secret)).toEqual(
+      [STORED_SECRETS[0]!, 'whsec_rotated-by-hand'].map(toStandardWebhookSecret),
+    );
+  });
+});

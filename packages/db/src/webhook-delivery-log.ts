@@ -1,0 +1,126 @@
+import { randomUUID } from 'node:crypto';
+import { WEBHOOK_DELIVERY_ID_PREFIX, WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
+import { type Kysely, sql } from 'kysely';
+import type { Database } from './database.js';
+import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
+
+/*
+ * The tenant's tools on deliveries (SPEC §7.2): the searchable delivery log of an endpoint, replaying
+ * all of its dead letters at once, and the `webhook.test` event.
+ */
+
+/** Event type of a test event sent by `sendTestWebhook`. */
+export const TEST_EVENT_TYPE = 'webhook.test';
+
+export interface DeliveryLogQuery {
+  endpointId: string;
+  status?: WebhookDeliveryStatus | null | undefined;
+  eventType?: string | null | undefined;
+  eventId?: string | null | undefined;
+  /** Only deliveries created at or after this instant. */
+  createdAfter?: Date | null | undefined;
+  /** Only deliveries created before this instant. */
+  createdBefore?: Date | null | undefined;
+  /** Only deliveries older than this `seq` (the `after` cursor). */
+  afterSeq?: string | null | undefined;
+  /** Only deliveries newer than this `seq` (the `before` cursor). */
+  beforeSeq?: string | null | undefined;
+  limit: number;
+  /** Walk from the oldest end (for `last`); the caller reverses the rows. */
+  inverted?: boolean;
+}
+
+/**
+ * One page of an endpoint's delivery log, newest first (keyset pagination on `seq`, served by the
+ * `(endpoint_id, seq desc)` index), filtered by status, event type, event id and creation time.
+ */
+export async function listWebhookDeliveryLog(
+  db: Kysely<Database>,
+  query: DeliveryLogQuery,
+): Promise<WebhookDelivery[]> {
+  let select = db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', query.endpointId);
+  if (query.status) select = select.where('status', '=', query.status);
+  if (query.eventType) select = select.where('event_type', '=', query.eventType);
+  if (query.eventId) select = select.where('event_id', '=', query.eventId);
+  if (query.createdAfter) select = select.where('created_at', '>=', query.createdAfter);
+  if (query.createdBefore) select = select.where('created_at', '<', query.createdBefore);
+  if (query.afterSeq != null) select = select.where('seq', '<', query.afterSeq);
+  if (query.beforeSeq != null) select = select.where('seq', '>', query.beforeSeq);
+  return select
+    .orderBy('seq', query.inverted ? 'asc' : 'desc')
+    .limit(query.limit)
+    .execute();
+}
+
+/**
+ * Makes every DEAD delivery of an endpoint due again now with a fresh retry horizon, in one statement
+ * (any number of them); their attempt history stays. Same effect per delivery as
+ * `replayWebhookDelivery`.
+ * @returns how many deliveries were replayed
+ */
+export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpointId: string): Promise<number> {
+  const result = await db
+    .updateTable('webhook_deliveries')
+    .set({
+      status: 'PENDING',
+      next_attempt_at: sql<Date>`now()`,
+      horizon_from: sql<Date>`now()`,
+      updated_at: sql<Date>`now()`,
+    })
+    .where('endpoint_id', '=', endpointId)
+    .where('status', '=', 'DEAD')
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/**
+ * Records a `webhook.test` event for one endpoint (outbox `target_endpoint_id`) and its delivery, in
+ * one transaction, so the delivery can be returned and queried at once; the engine's fan-out finds it
+ * already there (deliveries are unique per event and endpoint). The delivery is due now, or SKIPPED
+ * (never sent) when the endpoint is disabled. Body data: `{ endpointId, message }`.
+ */
+export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookEndpoint): Promise<WebhookDelivery> {
+  return db.transaction().execute(async (trx) => {
+    const created = new Date();
+    const eventId = `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
+    const body = JSON.stringify({
+      id: eventId,
+      type: TEST_EVENT_TYPE,
+      created: created.toISOString(),
+      data: { endpointId: endpoint.id, message: 'A test event sent from Herald: your receiver is reachable.' },
+    });
+    await trx
+      .insertInto('webhook_outbox')
+      .values({
+        id: eventId,
+        org_id: endpoint.org_id,
+        type: TEST_EVENT_TYPE,
+        body,
+        created_at: created,
+        target_endpoint_id: endpoint.id,
+      })
+      .execute();
+    const current = await trx
+      .selectFrom('webhook_endpoints')
+      .select('status')
+      .where('id', '=', endpoint.id)
+      .forShare()
+      .executeTakeFirst();
+    const skipped = current?.status !== 'ENABLED';
+    return trx
+      .insertInto('webhook_deliveries')
+      .values({
+        id: `${WEBHOOK_DELIVERY_ID_PREFIX}${randomUUID().replaceAll('-', '')}`,
+        event_id: eventId,
+        endpoint_id: endpoint.id,
+        org_id: endpoint.org_id,
+        event_type: TEST_EVENT_TYPE,
+        status: skipped ? 'SKIPPED' : 'PENDING',
+        next_attempt_at: skipped ? null : sql<Date>`now()`,
+        lease_token: null,
+        leased_until: null,
+      })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+  });
+}

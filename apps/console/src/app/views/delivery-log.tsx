@@ -185,7 +185,9 @@ function SearchForm({ onSearch }: { onSearch: (filters: SearchFilters) => void }
 
 function DeliveryRows(props: { delivery: Delivery; request: Request; onReplayed: () => void }) {
   const { delivery } = props;
-  const [open, setOpen] = useState(delivery.status === 'DEAD');
+  /** Until the operator toggles it, a dead letter shows its attempts and any other delivery hides them. */
+  const [toggled, setToggled] = useState<boolean | undefined>(undefined);
+  const open = toggled ?? delivery.status === 'DEAD';
   const [error, setError] = useState<Error | undefined>(undefined);
   const last = delivery.attempts[delivery.attempts.length - 1];
 
@@ -213,17 +215,19 @@ function DeliveryRows(props: { delivery: Delivery; request: Request; onReplayed:
         <td class="number">{delivery.attempts.length}</td>
         <td>{last ? describeAttempt(last) : '—'}</td>
         <td>{formatTime(delivery.nextAttemptAt)}</td>
-        <td class="row-actions">
-          {delivery.attempts.length > 0 && (
-            <button type="button" class="quiet" aria-expanded={open} onClick={() => setOpen(!open)}>
-              {open ? 'Hide attempts' : 'Attempts'}
-            </button>
-          )}
-          {delivery.status !== 'PENDING' && (
-            <button type="button" class="quiet" onClick={replay}>
-              Replay
-            </button>
-          )}
+        <td>
+          <div class="row-actions">
+            {delivery.attempts.length > 0 && (
+              <button type="button" class="quiet" aria-expanded={open} onClick={() => setToggled(!open)}>
+                {open ? 'Hide attempts' : 'Attempts'}
+              </button>
+            )}
+            {delivery.status !== 'PENDING' && (
+              <button type="button" class="quiet" onClick={replay}>
+                Replay
+              </button>
+            )}
+          </div>
         </td>
       </tr>
       {error && (

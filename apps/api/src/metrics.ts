@@ -13,6 +13,8 @@ export interface ApiMetrics {
   deliveryErrors: Counter<'reason'>;
   eventToSendSeconds: Histogram;
   slowConsumersClosed: Counter;
+  /** Shared-execution groups live now: each executes an event once for all its subscribers. */
+  subscriptionGroups: Gauge;
 }
 
 /** One registry per server instance, so tests and several servers in one process don't collide. */
@@ -56,6 +58,11 @@ export function createApiMetrics(): ApiMetrics {
     slowConsumersClosed: new Counter({
       name: 'herald_ws_slow_consumers_closed_total',
       help: 'Sockets closed because their send buffer passed the limit when an event was due',
+      registers: [registry],
+    }),
+    subscriptionGroups: new Gauge({
+      name: 'herald_subscription_groups_active',
+      help: 'Shared-execution subscription groups live now (same document and variables, executed once per event)',
       registers: [registry],
     }),
   };

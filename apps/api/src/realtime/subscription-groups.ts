@@ -97,6 +97,7 @@ export function createSubscriptionGroups(deps: {
       // The stream failed (e.g. pub/sub gone): members complete below; clients resubscribe.
     } finally {
       if (groups.get(key) === group) groups.delete(key);
+      metrics.subscriptionGroups.set(groups.size);
       for (const { done } of group.members.values()) done({ done: true, value: undefined });
       group.members.clear();
     }
@@ -136,6 +137,7 @@ export function createSubscriptionGroups(deps: {
       } else {
         group = { members: new Map(), stream: stream[Symbol.asyncIterator](), context };
         groups.set(key, group);
+        metrics.subscriptionGroups.set(groups.size);
         void pump(key, group);
       }
       const joined = group;
@@ -149,6 +151,7 @@ export function createSubscriptionGroups(deps: {
         finish({ done: true, value: undefined });
         if (joined.members.size === 0) {
           if (groups.get(key) === joined) groups.delete(key);
+          metrics.subscriptionGroups.set(groups.size);
           void joined.stream.return?.();
         }
       };

@@ -173,7 +173,7 @@ async function diagnostics(page: Page): Promise<string> {
 }
 
 describe('the operators console in headless Chromium, behind nginx', () => {
-  it('signs in, shows a failing endpoint and its dead letter, replays it, disables, enables and sends a test event', async () => {
+  it('signs in (a bad token refused), shows a failing endpoint and its dead letter, replays it, disables, enables, sends test events, signs out on a refused token', async () => {
     browser = await launchBrowser();
     const page = browser.pages()[0] ?? (await browser.newPage());
     page.on('console', (message) => pageLog.push(`console.${message.type()}: ${message.text().slice(0, 300)}`));
@@ -186,6 +186,11 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       await tokenField.waitFor();
       expect(await tokenField.inputValue()).toBe(token);
       await screenshot(page, 'sign-in');
+      // A bad token is refused with the API's code, and the form stays for another try.
+      await tokenField.fill('Bearer not-a-token');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      expect(await page.getByRole('alert').textContent()).toContain('UNAUTHENTICATED');
+      await tokenField.fill(token);
       await page.getByRole('button', { name: 'Sign in' }).click();
       // One organisation in the token: straight to its endpoints.
       await page.getByRole('heading', { name: /Webhook endpoints/ }).waitFor();
@@ -281,6 +286,12 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       await page.getByRole('link', { name: /Endpoints of demo/ }).click();
       await page.locator('table.endpoints tr', { hasText: receiverUrl }).waitFor();
       await screenshot(page, 'endpoints');
+
+      // 8. A stored token the API no longer accepts signs the operator out, saying why.
+      await page.evaluate(() => sessionStorage.setItem('herald-console-token', 'expired.or.revoked'));
+      await page.reload();
+      await page.getByText(/^Signed out: /).waitFor();
+      await tokenField.waitFor();
 
       expect(unansweredRequests).toEqual([]);
       expect(pageLog.filter((line) => line.startsWith('page error'))).toEqual([]);

@@ -21,8 +21,16 @@ export const GRAPHQL_URL = new URL('../graphql', document.baseURI).href;
 
 export type Request = <T>(query: string, variables?: Record<string, unknown>) => Promise<T>;
 
-/** A request function bound to one token. Rejects with {@link GraphQLRequestError}. */
-export function createRequest(token: string, url: string = GRAPHQL_URL): Request {
+/**
+ * A request function bound to one token. Rejects with {@link GraphQLRequestError}; when the API refuses
+ * the token itself (expired, revoked key: `UNAUTHENTICATED`), `onUnauthenticated` runs too, so the
+ * console can ask for a new one instead of showing the same error in every view.
+ */
+export function createRequest(
+  token: string,
+  onUnauthenticated?: (message: string) => void,
+  url: string = GRAPHQL_URL,
+): Request {
   return async <T>(query: string, variables: Record<string, unknown> = {}) => {
     let response: Response;
     try {
@@ -43,6 +51,7 @@ export function createRequest(token: string, url: string = GRAPHQL_URL): Request
     }
     const [first] = body.errors ?? [];
     if (first) {
+      if (first.extensions?.code === 'UNAUTHENTICATED') onUnauthenticated?.(first.message);
       throw new GraphQLRequestError(first.message, first.extensions?.code ?? 'INTERNAL_SERVER_ERROR', response.status);
     }
     if (body.data === undefined) throw new GraphQLRequestError('Herald answered without data', 'NETWORK');

@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useState } from 'preact/hooks';
 import { createRequest } from '../graphql.js';
 import { ME, type Viewer } from '../operations.js';
 import { navigate, useRoute } from '../route.js';
@@ -14,12 +14,12 @@ export function App() {
   const [token, setToken] = useState(storedToken);
   const [signOutReason, setSignOutReason] = useState<string | undefined>(undefined);
 
-  const signOut = (reason?: string) => {
+  const signOut = useCallback((reason?: string) => {
     storeToken(undefined);
     setToken(undefined);
     setSignOutReason(reason);
     navigate({});
-  };
+  }, []);
 
   if (!token) {
     return (
@@ -37,7 +37,10 @@ export function App() {
 }
 
 function SignedIn({ token, onSignOut }: { token: string; onSignOut: (reason?: string) => void }) {
-  const request = useMemo(() => createRequest(token), [token]);
+  const request = useMemo(
+    () => createRequest(token, (message) => onSignOut(`Signed out: ${message}`)),
+    [token, onSignOut],
+  );
   const route = useRoute();
   const me = useQuery(`me:${token}`, () => request<{ me: Viewer | null }>(ME), false);
   const viewer = me.data?.me;

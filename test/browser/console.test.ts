@@ -287,7 +287,17 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       await page.locator('table.endpoints tr', { hasText: receiverUrl }).waitFor();
       await screenshot(page, 'endpoints');
 
-      // 8. A stored token the API no longer accepts signs the operator out, saying why.
+      // 8. The API vanishes (every /graphql request fails): the page says so and keeps what it showed;
+      //    when the API answers again the next refresh clears the error by itself.
+      const refuse = (route: Route) => route.abort('connectionrefused');
+      await page.route('**/graphql', refuse);
+      await page.getByRole('alert').filter({ hasText: 'Herald did not answer' }).waitFor();
+      expect(await page.locator('table.endpoints tr', { hasText: receiverUrl }).isVisible()).toBe(true);
+      await page.unroute('**/graphql', refuse);
+      await page.getByRole('alert').waitFor({ state: 'detached' });
+      expect(await page.locator('table.endpoints tr', { hasText: receiverUrl }).isVisible()).toBe(true);
+
+      // 9. A stored token the API no longer accepts signs the operator out, saying why.
       await page.evaluate(() => sessionStorage.setItem('herald-console-token', 'expired.or.revoked'));
       await page.reload();
       await page.getByText(/^Signed out: /).waitFor();

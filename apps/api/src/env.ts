@@ -23,7 +23,7 @@ const pemPublicKey = z.string().refine(
   { error: 'expected a PEM-encoded public key (SPKI)' },
 );
 
-const EnvSchema = z.object({
+export const EnvSchema = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 

@@ -23,6 +23,8 @@ const STORED_SECRETS = [
   'whsec_with spaces and ünïcode',
   'a-secret-set-by-hand',
 ];
+/** An ed25519 signing key (asymmetric v1a): no Standard Webhooks HMAC form. */
+const SIGNING_KEY = `whsk_${Buffer.alloc(32, 7).toString('base64')}`;
 
 const backends = [
   {
@@ -50,6 +52,11 @@ describe.each(backends)('the standard-secrets migration on $name', ({ open }) =>
         db,
       );
     }
+    await sql`insert into webhook_endpoints (id, org_id, url, event_types)
+      values ('we_oldkey', 'org-old', 'https://example.com/hook', '{post.published}')`.execute(db);
+    await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_oldkey', ${SIGNING_KEY})`.execute(
+      db,
+    );
     await migrateToLatest(db);
   });
 
@@ -59,13 +66,20 @@ describe.each(backends)('the standard-secrets migration on $name', ({ open }) =>
     const rows = await db
       .selectFrom('webhook_endpoint_secrets')
       .select(['secret', 'standard_secret'])
-      .where('endpoint_id', 'like', 'we_old%')
+      .where('endpoint_id', 'like', 'we_old_')
       .orderBy('endpoint_id')
       .execute();
     expect(rows.map((row) => row.secret)).toEqual(STORED_SECRETS);
     expect(rows.map((row) => row.standard_secret)).toEqual(STORED_SECRETS.map(toStandardWebhookSecret));
     expect(rows[0]?.standard_secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     expect(rows[2]?.standard_secret).toBe(STORED_SECRETS[2]);
+    const key = await db
+      .selectFrom('webhook_endpoint_secrets')
+      .select(['secret', 'standard_secret'])
+      .where('endpoint_id', '=', 'we_oldkey')
+      .executeTakeFirstOrThrow();
+    expect(key).toEqual({ secret: SIGNING_KEY, standard_secret: null });
+    expect(() => toStandardWebhookSecret(SIGNING_KEY)).toThrow(TypeError);
   });
 
   it('lets a receiver verify an old secret’s delivery by the Standard scheme with the stored form', async () => {
@@ -77,7 +91,7 @@ describe.each(backends)('the standard-secrets migration on $name', ({ open }) =>
     const event = { id: 'evt_migrated', type: 'post.published', created: new Date().toISOString(), data: {} };
     const rawBody = JSON.stringify(event);
     const headers = signWebhook({ eventId: event.id, rawBody, secrets: [row.secret] });
-    expect(verifyWebhook({ rawBody, headers, secrets: [row.standard_secret], scheme: 'standard' })).toEqual(event);
+    expect(verifyWebhook({ rawBody, headers, secrets: [row.standard_secret!], scheme: 'standard' })).toEqual(event);
     expect(verifyWebhook({ rawBody, headers, secrets: [row.secret], scheme: 'stripe' })).toEqual(event);
   });
 

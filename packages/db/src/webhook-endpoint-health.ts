@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
+import DataLoader from 'dataloader';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
@@ -102,23 +103,49 @@ export interface EndpointSuccessRate {
   succeeded: number;
 }
 
-/** Of an endpoint's latest `lastAttempts` attempts, how many succeeded (2xx). */
-export async function getEndpointSuccessRate(
+/**
+ * For each endpoint, how many of its latest attempts succeeded (2xx): the latest `lastAttempts`
+ * attempts among its `lastAttempts` most recent deliveries that have been attempted. Bounded work per
+ * endpoint whatever its history (the `(endpoint_id, seq)` and `delivery_id` indexes), in one statement
+ * for all endpoints; a retry of a delivery older than those is not counted.
+ * @returns one entry per id, in the order given (zero attempts for an unknown id)
+ */
+export async function getEndpointSuccessRates(
   db: Kysely<Database>,
-  endpointId: string,
+  endpointIds: readonly string[],
   lastAttempts: number = DEFAULT_SUCCESS_RATE_ATTEMPTS,
-): Promise<EndpointSuccessRate> {
-  const { rows } = await sql<{ attempts: number; succeeded: number }>`
-    select count(*)::int as attempts,
-           count(*) filter (where status_code between 200 and 299)::int as succeeded
-    from (
-      select attempt.status_code
-      from webhook_attempts attempt
-      join webhook_deliveries delivery on delivery.id = attempt.delivery_id
-      where delivery.endpoint_id = ${endpointId}
-      order by attempt.at desc, attempt.id desc
-      limit ${lastAttempts}
-    ) latest
+): Promise<EndpointSuccessRate[]> {
+  if (endpointIds.length === 0) return [];
+  const { rows } = await sql<{ endpoint_id: string; attempts: number; succeeded: number }>`
+    select endpoint.id as endpoint_id, rate.attempts, rate.succeeded
+    from unnest(${[...endpointIds]}::text[]) as endpoint(id)
+    cross join lateral (
+      select count(*)::int as attempts,
+             count(*) filter (where latest.status_code between 200 and 299)::int as succeeded
+      from (
+        select attempt.status_code
+        from (
+          select id from webhook_deliveries
+          where endpoint_id = endpoint.id and attempt_count > 0
+          order by seq desc
+          limit ${lastAttempts}
+        ) delivery
+        join webhook_attempts attempt on attempt.delivery_id = delivery.id
+        order by attempt.at desc, attempt.id desc
+        limit ${lastAttempts}
+      ) latest
+    ) rate
   `.execute(db);
-  return { attempts: rows[0]?.attempts ?? 0, succeeded: rows[0]?.succeeded ?? 0 };
+  const byId = new Map(rows.map((row) => [row.endpoint_id, row]));
+  return endpointIds.map((id) => ({ attempts: byId.get(id)?.attempts ?? 0, succeeded: byId.get(id)?.succeeded ?? 0 }));
+}
+
+export type EndpointSuccessRateLoader = DataLoader<string, EndpointSuccessRate>;
+
+/**
+ * Batches success-rate look-ups of one window size by endpoint id: a list of N endpoints costs one
+ * query. Create one per request; its cache must never outlive the operation.
+ */
+export function createEndpointSuccessRateLoader(db: Kysely<Database>, lastAttempts: number): EndpointSuccessRateLoader {
+  return new DataLoader((endpointIds) => getEndpointSuccessRates(db, endpointIds, lastAttempts));
 }

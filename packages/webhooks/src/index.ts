@@ -4,6 +4,7 @@ export * from './read-header.js';
 export * from './read-raw-body.js';
 export * from './sign-webhook.js';
 export * from './signature.js';
+export * from './signing-key-pair.js';
 export * from './standard-signature.js';
 export * from './verify-webhook.js';
 export * from './webhook-event.js';

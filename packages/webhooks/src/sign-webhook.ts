@@ -7,6 +7,7 @@ import {
   WEBHOOK_TIMESTAMP_HEADER,
 } from './headers.js';
 import { computeSignature, formatSignatureHeader } from './signature.js';
+import { computeAsymmetricSignature, isWebhookSigningKey } from './signing-key-pair.js';
 import { computeStandardSignature, formatStandardSignatureHeader } from './standard-signature.js';
 import { standardWebhookKey } from './webhook-secret.js';
 
@@ -19,7 +20,9 @@ export interface SignWebhookOptions {
    * The endpoint's active signing secrets: one during normal operation, the new and the old one
    * during a rotation's grace period. One `v1` entry per secret is produced in each signature
    * header, in this order. A `whsec_` + base64 secret keys the Standard Webhooks signature with its
-   * decoded bytes (see `standardWebhookKey`).
+   * decoded bytes (see `standardWebhookKey`). An ed25519 signing key (`whsk_…`, an endpoint that asked
+   * for asymmetric signatures) adds a `v1a` entry to `webhook-signature` only: Stripe's scheme has no
+   * asymmetric form, so `X-Webhook-Signature` is sent only when some secret is symmetric.
    * An empty list throws a `TypeError`: an unsigned delivery is never sent.
    */
   secrets: readonly string[];
@@ -51,17 +54,22 @@ export function signWebhook(options: SignWebhookOptions): Record<string, string>
   if (!Number.isSafeInteger(timestampSec) || timestampSec < 0) {
     throw new TypeError('signWebhook: timestamp must be a non-negative integer (Unix seconds)');
   }
-  const signatures = secrets.map((secret) => computeSignature(secret, timestampSec, rawBody));
-  const standardSignatures = secrets.map((secret) =>
+  const symmetricSecrets = secrets.filter((secret) => !isWebhookSigningKey(secret));
+  const signingKeys = secrets.filter(isWebhookSigningKey);
+  const signatures = symmetricSecrets.map((secret) => computeSignature(secret, timestampSec, rawBody));
+  const standardSignatures = symmetricSecrets.map((secret) =>
     computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody),
+  );
+  const asymmetricSignatures = signingKeys.map((key) =>
+    computeAsymmetricSignature(key, eventId, timestampSec, rawBody),
   );
   return {
     'Content-Type': 'application/json',
     [WEBHOOK_ID_HEADER]: eventId,
     [WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
-    [WEBHOOK_SIGNATURE_HEADER]: formatSignatureHeader(timestampSec, signatures),
+    ...(signatures.length > 0 ? { [WEBHOOK_SIGNATURE_HEADER]: formatSignatureHeader(timestampSec, signatures) } : {}),
     [STANDARD_WEBHOOK_ID_HEADER]: eventId,
     [STANDARD_WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
-    [STANDARD_WEBHOOK_SIGNATURE_HEADER]: formatStandardSignatureHeader(standardSignatures),
+    [STANDARD_WEBHOOK_SIGNATURE_HEADER]: formatStandardSignatureHeader(standardSignatures, asymmetricSignatures),
   };
 }

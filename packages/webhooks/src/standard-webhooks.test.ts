@@ -12,6 +12,7 @@ import {
 } from './headers.js';
 import { readRawBody } from './read-raw-body.js';
 import { signWebhook } from './sign-webhook.js';
+import { generateWebhookSigningKeyPair } from './signing-key-pair.js';
 import { verifyWebhook } from './verify-webhook.js';
 import { generateWebhookSecret, toStandardWebhookSecret } from './webhook-secret.js';
 import { WebhookVerificationError } from './webhook-verification-error.js';
@@ -186,8 +187,67 @@ describe('verifyWebhook, Standard Webhooks scheme', () => {
     expect(reason(otherId)).toBe('id_mismatch');
   });
 
-  it('skips entries of other versions (v1a) next to a matching v1', () => {
-    const value = `v1a,${'A'.repeat(86)}== ${signed[STANDARD_WEBHOOK_SIGNATURE_HEADER]}`;
+  it('skips entries it has no key for (v1a without public keys) and unknown versions, next to a matching v1', () => {
+    const value = `v1a,${'A'.repeat(86)}== v2,whatever ${signed[STANDARD_WEBHOOK_SIGNATURE_HEADER]}`;
     expect(reason({ ...signed, [STANDARD_WEBHOOK_SIGNATURE_HEADER]: value })).toBe('accepted');
+  });
+});
+
+describe('asymmetric v1a (ed25519) signatures, for endpoints that ask for them', () => {
+  /** An independent check through WebCrypto, importing the raw public key. */
+  async function webCryptoVerifies(publicKey: string, delivery: Received, entry: string): Promise<boolean> {
+    const key = await crypto.subtle.importKey(
+      'raw',
+      Buffer.from(publicKey.slice('whpk_'.length), 'base64'),
+      { name: 'Ed25519' },
+      false,
+      ['verify'],
+    );
+    const content = Buffer.concat([
+      Buffer.from(`${delivery.headers['webhook-id']}.${delivery.headers['webhook-timestamp']}.`),
+      delivery.rawBody,
+    ]);
+    return crypto.subtle.verify({ name: 'Ed25519' }, key, Buffer.from(entry.slice('v1a,'.length), 'base64'), content);
+  }
+
+  it('signs with the whsk_ key, so a receiver holding only the whpk_ public key verifies; no X-Webhook-Signature', async () => {
+    const pair = generateWebhookSigningKeyPair();
+    expect(pair.signingKey).toMatch(/^whsk_[A-Za-z0-9+/]{43}=$/);
+    expect(pair.publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
+    const delivery = await deliver([pair.signingKey]);
+    const entry = String(delivery.headers[STANDARD_WEBHOOK_SIGNATURE_HEADER]);
+    expect(entry).toMatch(/^v1a,[A-Za-z0-9+/]{86}==$/);
+    expect(delivery.headers[WEBHOOK_SIGNATURE_HEADER.toLowerCase()]).toBeUndefined();
+    expect(await webCryptoVerifies(pair.publicKey, delivery, entry)).toBe(true);
+    expect(
+      verifyWebhook({ rawBody: delivery.rawBody, headers: delivery.headers, publicKeys: [pair.publicKey] }),
+    ).toEqual(delivery.event);
+    expect(() =>
+      verifyWebhook({
+        rawBody: delivery.rawBody,
+        headers: delivery.headers,
+        publicKeys: [generateWebhookSigningKeyPair().publicKey],
+      }),
+    ).toThrow(expect.objectContaining({ reason: 'no_matching_signature' }));
+    const tampered = Buffer.from(delivery.rawBody.toString('utf8').replace('Grüße', 'Grüsse'));
+    expect(() => verifyWebhook({ rawBody: tampered, headers: delivery.headers, publicKeys: [pair.publicKey] })).toThrow(
+      expect.objectContaining({ reason: 'no_matching_signature' }),
+    );
+  });
+
+  it('during a switch from an HMAC secret to a key pair, both kinds of receiver verify', async () => {
+    const secret = generateWebhookSecret();
+    const pair = generateWebhookSigningKeyPair();
+    const delivery = await deliver([pair.signingKey, secret]);
+    const entries = String(delivery.headers[STANDARD_WEBHOOK_SIGNATURE_HEADER]).split(' ');
+    expect(entries.map((entry) => entry.split(',')[0])).toEqual(['v1', 'v1a']);
+    const headers = plain(delivery.headers);
+    expect(new StandardWebhook(secret).verify(delivery.rawBody.toString('utf8'), headers)).toEqual(delivery.event);
+    expect(stripe.webhooks.constructEvent(delivery.rawBody, headers['x-webhook-signature']!, secret)).toEqual(
+      delivery.event,
+    );
+    expect(
+      verifyWebhook({ rawBody: delivery.rawBody, headers: delivery.headers, publicKeys: [pair.publicKey] }),
+    ).toEqual(delivery.event);
   });
 });

@@ -9,6 +9,7 @@ import {
 } from './headers.js';
 import { readHeader, type WebhookHeaders } from './read-header.js';
 import { computeSignature, parseSignatureHeader } from './signature.js';
+import { verifyAsymmetricSignature } from './signing-key-pair.js';
 import { computeStandardSignature, parseStandardSignatureHeader } from './standard-signature.js';
 import { isWebhookEvent, type WebhookEvent } from './webhook-event.js';
 import { standardWebhookKey } from './webhook-secret.js';
@@ -26,12 +27,18 @@ export interface VerifyWebhookOptions {
   /** The request's headers: a WHATWG `Headers` (fetch, Yoga) or node's `req.headers`. Case-insensitive. */
   headers: WebhookHeaders;
   /**
-   * The endpoint's secrets, as Herald showed them (either form of an older secret works: the
+   * The endpoint's HMAC secrets, as Herald showed them (either form of an older secret works: the
    * original `whsec_` base64url string or its Standard Webhooks form). During a rotation, list both
-   * the new and the old one; a delivery is accepted when any `v1` entry matches any secret. An empty
-   * list throws a `TypeError`.
+   * the new and the old one; a delivery is accepted when any `v1` entry matches any secret. Give
+   * `secrets`, `publicKeys` or both; neither throws a `TypeError`.
    */
-  secrets: readonly string[];
+  secrets?: readonly string[];
+  /**
+   * The endpoint's ed25519 public keys (`whpk_…`), for an endpoint with asymmetric signatures: a
+   * delivery is accepted when any `v1a` entry of `webhook-signature` verifies under any of them.
+   * Implies the Standard Webhooks scheme (Stripe's has no asymmetric form).
+   */
+  publicKeys?: readonly string[];
   /** Largest accepted distance between the signed `t` and `now`, in seconds. @default 300 */
   toleranceSec?: number;
   /** The receiver's clock, in Unix seconds. @default now */
@@ -65,10 +72,17 @@ interface VerifiedHeaders {
  * @throws TypeError for a caller error: no secrets, or a negative or non-finite `toleranceSec`.
  */
 export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
-  const { rawBody, headers, secrets } = options;
+  const { rawBody, headers } = options;
+  const secrets = options.secrets ?? [];
+  const publicKeys = options.publicKeys ?? [];
   const toleranceSec = options.toleranceSec ?? DEFAULT_TOLERANCE_SEC;
   const now = options.now ?? Math.floor(Date.now() / 1000);
-  if (secrets.length === 0) throw new TypeError('verifyWebhook: at least one secret is required');
+  if (secrets.length === 0 && publicKeys.length === 0) {
+    throw new TypeError('verifyWebhook: at least one secret or public key is required');
+  }
+  if (options.scheme === 'stripe' && secrets.length === 0) {
+    throw new TypeError('verifyWebhook: the stripe scheme needs secrets (it has no asymmetric form)');
+  }
   if (!Number.isFinite(toleranceSec) || toleranceSec < 0) {
     throw new TypeError('verifyWebhook: toleranceSec must be a non-negative number');
   }
@@ -76,9 +90,10 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
   const scheme = options.scheme ?? 'auto';
   const standard =
     scheme === 'standard' ||
-    (scheme === 'auto' && readHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER) !== undefined);
+    (scheme === 'auto' &&
+      (secrets.length === 0 || readHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER) !== undefined));
   const { eventId, idHeader, timestampSec } = standard
-    ? verifyStandardSignature(headers, secrets, rawBody)
+    ? verifyStandardSignature(headers, secrets, publicKeys, rawBody)
     : verifyStripeSignature(headers, secrets, rawBody);
 
   if (Math.abs(now - timestampSec) > toleranceSec) {
@@ -121,15 +136,21 @@ function verifyStripeSignature(
   return { eventId, idHeader: WEBHOOK_ID_HEADER, timestampSec };
 }
 
-/** Standard Webhooks' `webhook-signature: v1,<base64>`, keyed with the decoded secret. */
+/**
+ * Standard Webhooks' `webhook-signature`: `v1,<base64>` keyed with the decoded secret, `v1a,<base64>`
+ * an ed25519 signature checked with the public keys.
+ */
 function verifyStandardSignature(
   headers: WebhookHeaders,
   secrets: readonly string[],
+  publicKeys: readonly string[],
   rawBody: string | Uint8Array,
 ): VerifiedHeaders {
   const eventId = requireHeader(headers, STANDARD_WEBHOOK_ID_HEADER);
   const timestampHeader = requireHeader(headers, STANDARD_WEBHOOK_TIMESTAMP_HEADER);
-  const signatures = parseStandardSignatureHeader(requireHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER));
+  const { symmetric, asymmetric } = parseStandardSignatureHeader(
+    requireHeader(headers, STANDARD_WEBHOOK_SIGNATURE_HEADER),
+  );
   if (!/^\d{1,12}$/.test(timestampHeader)) {
     throw new WebhookVerificationError('malformed_header', `${STANDARD_WEBHOOK_TIMESTAMP_HEADER} must be Unix seconds`);
   }
@@ -137,12 +158,16 @@ function verifyStandardSignature(
     throw new WebhookVerificationError('malformed_header', `${STANDARD_WEBHOOK_ID_HEADER} must be on one line`);
   }
   const timestampSec = Number(timestampHeader);
-  const signed = secrets.some((secret) => {
-    const expected = computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody);
-    return signatures.some((signature) => timingSafeEqual(signature, expected));
-  });
+  const signed =
+    secrets.some((secret) => {
+      const expected = computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody);
+      return symmetric.some((signature) => timingSafeEqual(signature, expected));
+    }) ||
+    publicKeys.some((publicKey) =>
+      asymmetric.some((signature) => verifyAsymmetricSignature(publicKey, eventId, timestampSec, rawBody, signature)),
+    );
   if (!signed) {
-    throw new WebhookVerificationError('no_matching_signature', 'no v1 signature matches a signing secret');
+    throw new WebhookVerificationError('no_matching_signature', 'no v1 or v1a signature matches a key of the receiver');
   }
   return { eventId, idHeader: STANDARD_WEBHOOK_ID_HEADER, timestampSec };
 }

@@ -24,11 +24,15 @@ export function generateWebhookSecret(): string {
  * The HMAC key of the Standard Webhooks scheme for a signing secret: the base64-decoded part after
  * `whsec_`. Secrets issued before Standard Webhooks support are base64url and decode to the same
  * random bytes. Any other string (a secret set by hand, not `whsec_` + base64) is keyed by its
- * UTF-8 bytes, so every secret has exactly one Standard Webhooks form. The migration
+ * UTF-8 bytes, so every secret has exactly one Standard Webhooks form. An ed25519 signing key
+ * (`whsk_…`) has none: it throws a `TypeError`. The migration
  * `2026-11-23T11-20_webhooks-ops-standard-secrets` computes the same in SQL (pinned by its test).
  */
 export function standardWebhookKey(secret: string): Buffer {
   if (secret.length === 0) throw new TypeError('standardWebhookKey: the secret is empty');
+  if (secret.startsWith('whsk_')) {
+    throw new TypeError('standardWebhookKey: a whsk_ ed25519 signing key is not an HMAC secret');
+  }
   if (secret.startsWith(WEBHOOK_SECRET_PREFIX)) {
     const body = secret.slice(WEBHOOK_SECRET_PREFIX.length);
     // A base64 text of 4n+1 characters (padding aside) encodes no whole byte: not a base64 secret.

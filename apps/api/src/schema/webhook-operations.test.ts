@@ -323,8 +323,8 @@ describe('the delivery log', () => {
       events.push({ id, type, createdAt });
       await sql`insert into webhook_outbox (id, org_id, type, body, created_at, relayed_at, dispatched_at)
         values (${id}, 'org-ops-log', ${type}, '{}', ${createdAt}, now(), now())`.execute(db);
-      await sql`insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, created_at)
-        values (${deliveryId}, ${id}, ${endpointId}, 'org-ops-log', ${type}, ${i === 4 ? 'SUCCEEDED' : 'DEAD'}, null, ${createdAt})`.execute(
+      await sql`insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, attempt_count, created_at)
+        values (${deliveryId}, ${id}, ${endpointId}, 'org-ops-log', ${type}, ${i === 4 ? 'SUCCEEDED' : 'DEAD'}, null, 1, ${createdAt})`.execute(
         db,
       );
       await db
@@ -386,12 +386,18 @@ describe('the delivery log', () => {
     ]);
   });
 
-  it('gives the recent success rate over the latest attempts, null without attempts', async () => {
+  it('gives the recent success rate over the latest attempts, null without attempts, for a whole list at once', async () => {
     expect((await logAs({ id: endpointId })).successRate).toBeCloseTo(1 / 5);
     expect((await logAs({ id: endpointId, lastAttempts: 1 })).successRate).toBe(1);
     expect((await logAs({ id: endpointId, lastAttempts: 2 })).successRate).toBe(0.5);
     const fresh = await createEndpoint('/log-fresh');
     expect((await log({ id: fresh.endpoint.id })).successRate).toBeNull();
+    const listed = await api.graphql(
+      'query($orgId: ID!) { webhookEndpoints(orgId: $orgId) { id successRate(lastAttempts: 3) } }',
+      { orgId: 'org-ops-log' },
+      logToken,
+    );
+    expect(listed.body.data.webhookEndpoints).toEqual([{ id: endpointId, successRate: 1 / 3 }]);
   });
 
   it.each([

@@ -1,14 +1,15 @@
 import { isMemberOf } from '@herald/auth';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
+  createEndpointSuccessRateLoader,
   createWebhookAttemptsLoader,
   DEFAULT_SUCCESS_RATE_ATTEMPTS,
   deleteWebhookEndpoint,
   disableWebhookEndpoint,
+  type EndpointSuccessRateLoader,
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
-  getEndpointSuccessRate,
   insertTestWebhook,
   insertWebhookEndpoint,
   listWebhookDeliveryLog,
@@ -147,7 +148,7 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
             'lastAttempts',
           );
         }
-        const rate = await getEndpointSuccessRate(context.db, endpoint.id, lastAttempts);
+        const rate = await successRateLoader(context, lastAttempts).load(endpoint.id);
         return rate.attempts === 0 ? null : rate.succeeded / rate.attempts;
       },
     }),
@@ -391,6 +392,23 @@ builder.mutationFields((t) => ({
 async function findOwnEndpoint(context: Context, id: string): Promise<WebhookEndpoint | undefined> {
   const endpoint = await findWebhookEndpointById(context.db, id);
   return endpoint && isMemberOf(context.viewer, endpoint.org_id) ? endpoint : undefined;
+}
+
+/** Per request and window size: the success rates of every endpoint of a list in one query. */
+const successRateLoaders = new WeakMap<Context, Map<number, EndpointSuccessRateLoader>>();
+
+function successRateLoader(context: Context, lastAttempts: number): EndpointSuccessRateLoader {
+  let byWindow = successRateLoaders.get(context);
+  if (!byWindow) {
+    byWindow = new Map();
+    successRateLoaders.set(context, byWindow);
+  }
+  let loader = byWindow.get(lastAttempts);
+  if (!loader) {
+    loader = createEndpointSuccessRateLoader(context.db, lastAttempts);
+    byWindow.set(lastAttempts, loader);
+  }
+  return loader;
 }
 
 /** One attempts loader per request (the context object), so no cached attempt outlives it. */

@@ -12,6 +12,7 @@ import { type Kysely, sql } from 'kysely';
 // rows written later (by any code, old or new) get it too:
 // - `whsec_` + base64 or base64url (not 4n+1 characters): `whsec_` + standard base64 of the same bytes
 //   (a secret issued today is its own form);
+// - an ed25519 signing key (`whsk_…`, asymmetric `v1a` signatures): null, it has no HMAC form;
 // - anything else: `whsec_` + base64 of the secret's UTF-8 bytes.
 // This is `toStandardWebhookSecret` of @herald/webhooks, in SQL; a test pins that they agree.
 // convert_to is only STABLE (it depends on the database encoding, fixed for the life of a database),
@@ -21,7 +22,7 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`
     create function herald_standard_webhook_secret(secret text) returns text
     language sql immutable strict parallel safe
-    return 'whsec_' || replace(
+    return case when secret like 'whsk\_%' then null else 'whsec_' || replace(
       case
         when secret ~ '^whsec_([A-Za-z0-9+/]{4,}={0,2}|[A-Za-z0-9_-]{4,})$'
           and length(rtrim(substr(secret, 7), '=')) % 4 <> 1
@@ -40,7 +41,7 @@ export async function up(db: Kysely<any>): Promise<void> {
       end,
       E'\n',
       ''
-    )`.execute(db);
+    ) end`.execute(db);
   await sql`
     alter table webhook_endpoint_secrets
     add column standard_secret text generated always as (herald_standard_webhook_secret(secret)) stored`.execute(db);

@@ -1,0 +1,75 @@
+/**
+ * One line per environment variable, for docs/configuration.md. Keyed by variable name; a key
+ * `<app>:<NAME>` (`api:PORT`) overrides the shared line for one app. A variable an app's schema has and
+ * this map lacks is listed as undocumented and `pnpm docs:config` exits non-zero. Lines for variables
+ * no schema has (yet) are harmless.
+ */
+export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
+  NODE_ENV:
+    '`production` turns off GraphiQL and introspection by default, masks internal errors and requires `https://` for `JWT_JWKS_URL`.',
+  'dispatcher:NODE_ENV': 'Deployment environment: `production` in deployments.',
+  LOG_LEVEL: 'Least severe log level written (JSON lines on stdout).',
+
+  PORT: 'TCP port of GraphQL over HTTP and WebSocket (`/graphql`), `/health`, `/readiness` and `/metrics`.',
+  'dispatcher:PORT': 'TCP port of the operations server: `/health`, `/readiness` and `/metrics`.',
+  HOST: 'Address to listen on.',
+  MAX_REQUEST_BODY_BYTES: 'Largest HTTP request body accepted; a larger one gets 413 (SPEC §8).',
+  SHUTDOWN_GRACE_MS:
+    'On SIGTERM, how long in-flight work may take before the process exits (sockets are closed with 1012 at once so clients reconnect elsewhere).',
+
+  'dispatcher:SHUTDOWN_GRACE_MS':
+    'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
+  DATABASE_URL:
+    'PostgreSQL URL. Unset: embedded mode with PGlite in `HERALD_DATA_DIR` (one process only). Migrations run at start.',
+  'dispatcher:DATABASE_URL': 'PostgreSQL URL: the same database as the API.',
+  DATABASE_POOL_MAX: 'Most PostgreSQL connections this process opens.',
+  REDIS_URL:
+    'Redis for pub/sub across pods and the webhook work stream: `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`. Needs `DATABASE_URL`; unset keeps pub/sub in memory (one pod).',
+  'dispatcher:REDIS_URL':
+    'The Redis the API uses (`redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`).',
+  HERALD_REDIS_PREFIX:
+    'Prefix of every Redis key, stream and pub/sub channel, so several installations can share one Redis. Must match between the API and the dispatcher.',
+  HERALD_DATA_DIR: 'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives.',
+  HERALD_CONSOLE_DIR: 'Directory of a built web console to serve at `/console`; unset serves the bundled one.',
+
+  JWT_SECRET:
+    'HS256 key that verifies bearer tokens, at least 32 characters. Required in cluster mode unless `JWT_PUBLIC_KEY` or `JWT_JWKS_URL` is set; embedded mode generates one in `HERALD_DATA_DIR`. Set only one of the three.',
+  JWT_PUBLIC_KEY: 'PEM public key (SPKI) for RS256/ES256 tokens; `\\n` escapes are accepted for one-line values.',
+  JWT_JWKS_URL:
+    'JWKS URL for RS256/ES256 tokens; keys are cached. Must be `https://` in production. Unreachable: requests get 503 `AUTH_UNAVAILABLE`, never 401.',
+  JWT_ISSUER: 'When set, tokens must carry this `iss`.',
+  JWT_AUDIENCE: 'When set, tokens must carry this `aud`.',
+
+  GRAPHQL_INTROSPECTION: 'Allow introspection over HTTP and WebSocket. Unset: on, except when `NODE_ENV=production`.',
+  GRAPHIQL: 'Serve GraphiQL at `/graphql` to browsers. Unset: on, except when `NODE_ENV=production`.',
+  MAX_QUERY_DEPTH: 'Deepest selection accepted; deeper documents are refused before execution (SPEC §8).',
+  MAX_QUERY_ALIASES: 'Most aliases in one document.',
+  MAX_QUERY_TOKENS: 'Most lexical tokens in one document (bounds parsing work).',
+
+  WS_KEEPALIVE_MS:
+    'Server ping interval on WebSockets; a socket that does not answer within it is dropped. At most 30000, below common proxy idle timeouts.',
+  WS_SHARED_EXECUTION:
+    'Execute each published event once per group of subscriptions that get the same result and send it to every member, instead of once per socket.',
+  SUBSCRIPTION_HISTORY_SIZE:
+    'Events kept per organisation channel for resuming subscriptions with `after`; `0` turns resuming off.',
+  SUBSCRIPTION_HISTORY_TTL: "How long a channel's history is kept after its last event.",
+
+  WEBHOOK_TIMEOUT_MS: 'Per delivery attempt: no complete answer within it counts as a failed attempt.',
+  WEBHOOK_RETRY_BASE_MS: 'First retry delay; each later one grows exponentially, with jitter.',
+  WEBHOOK_RETRY_HORIZON:
+    'Give up after this age: a retry that would fall later is not scheduled and the delivery becomes `DEAD` (a dead letter).',
+  WEBHOOK_ALLOW_PRIVATE_URLS:
+    'Allow receiver URLs on loopback and private addresses. Unset: on in embedded mode, off otherwise. Link-local addresses (cloud metadata) are always refused.',
+  'dispatcher:WEBHOOK_ALLOW_PRIVATE_URLS':
+    'Allow receiver URLs on loopback and private addresses, checked again at delivery (DNS rebinding). Link-local addresses are always refused.',
+  WEBHOOK_RETENTION:
+    'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
+  WEBHOOK_DISABLE_AFTER:
+    'An endpoint whose every attempt has failed for this long is disabled (`disabledReason` says so) and a `webhook.endpoint.disabled` event is sent.',
+  WEBHOOK_CONCURRENCY: 'Most delivery attempts in flight at once in this dispatcher.',
+  WEBHOOK_ENDPOINT_CONCURRENCY:
+    'Most deliveries to one endpoint queued or in flight at once, across all dispatchers, so one slow receiver cannot take every slot.',
+  WEBHOOK_POLL_INTERVAL_MS: 'How often due retries and unrelayed outbox events are looked for.',
+  WEBHOOK_REQUEUE_AFTER:
+    'A delivery handed to the work stream and neither attempted nor acknowledged within this is handed out again (a lost stream entry or a dead consumer).',
+};

@@ -1,0 +1,138 @@
+import { createTestSchema } from '@herald/testing';
+import { type Kysely, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { Database } from './database.js';
+import { migrateToLatest } from './migrate.js';
+import { insertTestWebhook, listWebhookDeliveryLog, replayDeadWebhookDeliveries } from './webhook-delivery-log.js';
+import { disableWebhookEndpoint, enableWebhookEndpoint, getEndpointSuccessRates } from './webhook-endpoint-health.js';
+import { insertWebhookEndpoint } from './webhook-endpoints.js';
+
+// The operator's endpoint tools on both backends (embedded mode runs them on PGlite).
+
+const backends = [
+  {
+    name: 'PostgreSQL',
+    open: async () => createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url }),
+  },
+  { name: 'embedded PGlite', open: () => createDatabase({ kind: 'embedded', dataDir: 'memory://' }) },
+];
+
+describe.each(backends)('endpoint health and delivery tools on $name', ({ open }) => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+  let counter = 0;
+
+  beforeAll(async () => {
+    database = await open();
+    db = database.db;
+    await migrateToLatest(db);
+  });
+
+  afterAll(() => database.close());
+
+  async function endpoint(orgId = 'org-h') {
+    counter += 1;
+    return insertWebhookEndpoint(db, {
+      orgId,
+      url: `https://example.com/${counter}`,
+      eventTypes: ['post.published'],
+      secret: `whsec_${counter}`,
+    });
+  }
+
+  /** A delivery of a fresh event with attempts of these statuses, oldest first. */
+  async function deliveryWithAttempts(endpointId: string, statuses: number[], status = 'DEAD') {
+    counter += 1;
+    const eventId = `evt_h${counter}`;
+    await sql`insert into webhook_outbox (id, org_id, type, body) values (${eventId}, 'org-h', 'post.published', '{}')`.execute(
+      db,
+    );
+    await sql`insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, attempt_count)
+      values (${`del_h${counter}`}, ${eventId}, ${endpointId}, 'org-h', 'post.published', ${status}, null, ${statuses.length})`.execute(
+      db,
+    );
+    for (const [index, statusCode] of statuses.entries()) {
+      await db
+        .insertInto('webhook_attempts')
+        .values({
+          delivery_id: `del_h${counter}`,
+          at: new Date(Date.now() - 60_000 + counter * 100 + index),
+          status_code: statusCode,
+          duration_ms: 1,
+          error: null,
+        })
+        .execute();
+    }
+    return `del_h${counter}`;
+  }
+
+  it('disables once (one operational event), refuses other organisations, enables and clears the streak', async () => {
+    const target = await endpoint();
+    expect(await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-other'], reason: 'x' })).toBeUndefined();
+    const disabled = await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-h'], reason: 'manual' });
+    expect(disabled).toMatchObject({ status: 'DISABLED', disabled_reason: 'manual' });
+    expect(await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-h'], reason: 'again' })).toMatchObject({
+      disabled_reason: 'manual',
+    });
+    const events = await db
+      .selectFrom('webhook_outbox')
+      .selectAll()
+      .where('exclude_endpoint_id', '=', target.id)
+      .execute();
+    expect(events.map((event) => event.type)).toEqual(['webhook.endpoint.disabled']);
+
+    await db.updateTable('webhook_endpoints').set({ failing_since: new Date() }).where('id', '=', target.id).execute();
+    expect(await enableWebhookEndpoint(db, target.id, [])).toBeUndefined();
+    expect(await enableWebhookEndpoint(db, target.id, ['org-h'])).toMatchObject({
+      status: 'ENABLED',
+      disabled_at: null,
+      disabled_reason: null,
+      failing_since: null,
+      paused_until: null,
+    });
+  });
+
+  it('computes success rates for several endpoints in one call', async () => {
+    const [good, mixed, none] = [await endpoint(), await endpoint(), await endpoint()];
+    await deliveryWithAttempts(good.id, [200], 'SUCCEEDED');
+    await deliveryWithAttempts(mixed.id, [500, 502]);
+    await deliveryWithAttempts(mixed.id, [503, 200], 'SUCCEEDED');
+    expect(await getEndpointSuccessRates(db, [good.id, mixed.id, none.id, 'we_unknown'])).toEqual([
+      { attempts: 1, succeeded: 1 },
+      { attempts: 4, succeeded: 1 },
+      { attempts: 0, succeeded: 0 },
+      { attempts: 0, succeeded: 0 },
+    ]);
+    expect(await getEndpointSuccessRates(db, [mixed.id], 2)).toEqual([{ attempts: 2, succeeded: 1 }]);
+  });
+
+  it('replays only the DEAD deliveries of one endpoint', async () => {
+    const [target, other] = [await endpoint(), await endpoint()];
+    const dead = [await deliveryWithAttempts(target.id, [500]), await deliveryWithAttempts(target.id, [500])];
+    await deliveryWithAttempts(target.id, [200], 'SUCCEEDED');
+    await deliveryWithAttempts(other.id, [500]);
+    expect(await replayDeadWebhookDeliveries(db, target.id)).toBe(2);
+    const pending = await listWebhookDeliveryLog(db, { endpointId: target.id, status: 'PENDING', limit: 10 });
+    expect(pending.map((delivery) => delivery.id).sort()).toEqual(dead.sort());
+    expect(pending.every((delivery) => delivery.next_attempt_at !== null)).toBe(true);
+    expect(await listWebhookDeliveryLog(db, { endpointId: other.id, status: 'DEAD', limit: 10 })).toHaveLength(1);
+    expect(await replayDeadWebhookDeliveries(db, target.id)).toBe(0);
+  });
+
+  it('records a test event for one endpoint with its delivery, SKIPPED when the endpoint is disabled', async () => {
+    const target = await endpoint();
+    const delivery = await insertTestWebhook(db, target);
+    expect(delivery).toMatchObject({ endpoint_id: target.id, event_type: 'webhook.test', status: 'PENDING' });
+    const event = await db
+      .selectFrom('webhook_outbox')
+      .selectAll()
+      .where('id', '=', delivery.event_id)
+      .executeTakeFirst();
+    expect(event).toMatchObject({ type: 'webhook.test', target_endpoint_id: target.id, org_id: 'org-h' });
+    expect(JSON.parse(event?.body ?? '{}')).toMatchObject({ id: delivery.event_id, data: { endpointId: target.id } });
+
+    await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-h'], reason: 'off' });
+    expect(await insertTestWebhook(db, target)).toMatchObject({ status: 'SKIPPED', next_attempt_at: null });
+  });
+});

@@ -1,0 +1,36 @@
+import { readFile } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+import { renderConfigurationReference, undocumentedVariables } from '../docs/build/config-reference.js';
+import { CONFIG_SOURCES } from '../docs/build/config-sources.js';
+
+// docs/configuration.md is generated from the apps' environment schemas; this fails when a variable is
+// added, removed or given another default without `pnpm docs:config`.
+
+describe('docs/configuration.md', () => {
+  it('is what `pnpm docs:config` generates from the environment schemas today', async () => {
+    const committed = await readFile(new URL('../docs/configuration.md', import.meta.url), 'utf8');
+    expect(committed).toBe(renderConfigurationReference(CONFIG_SOURCES));
+  });
+
+  it('describes every variable of every app', () => {
+    expect(undocumentedVariables(CONFIG_SOURCES)).toEqual([]);
+  });
+
+  it('lists each variable with its default, or as required, from the schema itself', () => {
+    const reference = renderConfigurationReference(CONFIG_SOURCES);
+    expect(reference).toContain('| `WS_KEEPALIVE_MS` | `12000` | integer 1–30000 |');
+    expect(reference).toContain('| `WEBHOOK_RETRY_HORIZON` | `3d` | duration |');
+    expect(reference).toMatch(/\| `DATABASE_URL` \| \*\*required\*\* \| URL \| PostgreSQL URL: the same database/);
+  });
+
+  it('follows a changed schema (the check is real)', () => {
+    const [api] = CONFIG_SOURCES;
+    const shape = { ...api!.schema.shape };
+    delete shape.WS_KEEPALIVE_MS;
+    const changed = renderConfigurationReference([{ ...api!, schema: { shape } }]);
+    expect(changed).not.toContain('WS_KEEPALIVE_MS');
+    expect(undocumentedVariables([{ ...api!, schema: { shape: { ...shape, NEW_VARIABLE: shape.PORT! } } }])).toEqual([
+      'api:NEW_VARIABLE',
+    ]);
+  });
+});

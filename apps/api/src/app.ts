@@ -36,6 +36,8 @@ export interface HeraldApp extends HeraldServer {
 
 /** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
+  // Before anything is opened: a wrong HERALD_CONSOLE_DIR stops the start at once.
+  const consoleAssets = loadConsole(config, logger);
   const database = await createDatabase(config.database);
   try {
     const results = await migrateToLatest(database.db);
@@ -70,7 +72,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     metrics,
     // The console pre-fills the development token only in development: a production server never hands
     // out a token, even one it generated itself.
-    console: { assets: loadConsole(config, logger), devToken: config.env === 'development' ? devToken : undefined },
+    console: { assets: consoleAssets, devToken: config.env === 'development' ? devToken : undefined },
   });
   const { httpServer } = server;
 

@@ -109,8 +109,15 @@ describe('useConsole', () => {
     expect(await response.text()).toContain('pnpm --filter @herald/console build');
   });
 
-  it('refuses a configured console folder without index.html, naming it', () => {
+  it('refuses a configured console folder without index.html, naming it, before the API opens anything', async () => {
     expect(() => loadConsoleAssets(join(dir, 'nowhere'))).toThrow(/no index\.html in .*nowhere/);
+    const config = loadApiConfig({
+      NODE_ENV: 'test',
+      JWT_SECRET: 'console-test-secret-0123456789abcdef',
+      HERALD_DATA_DIR: join(dir, 'never-created'),
+      HERALD_CONSOLE_DIR: join(dir, 'nowhere'),
+    });
+    await expect(createApp(config, pino({ level: 'silent' }))).rejects.toThrow(/no index\.html in .*nowhere/);
   });
 });
 

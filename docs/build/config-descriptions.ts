@@ -32,7 +32,6 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   HERALD_DATA_DIR: 'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives.',
   HERALD_CONSOLE_DIR:
     'Folder of the built operator console served at `/console/` (apps/console). Unset: `dist/console/` beside the production bundle, else `apps/console/dist/` of the workspace (built by `pnpm install` / `pnpm start`); none found: `/console/` answers 503 saying how to build it. Set to a folder without `index.html`: the API refuses to start.',
-  HERALD_CONSOLE_DIR: 'Directory of a built web console to serve at `/console`; unset serves the bundled one.',
 
   JWT_SECRET:
     'HS256 key that verifies bearer tokens, at least 32 characters. Required in cluster mode unless `JWT_PUBLIC_KEY` or `JWT_JWKS_URL` is set; embedded mode generates one in `HERALD_DATA_DIR`. Set only one of the three.',

@@ -13,9 +13,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { createDispatcherHarness, startTestReceiver } from '@herald/webhook-engine/testing';
 import pg from 'pg';
-import { createDispatcherHarness } from '../apps/webhook-dispatcher/src/testing/harness.js';
-import { startTestReceiver } from '../apps/webhook-dispatcher/src/testing/test-receiver.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000);
 const ENDPOINTS = Number(process.env.BENCH_ENDPOINTS ?? 1);

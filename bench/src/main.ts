@@ -32,6 +32,7 @@ import {
 } from './report.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
+import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
@@ -121,7 +122,7 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks,token-verify',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -194,8 +195,8 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+    if (id !== 'webhooks' && id !== 'token-verify' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify`);
   }
 
   log(
@@ -206,6 +207,7 @@ async function main() {
   const profiles: string[] = [];
   const glance: Array<{ title: string; summary: ProfileSummary; cpuUsPerDelivery: number }> = [];
   let webhooks: WebhookResult | null = null;
+  let tokenVerify: TokenVerifyResult | null = null;
   const profileDir = profile ? mkdtempSync(join(tmpdir(), 'herald-bench-prof-')) : undefined;
 
   interface Active {
@@ -319,6 +321,15 @@ async function main() {
     });
   }
 
+  if (scenarios.includes('token-verify')) {
+    log('token-verify: HS256 verification cost, raw node:crypto vs jose vs Herald (cached and not)');
+    tokenVerify = await runTokenVerify({
+      iterations: num('token-iterations', quick ? 5_000 : 20_000),
+      trials: num('token-trials', 3),
+      clients: num('token-clients', 64),
+    });
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -348,6 +359,7 @@ async function main() {
     },
     fanout: withRatios(fanout),
     webhooks,
+    tokenVerify,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

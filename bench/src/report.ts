@@ -2,7 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
-import type { WebhookResult } from './webhooks.js';
+import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
+import { renderWebhookEngineNotes, renderWebhookEngineRows, type WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
   date: string;
@@ -29,6 +30,7 @@ export interface BenchResults {
   run: RunInfo;
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
+  tokenVerify?: TokenVerifyResult | null;
   skipped: string[];
 }
 
@@ -177,6 +179,7 @@ export function markdown(results: BenchResults): string {
     lines.push(
       `| raw undici POST loop (${w.rawLoop.connections} keep-alive connections, pre-signed body) | ${fmt(w.rawLoop.deliveriesPerSec.median)} (${fmt(w.rawLoop.deliveriesPerSec.min)}–${fmt(w.rawLoop.deliveriesPerSec.max)}) | 1.00× | p99 ${w.rawLoop.trials.map((t) => fmt(t.p99Ms, 1)).join(', ')} ms |`,
     );
+    lines.push(...renderWebhookEngineRows(w));
     if (d.status === 'ok' || d.status === 'incomplete') {
       lines.push(
         `| webhook dispatcher (apps/webhook-dispatcher, 1 process) | ${fmt(d.deliveriesPerSec)} | ${times(w.ratio)} | ${d.status}: ${fmt(d.verified)}/${fmt(d.events)} events verified (signature + dedupe), ${d.invalid} invalid, ${d.duplicate} duplicate; ${fmt(d.endToEndPerSec)}/s from "ready"; ${fmt(d.cpuUsPerDelivery)} µs CPU/delivery${d.reason ? `; ${d.reason}` : ''} |`,
@@ -184,8 +187,10 @@ export function markdown(results: BenchResults): string {
     } else {
       lines.push(`| webhook dispatcher | **${d.status}** | – | ${d.reason ?? ''} |`);
     }
+    lines.push(...renderWebhookEngineNotes(w));
     lines.push('', `Receiver: ${w.receiver}.`);
   }
+  lines.push(...tokenVerifyMarkdown(results.tokenVerify));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

@@ -17,6 +17,13 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   SHUTDOWN_GRACE_MS:
     'On SIGTERM, how long in-flight work may take before the process exits (sockets are closed with 1012 at once so clients reconnect elsewhere).',
 
+  SHUTDOWN_DRAIN_DELAY_MS:
+    'After SIGTERM, how long `/readiness` answers 503 while the pod still accepts and serves, so load balancers stop sending before it stops accepting. Unset: 5000 (0 in embedded mode).',
+  MAX_QUERY_COST:
+    "Largest document cost accepted (graphql-armor's cost model); a costlier document is refused with `GRAPHQL_VALIDATION_FAILED`.",
+  MAX_QUERY_DIRECTIVES: 'Most directives accepted in one document; more are refused with `GRAPHQL_VALIDATION_FAILED`.',
+  HERALD_TEST_CRASH_AT:
+    'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to prove crash recovery. Never set it in a deployment.',
   'dispatcher:SHUTDOWN_GRACE_MS':
     'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
   DATABASE_URL:

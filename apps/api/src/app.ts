@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
-import { createEmbeddedDispatcher } from '@herald/webhook-dispatcher';
+import { createEmbeddedDispatcher } from '@herald/webhook-engine';
 import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
 import { loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
@@ -26,7 +26,8 @@ export interface HeraldApp extends HeraldServer {
   /** Starts listening on the configured host and port (port 0 picks a free one). */
   listen(): Promise<AddressInfo>;
   /**
-   * Graceful stop: readiness turns false, the server stops accepting, WebSockets are closed with 1012
+   * Graceful stop: readiness turns false; for `drainDelayMs` the server keeps accepting and serving (so
+   * a load balancer sees the 503 and stops sending work); then it stops accepting, WebSockets are closed with 1012
    * (clients reconnect to another pod), in-flight requests finish (idle keep-alive connections are
    * closed), then Redis and the database close. After `shutdownGraceMs` whatever is left is cut.
    * Idempotent.
@@ -38,7 +39,9 @@ export interface HeraldApp extends HeraldServer {
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
   // Before anything is opened: a wrong HERALD_CONSOLE_DIR stops the start at once.
   const consoleAssets = loadConsole(config, logger);
-  const database = await createDatabase(config.database);
+  const database = await createDatabase(config.database, {
+    onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
+  });
   try {
     const results = await migrateToLatest(database.db);
     for (const result of results) logger.info({ migration: result.migrationName, status: result.status }, 'migration');
@@ -55,7 +58,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   }
   const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
   const metrics = createApiMetrics();
-  const pubsub = createPubSubService({ redisUrl: config.redisUrl, logger, metrics });
+  const pubsub = createPubSubService({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, logger, metrics });
   try {
     await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
   } catch (error) {
@@ -82,7 +85,13 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   // dispatcher processes deliver and this process only writes the outbox.
   const webhookDispatcher = config.redisUrl
     ? undefined
-    : createEmbeddedDispatcher({ db: database.db, logger, settings: config.webhooks, registry: metrics.registry });
+    : createEmbeddedDispatcher({
+        db: database.db,
+        logger,
+        settings: config.webhooks,
+        registry: metrics.registry,
+        databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
+      });
   await webhookDispatcher?.start();
   // --- end webhooks -------------------------------------------------------------------------------
 
@@ -112,6 +121,10 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     stop() {
       stopping ??= (async () => {
         server.drain();
+        if (config.http.drainDelayMs > 0) {
+          logger.info({ drainDelayMs: config.http.drainDelayMs }, 'draining: /readiness answers 503, still serving');
+          await new Promise((resolve) => setTimeout(resolve, config.http.drainDelayMs));
+        }
         const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
         // Keep-alive connections become idle as their in-flight request finishes: close them as they do.
         httpServer.closeIdleConnections();

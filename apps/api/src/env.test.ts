@@ -14,6 +14,33 @@ function configError(env: Record<string, string>): string[] {
 
 const SECRET = 'x'.repeat(32);
 
+describe('document limits', () => {
+  it('cost and directive limits default to 5000 and 50 and can be changed', () => {
+    expect(loadApiConfig({}).graphql).toMatchObject({ maxCost: 5_000, maxDirectives: 50 });
+    const config = loadApiConfig({ MAX_QUERY_COST: '20000', MAX_QUERY_DIRECTIVES: '10' });
+    expect(config.graphql).toMatchObject({ maxCost: 20_000, maxDirectives: 10 });
+    expect(configError({ MAX_QUERY_COST: '0' })[0]).toMatch(/^MAX_QUERY_COST/);
+  });
+});
+
+describe('JWT_JWKS_URL', () => {
+  it('must be https:// outside development, with one line naming the variable', () => {
+    expect(configError({ NODE_ENV: 'production', JWT_JWKS_URL: 'http://idp.example/jwks.json' })).toEqual([
+      'JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)',
+    ]);
+    const https = loadApiConfig({ NODE_ENV: 'production', JWT_JWKS_URL: 'https://idp.example/jwks.json' });
+    expect(https.auth.key).toEqual({ kind: 'jwks', url: 'https://idp.example/jwks.json' });
+  });
+
+  it('may be http:// in development and test configurations (a local identity provider)', () => {
+    for (const NODE_ENV of ['development', 'test']) {
+      expect(loadApiConfig({ NODE_ENV, JWT_JWKS_URL: 'http://127.0.0.1:8080/jwks.json' }).auth.key).toMatchObject({
+        kind: 'jwks',
+      });
+    }
+  });
+});
+
 describe('loadApiConfig', () => {
   it('defaults to embedded mode with the SPEC §3 defaults', () => {
     const config = loadApiConfig({});
@@ -26,6 +53,8 @@ describe('loadApiConfig', () => {
       timeoutMs: 10_000,
       retryBaseMs: 5_000,
       retryHorizonMs: 3 * 86_400_000,
+      disableAfterMs: 5 * 86_400_000,
+      retentionMs: 30 * 86_400_000,
       allowPrivateUrls: true,
     });
     expect(config.graphql).toMatchObject({ introspection: true, graphiql: true, maxDepth: 12 });
@@ -40,6 +69,32 @@ describe('loadApiConfig', () => {
     expect(config.mode).toBe('cluster');
     expect(config.database).toMatchObject({ kind: 'postgres', url: 'postgres://db.internal/herald' });
     expect(config.webhooks.allowPrivateUrls).toBe(false);
+  });
+
+  it('is single mode with DATABASE_URL alone: PostgreSQL, in-memory pub/sub, private webhook URLs refused', () => {
+    const config = loadApiConfig({ DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET });
+    expect(config.mode).toBe('single');
+    expect(config.database).toMatchObject({ kind: 'postgres' });
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.webhooks.allowPrivateUrls).toBe(false);
+  });
+
+  it('refuses REDIS_URL without DATABASE_URL with one line naming REDIS_URL', () => {
+    const lines = configError({ REDIS_URL: 'redis://redis.internal:6379', JWT_SECRET: SECRET });
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^REDIS_URL: set only together with DATABASE_URL/);
+  });
+
+  it('masks error details in single and cluster mode unless NODE_ENV=development is set explicitly', () => {
+    const single = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    const cluster = { ...single, REDIS_URL: 'redis://redis.internal:6379' };
+    expect(loadApiConfig(single).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig(cluster).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig({ ...cluster, NODE_ENV: 'test' }).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig({ ...cluster, NODE_ENV: 'development' }).graphql.errorDetails).toBe(true);
+    // A laptop: embedded mode shows details unless told it is production.
+    expect(loadApiConfig({}).graphql.errorDetails).toBe(true);
+    expect(loadApiConfig({ NODE_ENV: 'production' }).graphql.errorDetails).toBe(false);
   });
 
   it('turns GraphiQL and introspection off in production unless asked', () => {

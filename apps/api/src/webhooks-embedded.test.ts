@@ -1,4 +1,4 @@
-import { startTestReceiver, type TestReceiver } from '@herald/webhook-dispatcher/testing';
+import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
 import { verifyWebhook } from '@herald/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApi, type TestApi } from './testing/test-api.js';

@@ -1,9 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import {
+  createDispatcherHarness,
+  type DispatcherHarness,
+  startTestReceiver,
+  type TestReceiver,
+} from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
 // The dispatcher app as operators run it (tsx src/main.ts), SIGKILLed in the middle of a batch of 250
 // events and started again: every event reaches the receiver at least once, and a duplicate carries

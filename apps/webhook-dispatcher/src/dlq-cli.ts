@@ -1,17 +1,15 @@
 /**
- * Operators' dead-letter CLI (SPEC §7): `pnpm --filter webhook-dispatcher dlq list`,
- * `… dlq replay <delivery-or-entry-id>…` and `… dlq replay --all`. Reads DATABASE_URL, REDIS_URL and
- * HERALD_REDIS_PREFIX like the dispatcher. Exit status 0 on success, 1 on an error, 2 on bad usage.
+ * Operators' dead-letter CLI (SPEC §7): `pnpm dlq list [--json]`, `pnpm dlq replay <delivery-id>…` and
+ * `pnpm dlq replay --all`. Reads the DEAD deliveries in the database (their one record; any number of
+ * them, page by page). Reads DATABASE_URL like the dispatcher. Exit status 0 on success, 1 on an
+ * error, 2 on bad usage.
  */
 import { InvalidConfigError } from '@herald/config';
-import { WEBHOOK_DELIVERY_ID_PREFIX, webhookRedisKeys } from '@herald/contracts';
 import { createDatabase } from '@herald/db';
-import { pino } from 'pino';
-import { listDeadLetters, replayDeadLetters } from './dead-letters.js';
+import { listDeadLetters, replayDeadLetters } from '@herald/webhook-engine';
 import { loadDispatcherConfig } from './env.js';
-import { createRedisStreamQueue } from './queue/redis-stream-queue.js';
 
-const USAGE = 'usage: dlq list [--json] | dlq replay <delivery-id|entry-id>… | dlq replay --all';
+const USAGE = 'usage: dlq list [--json] | dlq replay <delivery-id>… | dlq replay --all';
 
 const [command, ...args] = process.argv.slice(2);
 if (command !== 'list' && command !== 'replay') {
@@ -35,48 +33,43 @@ try {
 }
 
 const database = await createDatabase({ kind: 'postgres', url: config.databaseUrl, poolMax: 2 });
-const queue = createRedisStreamQueue({
-  redisUrl: config.redisUrl,
-  keys: webhookRedisKeys(config.redisPrefix),
-  logger: pino({ level: 'silent' }),
-});
-const deps = { db: database.db, queue };
 let exitCode = 0;
 try {
   if (command === 'list') {
-    const letters = await listDeadLetters(deps);
-    if (args.includes('--json')) {
-      process.stdout.write(`${JSON.stringify(letters, null, 2)}\n`);
-    } else if (letters.length === 0) {
-      process.stdout.write('no dead letters\n');
-    } else {
-      for (const { id, status, letter } of letters) {
+    const json = args.includes('--json');
+    let count = 0;
+    if (json) process.stdout.write('[');
+    for await (const view of listDeadLetters(database.db)) {
+      const { letter } = view;
+      if (json) {
+        process.stdout.write(`${count > 0 ? ',' : ''}\n${JSON.stringify(view)}`);
+      } else {
         process.stdout.write(
-          `${id}  ${letter.deliveryId}  ${status}  ${letter.eventType} ${letter.eventId}  org=${letter.orgId}  ` +
-            `${letter.url}  attempts=${letter.attempts}  last=${letter.lastStatusCode ?? '-'} ${letter.lastError ?? ''}  dead=${letter.deadAt}\n`,
+          `${letter.deliveryId}  DEAD  ${letter.eventType} ${letter.eventId}  org=${letter.orgId}  ${letter.url}  ` +
+            `attempts=${letter.attempts}  last=${letter.lastStatusCode ?? '-'} ${letter.lastError ?? ''}  dead=${letter.deadAt}\n`,
         );
       }
-      process.stdout.write(
-        `${letters.length} dead letter(s); replay with: dlq replay <delivery-id> | dlq replay --all\n`,
-      );
+      count++;
     }
+    if (json) process.stdout.write('\n]\n');
+    else if (count === 0) process.stdout.write('no dead letters\n');
+    else process.stdout.write(`${count} dead letter(s); replay with: dlq replay <delivery-id> | dlq replay --all\n`);
   } else {
     const all = args.includes('--all');
-    const result = await replayDeadLetters(deps, all ? undefined : args);
-    for (const id of result.replayed) process.stdout.write(`replayed ${id}\n`);
-    for (const id of result.stale) process.stdout.write(`removed ${id} (no longer DEAD)\n`);
+    const replayed = await replayDeadLetters(database.db, all ? { all: true } : { ids: args });
+    for (const id of replayed) process.stdout.write(`replayed ${id}\n`);
     if (!all) {
-      const found = new Set([...result.replayed, ...result.stale]);
-      const missing = args.filter((id) => !found.has(id) && id.startsWith(WEBHOOK_DELIVERY_ID_PREFIX));
-      for (const id of missing) process.stderr.write(`not found: ${id}\n`);
+      const found = new Set(replayed);
+      for (const id of args.filter((id) => !found.has(id))) process.stderr.write(`not DEAD or not found: ${id}\n`);
     }
-    process.stdout.write(`${result.replayed.length} replayed, ${result.stale.length} stale entries removed\n`);
+    process.stdout.write(`${replayed.length} replayed\n`);
   }
 } catch (error) {
   process.stderr.write(`dlq: ${error instanceof Error ? error.message : String(error)}\n`);
   exitCode = 1;
 } finally {
-  await queue.close();
   await database.close();
 }
+// stdout to a pipe is asynchronous: let it drain, or a long listing is cut short by the exit.
+await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));
 process.exit(exitCode);

@@ -1,7 +1,7 @@
 import { durationMs, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import type { DispatcherSettings, DispatcherStep } from '@herald/webhook-engine';
 import { z } from 'zod';
-import type { DispatcherSettings } from './dispatcher.js';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
@@ -27,12 +27,17 @@ export const EnvSchema = z.object({
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
   WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().default(false),
+  WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
+  WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
 
   // capacity and timing
   WEBHOOK_CONCURRENCY: positiveInt.default(100),
   WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(10),
   WEBHOOK_POLL_INTERVAL_MS: positiveInt.default(500),
   WEBHOOK_REQUEUE_AFTER: durationMs().default(120_000),
+
+  // tests only: SIGKILL this very process at a step of the straight path (crash-recovery tests)
+  HERALD_TEST_CRASH_AT: z.enum(['after-fan-out', 'after-claim', 'after-post']).optional(),
 });
 
 /** The dispatcher's configuration, grouped by concern. Built once by {@link loadDispatcherConfig}. */
@@ -46,6 +51,8 @@ export interface DispatcherConfig {
   redisUrl: string;
   /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
   redisPrefix: string;
+  /** Tests only (`HERALD_TEST_CRASH_AT`): the step at which the process SIGKILLs itself. */
+  testCrashAt: DispatcherStep | undefined;
   webhooks: DispatcherSettings &
     Required<Pick<DispatcherSettings, 'concurrency' | 'endpointConcurrency' | 'pollIntervalMs' | 'requeueAfterMs'>>;
 }
@@ -64,11 +71,14 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
     databasePoolMax: parsed.DATABASE_POOL_MAX,
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    testCrashAt: parsed.HERALD_TEST_CRASH_AT,
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,
       retryHorizonMs: parsed.WEBHOOK_RETRY_HORIZON,
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS,
+      disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
+      retentionMs: parsed.WEBHOOK_RETENTION,
       concurrency: parsed.WEBHOOK_CONCURRENCY,
       endpointConcurrency: parsed.WEBHOOK_ENDPOINT_CONCURRENCY,
       pollIntervalMs: parsed.WEBHOOK_POLL_INTERVAL_MS,

@@ -2,11 +2,10 @@ import type { AddressInfo } from 'node:net';
 import { InvalidConfigError } from '@herald/config';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
-import { createDispatcher } from './dispatcher.js';
+import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
-import { createRedisStreamQueue } from './queue/redis-stream-queue.js';
 
 let config: ReturnType<typeof loadDispatcherConfig>;
 try {
@@ -29,7 +28,16 @@ try {
   process.exit(1);
 }
 const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys: webhookRedisKeys(config.redisPrefix), logger });
-const dispatcher = createDispatcher({ db: database.db, queue, logger, settings: config.webhooks });
+const dispatcher = createDispatcher({
+  db: database.db,
+  databaseUrl: config.databaseUrl,
+  queue,
+  logger,
+  settings: config.webhooks,
+  onStep: (step) => {
+    if (step === config.testCrashAt) process.kill(process.pid, 'SIGKILL');
+  },
+});
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');
   process.exit(1);

@@ -3,10 +3,16 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import {
+  createDispatcherHarness,
+  type DispatcherHarness,
+  type StartedDispatcher,
+  startTestReceiver,
+  type TestReceiver,
+} from '@herald/webhook-engine/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createOpsServer } from './ops-server.js';
-import { createDispatcherHarness, type DispatcherHarness, type StartedDispatcher } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
 // What operators touch: /health, /readiness, /metrics, and the dead-letter CLI as
 // `pnpm --filter webhook-dispatcher dlq …` runs it (tsx src/dlq-cli.ts).
@@ -113,6 +119,37 @@ describe('dlq CLI', () => {
     expect(delivery?.status).toBe('SUCCEEDED');
     expect((await dlq('list')).stdout).toContain('no dead letters');
   });
+
+  it('lists and replays 1,100 dead letters, read from the database', async () => {
+    receiver.behave(() => ({ status: 200 }), '/many');
+    const endpoint = await harness.createEndpoint('org-many', receiver.url('/many'));
+    await sql`
+      insert into webhook_outbox (id, org_id, type, body, dispatched_at)
+      select 'evt_many' || n, 'org-many', 'post.published', json_build_object('id', 'evt_many' || n)::text, now()
+      from generate_series(1, 1100) n
+    `.execute(harness.db);
+    await sql`
+      insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, attempt_count, dead_letter_streamed_at)
+      select 'del_many' || n, 'evt_many' || n, ${endpoint.id}, 'org-many', 'post.published', 'DEAD', 3, now()
+      from generate_series(1, 1100) n
+    `.execute(harness.db);
+
+    const listed = await dlq('list');
+    expect(listed.stdout.split('\n').filter((line) => line.startsWith('del_many'))).toHaveLength(1_100);
+    expect(listed.stdout).toContain('1100 dead letter(s)');
+    const replayed = await dlq('replay', '--all');
+    expect(replayed.stdout.trim().split('\n').at(-1)).toBe('1100 replayed');
+    const dead = await harness.db
+      .selectFrom('webhook_deliveries')
+      .select('id')
+      .where('org_id', '=', 'org-many')
+      .where('status', '=', 'DEAD')
+      .execute();
+    expect(dead).toEqual([]);
+    const received = () => new Set(receiver.requestsTo('/many').map((request) => request.headers['x-webhook-id']));
+    await receiver.waitFor(() => received().size === 1_100, 90_000);
+    expect((await dlq('list')).stdout).toContain('no dead letters');
+  }, 150_000);
 
   it('refuses bad usage with exit status 2', async () => {
     await expect(dlq('explode')).rejects.toMatchObject({ code: 2 });

@@ -8,6 +8,19 @@ export const ErrorCode = {
   BAD_USER_INPUT: 'BAD_USER_INPUT',
   NOT_FOUND: 'NOT_FOUND',
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
+  /**
+   * PostgreSQL or Redis is unreachable for now (failover, restart, dropped connection): HTTP 503 with
+   * `Retry-After`. Not the caller's fault; retry the same operation shortly.
+   */
+  SERVICE_UNAVAILABLE: 'SERVICE_UNAVAILABLE',
+  /** The document does not parse, or a limit on its size (tokens, parser nesting) refused it. */
+  GRAPHQL_PARSE_FAILED: 'GRAPHQL_PARSE_FAILED',
+  /** The document does not validate, or a limit (depth, aliases, cost, directives) refused it. */
+  GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
+  /** A subscription sent over HTTP (SSE, multipart, plain POST): subscriptions are served over WebSocket only. */
+  WEBSOCKET_REQUIRED: 'WEBSOCKET_REQUIRED',
+  /** The token could not be checked because the key source (JWKS) is unreachable: retry later, same token. */
+  AUTH_UNAVAILABLE: 'AUTH_UNAVAILABLE',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

@@ -8,8 +8,23 @@
 /** Event type sent when a draft post is published (SPEC §7). */
 export const POST_PUBLISHED_EVENT = 'post.published';
 
+/** Event type of `sendTestWebhook`: delivered to the one endpoint it targets (SPEC §7.2). */
+export const WEBHOOK_TEST_EVENT = 'webhook.test';
+/** Operational event: an endpoint was disabled (SPEC §7.2); data `{ endpointId, url, reason, disabledAt }`. */
+export const WEBHOOK_ENDPOINT_DISABLED_EVENT = 'webhook.endpoint.disabled';
+/**
+ * Operational event: a delivery ran out of retries (SPEC §7.2); data `{ deliveryId, endpointId, eventId,
+ * eventType, attempts, lastError }`.
+ */
+export const WEBHOOK_DELIVERY_DEAD_EVENT = 'webhook.delivery.dead';
+
 /** Every event type an endpoint may subscribe to. Additive only: receivers rely on these names. */
-export const WEBHOOK_EVENT_TYPES = [POST_PUBLISHED_EVENT] as const;
+export const WEBHOOK_EVENT_TYPES = [
+  POST_PUBLISHED_EVENT,
+  WEBHOOK_TEST_EVENT,
+  WEBHOOK_ENDPOINT_DISABLED_EVENT,
+  WEBHOOK_DELIVERY_DEAD_EVENT,
+] as const;
 
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
@@ -36,6 +51,12 @@ export const WEBHOOK_WORK_STREAM = 'webhooks:work';
  */
 export const WEBHOOK_DEAD_LETTER_STREAM = 'webhooks:dead-letters';
 
+/**
+ * Stream where work entries that kept failing are parked after a bounded number of receives (suffix
+ * of the prefixed key). The database still holds their deliveries: the scheduler hands them out again.
+ */
+export const WEBHOOK_PARKED_STREAM = 'webhooks:parked';
+
 /** Consumer group on {@link WEBHOOK_WORK_STREAM} shared by every dispatcher replica. */
 export const WEBHOOK_CONSUMER_GROUP = 'webhook-dispatchers';
 
@@ -44,6 +65,8 @@ export interface WebhookRedisKeys {
   workStream: string;
   /** The dead-letter stream, `<prefix>webhooks:dead-letters`. */
   deadLetterStream: string;
+  /** Work entries parked after too many receives, `<prefix>webhooks:parked`. */
+  parkedStream: string;
   /** The consumer group on the work stream (a name inside the stream, not a key: never prefixed). */
   consumerGroup: string;
 }
@@ -53,6 +76,7 @@ export function webhookRedisKeys(prefix: string = DEFAULT_REDIS_PREFIX): Webhook
   return {
     workStream: `${prefix}${WEBHOOK_WORK_STREAM}`,
     deadLetterStream: `${prefix}${WEBHOOK_DEAD_LETTER_STREAM}`,
+    parkedStream: `${prefix}${WEBHOOK_PARKED_STREAM}`,
     consumerGroup: WEBHOOK_CONSUMER_GROUP,
   };
 }

@@ -36,18 +36,31 @@ export async function insertWebhookEndpoint(
   });
 }
 
+/** An endpoint that is not deleted. */
 export async function findWebhookEndpointById(db: Kysely<Database>, id: string): Promise<WebhookEndpoint | undefined> {
-  return db.selectFrom('webhook_endpoints').selectAll().where('id', '=', id).executeTakeFirst();
+  return db
+    .selectFrom('webhook_endpoints')
+    .selectAll()
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
 }
 
 /** An organisation's endpoints, oldest first. */
 export async function listWebhookEndpointsByOrg(db: Kysely<Database>, orgId: string): Promise<WebhookEndpoint[]> {
-  return db.selectFrom('webhook_endpoints').selectAll().where('org_id', '=', orgId).orderBy('seq').execute();
+  return db
+    .selectFrom('webhook_endpoints')
+    .selectAll()
+    .where('org_id', '=', orgId)
+    .where('deleted_at', 'is', null)
+    .orderBy('seq')
+    .execute();
 }
 
 /**
- * Deletes an endpoint with its secrets, deliveries and attempts (work already queued for it is dropped
- * when a dispatcher finds the delivery gone).
+ * Deletes an endpoint: marks it deleted at once (it disappears from every lookup and gets no new
+ * deliveries; pending ones become SKIPPED when claimed), and the webhook engine's retention purges
+ * its deliveries, attempts and the endpoint in bounded batches in the background, never in the request.
  * @param orgIds the organisations the caller may act on; an endpoint outside them is treated as absent
  * @returns whether an endpoint was deleted
  */
@@ -58,11 +71,13 @@ export async function deleteWebhookEndpoint(
 ): Promise<boolean> {
   if (orgIds.length === 0) return false;
   const result = await db
-    .deleteFrom('webhook_endpoints')
+    .updateTable('webhook_endpoints')
+    .set({ deleted_at: sql<Date>`now()` })
     .where('id', '=', id)
     .where('org_id', 'in', [...orgIds])
+    .where('deleted_at', 'is', null)
     .executeTakeFirst();
-  return result.numDeletedRows > 0n;
+  return result.numUpdatedRows > 0n;
 }
 
 export interface RotateSecretInput {

@@ -16,6 +16,8 @@ export interface WebhookEndpointsTable {
   failing_since: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** No attempt before this (a 429/503 with Retry-After slowed the endpoint down). */
   paused_until: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** Set when the endpoint was deleted; its rows are purged in bounded batches in the background. */
+  deleted_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';
@@ -79,6 +81,8 @@ export interface WebhookDeliveriesTable {
   leased_until: Date | null;
   created_at: ColumnType<Date, never, never>;
   updated_at: ColumnType<Date, Date | undefined, Date>;
+  /** When a DEAD delivery was written to the dead-letter stream (the alerting feed); null until then. */
+  dead_letter_streamed_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
 
 /** One HTTP attempt of a delivery. */

@@ -1,5 +1,6 @@
-import { fanOutEvent, listActiveWebhookSecrets } from '@herald/db';
-import { startTestReceiver, type TestReceiver } from '@herald/webhook-dispatcher/testing';
+import { listActiveWebhookSecrets } from '@herald/db';
+import { fanOutOutbox } from '@herald/webhook-engine';
+import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 
@@ -139,7 +140,8 @@ describe('tenancy', () => {
       .select('id')
       .where('org_id', '=', 'org-b')
       .executeTakeFirstOrThrow();
-    await fanOutEvent(api.app.database.db, event.id);
+    void event;
+    await fanOutOutbox(api.app.database.db, { limit: 100, queueLeaseMs: 60_000 });
     const delivery = await api.app.database.db
       .selectFrom('webhook_deliveries')
       .select('id')

@@ -22,7 +22,7 @@ import {
   type WebhookDelivery,
   type WebhookEndpoint,
 } from '@herald/db';
-import { checkWebhookUrl } from '@herald/webhook-dispatcher';
+import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';

@@ -4,6 +4,7 @@ import * as createWebhooks from './2026-11-21T08-00_create-webhooks.js';
 import * as indexDueWebhookDeliveries from './2026-11-21T08-30_index-due-webhook-deliveries.js';
 import * as webhookEndpointHealth from './2026-11-23T11-00_webhook-endpoint-health.js';
 import * as webhooksOpsStandardSecrets from './2026-11-23T11-20_webhooks-ops-standard-secrets.js';
+import * as engineStraightPath from './2026-11-23T11-35_engine-straight-path.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -16,6 +17,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-21T08-30_index-due-webhook-deliveries': indexDueWebhookDeliveries,
   '2026-11-23T11-00_webhook-endpoint-health': webhookEndpointHealth,
   '2026-11-23T11-20_webhooks-ops-standard-secrets': webhooksOpsStandardSecrets,
+  '2026-11-23T11-35_engine-straight-path': engineStraightPath,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -1,0 +1,222 @@
+import type { Database } from '@herald/db';
+import { signWebhook } from '@herald/webhooks';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import { markDeadLettersStreamed } from './dead-letters.js';
+import type { Deliverer, DeliveryOutcome } from './deliver.js';
+import {
+  type AttemptOutcome,
+  type ClaimedDelivery,
+  claimDeliveries,
+  type DeliveryNext,
+  type QueuedDelivery,
+  recordOutcomes,
+} from './lease-protocol.js';
+import type { DispatcherMetrics } from './metrics.js';
+import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
+import { decideRetry, MAX_RETRY_AFTER_MS, parseRetryAfterMs, type RetryPolicy } from './retry-policy.js';
+import { redactUrl } from './url-policy.js';
+
+/** The `alert` field of the log line written when a delivery goes DEAD; log-based alerting keys on it. */
+export const DEAD_LETTER_ALERT = 'HeraldWebhookDeadLetter';
+/** The `alert` field of the log line written when an endpoint is disabled. */
+export const ENDPOINT_DISABLED_ALERT = 'HeraldWebhookEndpointDisabled';
+
+export interface BatchAttempterDeps {
+  db: Kysely<Database>;
+  queue: WebhookQueue;
+  deliverer: Deliverer;
+  metrics: DispatcherMetrics;
+  logger: Logger;
+  retry: RetryPolicy;
+  /** How long a claimed attempt may take before another dispatcher may take the delivery over. */
+  attemptLeaseMs: number;
+  /** At most this many attempts in flight per endpoint, across all dispatchers. */
+  endpointCap: number;
+  /** An endpoint whose every attempt failed for this long is disabled (`WEBHOOK_DISABLE_AFTER`). */
+  disableAfterMs: number;
+  /** Called when operational events were written to the outbox (so the relay looks at once). */
+  onOutboxEvents?(): void;
+  /** Random source for jitter. @default Math.random */
+  random?: () => number;
+  /** Called between steps (crash tests). */
+  onStep?(step: 'after-claim' | 'after-post'): void;
+}
+
+export interface BatchResult {
+  /** Attempts made. */
+  attempted: number;
+  /** Endpoints that had an attempt: their slots are free again, to chain on. */
+  endpoints: string[];
+}
+
+export interface BatchAttempter {
+  /**
+   * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
+   * them concurrently and records the outcomes: three statements for the whole batch.
+   * Rejects only when the database fails (the work entries are then reclaimed and done again).
+   */
+  run(queued: readonly QueuedDelivery[], chainEndpoints?: readonly string[]): Promise<BatchResult>;
+}
+
+/**
+ * One batch: claim (lease protocol step 3), sign each body with its endpoint's active secrets
+ * (`signWebhook`), POST them all at once, record (step 4). A 2xx is SUCCEEDED; anything else is
+ * retried with the retry policy's delay, or DEAD past the horizon, in which case the delivery is also
+ * written to the dead-letter stream (the alerting feed), counted, and logged as an alert.
+ */
+export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
+  const { db, queue, deliverer, metrics, logger, retry } = deps;
+
+  function decide(delivery: ClaimedDelivery, outcome: DeliveryOutcome, at: Date): AttemptOutcome {
+    let next: DeliveryNext;
+    let health: AttemptOutcome['health'] = 'success';
+    let pauseMs: number | undefined;
+    if (outcome.ok) {
+      next = { status: 'SUCCEEDED' };
+    } else {
+      health = outcome.statusCode === 410 ? 'gone' : 'failure';
+      if (outcome.statusCode === 429 || outcome.statusCode === 503) {
+        const asked = parseRetryAfterMs(outcome.retryAfter, at.getTime());
+        if (asked !== undefined) {
+          health = 'throttled';
+          pauseMs = Math.min(asked, MAX_RETRY_AFTER_MS);
+        }
+      }
+      const decision = decideRetry(
+        retry,
+        {
+          attempts: delivery.attemptCount + 1,
+          ageMs: delivery.ageMs + outcome.durationMs,
+          statusCode: outcome.statusCode,
+          retryAfter: outcome.retryAfter,
+        },
+        deps.random,
+      );
+      next =
+        decision.retry && outcome.statusCode !== 410
+          ? { status: 'PENDING', retryInMs: decision.delayMs }
+          : { status: 'DEAD' };
+    }
+    return {
+      deliveryId: delivery.id,
+      endpointId: delivery.endpointId,
+      lease: delivery.lease,
+      at,
+      statusCode: outcome.statusCode,
+      durationMs: outcome.durationMs,
+      error: outcome.error,
+      responseBody: outcome.responseBody ?? null,
+      next,
+      health,
+      pauseMs,
+    };
+  }
+
+  async function attemptOne(delivery: ClaimedDelivery): Promise<AttemptOutcome> {
+    const at = new Date();
+    const outcome: DeliveryOutcome =
+      delivery.secrets.length === 0
+        ? {
+            ok: false,
+            statusCode: null,
+            durationMs: 0,
+            error: 'the endpoint has no active signing secret',
+            retryAfter: null,
+          }
+        : await deliverer.deliver({
+            endpointId: delivery.endpointId,
+            url: delivery.url,
+            body: delivery.body,
+            headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets: delivery.secrets }),
+          });
+    const label = { outcome: outcome.ok ? 'success' : 'failure' };
+    metrics.attempts.inc(label);
+    metrics.deliverySeconds.observe(label, outcome.durationMs / 1_000);
+    return decide(delivery, outcome, at);
+  }
+
+  async function afterRecord(
+    claimed: readonly ClaimedDelivery[],
+    outcomes: readonly AttemptOutcome[],
+    recorded: Set<string>,
+  ): Promise<void> {
+    const letters: DeadLetter[] = [];
+    outcomes.forEach((outcome, index) => {
+      const delivery = claimed[index] as ClaimedDelivery;
+      const context = {
+        deliveryId: delivery.id,
+        eventId: delivery.eventId,
+        endpointId: delivery.endpointId,
+        url: redactUrl(delivery.url),
+        attempt: delivery.attemptCount + 1,
+        statusCode: outcome.statusCode,
+        durationMs: outcome.durationMs,
+      };
+      if (!recorded.has(delivery.id)) {
+        logger.info(context, 'webhook attempt made, but the delivery changed meanwhile (replayed or taken over)');
+        return;
+      }
+      if (outcome.next.status === 'DEAD') {
+        const letter: DeadLetter = {
+          deliveryId: delivery.id,
+          eventId: delivery.eventId,
+          eventType: delivery.eventType,
+          orgId: delivery.orgId,
+          endpointId: delivery.endpointId,
+          url: redactUrl(delivery.url),
+          attempts: delivery.attemptCount + 1,
+          lastStatusCode: outcome.statusCode,
+          lastError: outcome.error,
+          deadAt: new Date().toISOString(),
+        };
+        letters.push(letter);
+        metrics.deadLetters.inc();
+        logger.error({ alert: DEAD_LETTER_ALERT, ...letter }, 'webhook delivery is DEAD: retries ran out');
+      } else if (outcome.next.status === 'PENDING') {
+        logger.info(
+          { ...context, error: outcome.error, retryInMs: outcome.next.retryInMs },
+          'webhook attempt failed; retry scheduled',
+        );
+      }
+    });
+    if (letters.length === 0) return;
+    try {
+      for (const letter of letters) await queue.deadLetter(letter);
+      await markDeadLettersStreamed(
+        db,
+        letters.map((letter) => letter.deliveryId),
+      );
+    } catch (error) {
+      // The deliveries are DEAD in the database (listed and replayed from there); the scheduler writes
+      // the stream entries later (`dead_letter_streamed_at` is still null).
+      logger.warn({ err: error, deliveries: letters.length }, 'could not write the dead-letter stream; will retry');
+    }
+  }
+
+  return {
+    async run(queued, chainEndpoints) {
+      const claimed = await claimDeliveries(db, {
+        queued,
+        chainEndpoints,
+        endpointCap: deps.endpointCap,
+        leaseMs: deps.attemptLeaseMs,
+      });
+      if (claimed.length === 0) return { attempted: 0, endpoints: [] };
+      deps.onStep?.('after-claim');
+      const outcomes = await Promise.all(claimed.map(attemptOne));
+      deps.onStep?.('after-post');
+      const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs });
+      for (const disabled of result.disabled) {
+        metrics.disabledEndpoints.inc();
+        logger.error(
+          { alert: ENDPOINT_DISABLED_ALERT, endpointId: disabled.endpointId, reason: disabled.reason },
+          'webhook endpoint disabled',
+        );
+      }
+      if (result.events > 0) deps.onOutboxEvents?.();
+      await afterRecord(claimed, outcomes, result.recorded);
+      return { attempted: claimed.length, endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))] };
+    },
+  };
+}

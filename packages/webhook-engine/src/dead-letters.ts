@@ -1,0 +1,151 @@
+import type { Database } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
+import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
+import { redactUrl } from './url-policy.js';
+
+/*
+ * Dead letters are DEAD deliveries: the database is their one record (SPEC §7). Listing and replay
+ * read `webhook_deliveries` (walking the partial index on `seq` where DEAD), so any number of them is
+ * listed and replayed. The dead-letter stream is an alerting feed only: each DEAD delivery is written
+ * to it once (`dead_letter_streamed_at`), and one that could not be written is written later.
+ */
+
+/** Dead letters per listing page and per replay statement. */
+export const DEAD_LETTER_PAGE = 500;
+
+export interface DeadLetterView {
+  /** The delivery id. */
+  id: string;
+  status: 'DEAD';
+  letter: DeadLetter;
+}
+
+/** One page of DEAD deliveries, oldest first, after the `afterSeq` cursor. */
+export async function listDeadLetterPage(
+  db: Kysely<Database>,
+  options: { limit?: number; afterSeq?: string; endpointId?: string; ids?: readonly string[] } = {},
+): Promise<{ letters: DeadLetterView[]; nextSeq: string | undefined }> {
+  const limit = options.limit ?? DEAD_LETTER_PAGE;
+  const { rows } = await sql<{
+    id: string;
+    seq: string;
+    event_id: string;
+    event_type: string;
+    org_id: string;
+    endpoint_id: string;
+    url: string;
+    attempt_count: number;
+    updated_at: Date;
+    status_code: number | null;
+    error: string | null;
+  }>`
+    select delivery.id, delivery.seq, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
+      endpoint.url, delivery.attempt_count, delivery.updated_at, last.status_code, last.error
+    from webhook_deliveries delivery
+    join webhook_endpoints endpoint on endpoint.id = delivery.endpoint_id
+    left join lateral (
+      select status_code, error from webhook_attempts where delivery_id = delivery.id order by id desc limit 1
+    ) last on true
+    where delivery.status = 'DEAD' and delivery.seq > ${options.afterSeq ?? '0'}::bigint
+      and (${options.endpointId ?? null}::text is null or delivery.endpoint_id = ${options.endpointId ?? null})
+      and (${options.ids ? [...options.ids] : null}::text[] is null or delivery.id = any(${options.ids ? [...options.ids] : null}::text[]))
+    order by delivery.seq
+    limit ${limit}
+  `.execute(db);
+  return {
+    letters: rows.map((row) => ({
+      id: row.id,
+      status: 'DEAD',
+      letter: {
+        deliveryId: row.id,
+        eventId: row.event_id,
+        eventType: row.event_type,
+        orgId: row.org_id,
+        endpointId: row.endpoint_id,
+        url: redactUrl(row.url),
+        attempts: row.attempt_count,
+        lastStatusCode: row.status_code,
+        lastError: row.error,
+        deadAt: new Date(row.updated_at).toISOString(),
+      },
+    })),
+    nextSeq: rows.length === limit ? rows.at(-1)?.seq : undefined,
+  };
+}
+
+/** Every DEAD delivery, oldest first, page by page. */
+export async function* listDeadLetters(
+  db: Kysely<Database>,
+  options: { endpointId?: string } = {},
+): AsyncGenerator<DeadLetterView> {
+  let afterSeq: string | undefined;
+  do {
+    const page = await listDeadLetterPage(db, { ...options, afterSeq });
+    yield* page.letters;
+    afterSeq = page.nextSeq;
+  } while (afterSeq);
+}
+
+/**
+ * Makes DEAD deliveries PENDING and due now with a fresh retry horizon, in bounded statements. The
+ * lease is cleared, so an attempt still in flight cannot overwrite the replay with its record.
+ * @param selection delivery ids, or `{ all: true }` (optionally one endpoint's)
+ * @returns the replayed delivery ids (ids that were not DEAD are left alone and not returned)
+ */
+export async function replayDeadLetters(
+  db: Kysely<Database>,
+  selection: { ids: readonly string[] } | { all: true; endpointId?: string },
+): Promise<string[]> {
+  const replayed: string[] = [];
+  const replay = async (where: ReturnType<typeof sql>) => {
+    const { rows } = await sql<{ id: string }>`
+      update webhook_deliveries delivery
+      set status = 'PENDING', next_attempt_at = now(), horizon_from = now(), updated_at = now(),
+        lease_token = null, leased_until = null, dead_letter_streamed_at = null
+      where delivery.id in (select id from webhook_deliveries where status = 'DEAD' and ${where} order by seq limit ${DEAD_LETTER_PAGE})
+        and delivery.status = 'DEAD'
+      returning delivery.id
+    `.execute(db);
+    replayed.push(...rows.map((row) => row.id));
+    return rows.length;
+  };
+  if ('ids' in selection) {
+    for (let i = 0; i < selection.ids.length; i += DEAD_LETTER_PAGE) {
+      await replay(sql`id = any(${selection.ids.slice(i, i + DEAD_LETTER_PAGE)}::text[])`);
+    }
+  } else {
+    const endpointId = selection.endpointId ?? null;
+    while ((await replay(sql`(${endpointId}::text is null or endpoint_id = ${endpointId})`)) > 0) {
+      // Each statement replays the oldest page still DEAD.
+    }
+  }
+  return replayed;
+}
+
+/** Notes that these DEAD deliveries are in the dead-letter stream. */
+export async function markDeadLettersStreamed(db: Kysely<Database>, ids: readonly string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await sql`update webhook_deliveries set dead_letter_streamed_at = now()
+    where id = any(${ids}::text[]) and status = 'DEAD'`.execute(db);
+}
+
+/**
+ * Writes DEAD deliveries missing from the dead-letter stream (it could not be written when they died).
+ * @returns how many were written
+ */
+export async function streamMissedDeadLetters(db: Kysely<Database>, queue: WebhookQueue, limit = 100): Promise<number> {
+  const { rows } = await sql<{ id: string }>`
+    select id from webhook_deliveries
+    where status = 'DEAD' and dead_letter_streamed_at is null and updated_at < now() - interval '2 seconds'
+    order by seq limit ${limit}
+  `.execute(db);
+  if (rows.length === 0) return 0;
+  const page = await listDeadLetterPage(db, { ids: rows.map((row) => row.id), limit });
+  const letters = page.letters.map((view) => view.letter);
+  for (const letter of letters) await queue.deadLetter(letter);
+  await markDeadLettersStreamed(
+    db,
+    letters.map((letter) => letter.deliveryId),
+  );
+  return letters.length;
+}

@@ -1,0 +1,215 @@
+import { performance } from 'node:perf_hooks';
+import { Agent, errors, request } from 'undici';
+import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
+
+/** Idle keep-alive connections to a receiver are closed after this long. */
+const KEEP_ALIVE_TIMEOUT_MS = 30_000;
+/** How much of a response body is read (and thrown away) so the connection can be reused. */
+const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
+/** How much of the receiver's answer is kept in the attempt's history (`webhook_attempts.response_body`). */
+export const KEPT_RESPONSE_BODY_BYTES = 1_024;
+/** Sent as `User-Agent`, so receivers can tell Herald's deliveries apart. */
+export const WEBHOOK_USER_AGENT = 'Herald-Webhooks/1.0 (+https://github.com/herald)';
+
+/** The result of one delivery attempt. Every failure is a value: `deliver` never throws. */
+export interface DeliveryOutcome {
+  /** True for a 2xx answer, the only acknowledgement (SPEC §7). */
+  ok: boolean;
+  /** The response status; null when no response arrived. */
+  statusCode: number | null;
+  /** From the start of the attempt until the answer (or the failure). */
+  durationMs: number;
+  /** Why the attempt failed, for the delivery history; null on success. */
+  error: string | null;
+  /** The response's `Retry-After` header, for the retry policy. */
+  retryAfter: string | null;
+  /** The first bytes of the answer (at most {@link KEPT_RESPONSE_BODY_BYTES}, valid UTF-8, no NUL). */
+  responseBody?: string | null;
+}
+
+export interface DeliveryRequest {
+  /** Connections are pooled per endpoint: one receiver's slowness never holds another's connections. */
+  endpointId: string;
+  url: string;
+  /** The exact bytes that were signed. */
+  body: string;
+  /** The signed headers (`signWebhook`). */
+  headers: Record<string, string>;
+}
+
+export interface DelivererOptions {
+  /** Gives up on an attempt after this long, connection included (`WEBHOOK_TIMEOUT_MS`). */
+  timeoutMs: number;
+  /** Which addresses receivers may have; checked on the address actually connected to. */
+  policy: UrlPolicy;
+  /** Most connections open to one endpoint at once. @default 10 */
+  connectionsPerEndpoint?: number;
+}
+
+export interface Deliverer {
+  /** One POST; never follows a redirect, never throws. */
+  deliver(request: DeliveryRequest): Promise<DeliveryOutcome>;
+  /** Closes the keep-alive connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * One HTTP attempt per call. Each endpoint gets its own undici `Agent` (a keep-alive connection pool):
+ * repeated deliveries to an endpoint reuse their connections, and a slow receiver only ties up its own
+ * pool, even when other endpoints live on the same host. Agents unused for a while are closed. Every
+ * new connection resolves the host through the guarded lookup: the address checked is the address
+ * connected to (no DNS rebinding between check and connect).
+ */
+export function createDeliverer(options: DelivererOptions): Deliverer {
+  const { timeoutMs, policy } = options;
+  const lookup = createGuardedLookup(policy);
+  const agents = new Map<string, { agent: Agent; usedAt: number }>();
+  const agentFor = (endpointId: string): Agent => {
+    let entry = agents.get(endpointId);
+    if (!entry) {
+      const agent = new Agent({
+        connections: options.connectionsPerEndpoint ?? 10,
+        keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        connect: { timeout: timeoutMs, lookup },
+      });
+      entry = { agent, usedAt: Date.now() };
+      agents.set(endpointId, entry);
+    }
+    entry.usedAt = Date.now();
+    return entry.agent;
+  };
+  const sweep = setInterval(() => {
+    const idleSince = Date.now() - 2 * KEEP_ALIVE_TIMEOUT_MS;
+    for (const [endpointId, entry] of agents) {
+      if (entry.usedAt < idleSince) {
+        agents.delete(endpointId);
+        void entry.agent.close();
+      }
+    }
+  }, KEEP_ALIVE_TIMEOUT_MS);
+  sweep.unref();
+
+  return {
+    async deliver({ endpointId, url, body, headers }) {
+      const started = performance.now();
+      const elapsed = () => Math.round(performance.now() - started);
+      // An IP-literal host is connected to without any lookup, so it is checked here.
+      const parsed = parseWebhookUrl(url, policy);
+      if ('refused' in parsed) {
+        return {
+          ok: false,
+          statusCode: null,
+          durationMs: elapsed(),
+          error: `refused: ${parsed.refused}`,
+          retryAfter: null,
+        };
+      }
+      const signal = AbortSignal.timeout(timeoutMs);
+      try {
+        const response = await request(parsed.url, {
+          method: 'POST',
+          headers: { ...headers, 'User-Agent': WEBHOOK_USER_AGENT },
+          body,
+          dispatcher: agentFor(endpointId),
+          signal,
+        });
+        // Read what the receiver sent (bounded) so the connection can serve the next delivery; keep its start.
+        const responseBody = await readResponseStart(response.body, signal);
+        const statusCode = response.statusCode;
+        const retryAfter = response.headers['retry-after'];
+        return {
+          ok: statusCode >= 200 && statusCode < 300,
+          statusCode,
+          durationMs: elapsed(),
+          error: describeStatus(statusCode),
+          retryAfter: Array.isArray(retryAfter) ? (retryAfter[0] ?? null) : (retryAfter ?? null),
+          responseBody,
+        };
+      } catch (error) {
+        return {
+          ok: false,
+          statusCode: null,
+          durationMs: elapsed(),
+          error: describeError(error, timeoutMs),
+          retryAfter: null,
+        };
+      }
+    },
+    async close() {
+      clearInterval(sweep);
+      const all = [...agents.values()];
+      agents.clear();
+      await Promise.all(all.map((entry) => entry.agent.close()));
+    },
+  };
+}
+
+/**
+ * Reads up to {@link MAX_RESPONSE_BODY_BYTES} of a response (so its connection can be reused) and
+ * returns its first {@link KEPT_RESPONSE_BODY_BYTES} as text: a character cut by the limit is dropped
+ * (the decoder holds it back), invalid bytes become U+FFFD, NUL is removed (PostgreSQL text refuses it).
+ * @returns null for an empty or unreadable body
+ */
+export async function readResponseStart(
+  body: AsyncIterable<Uint8Array> & { destroy(): unknown },
+  signal: AbortSignal,
+): Promise<string | null> {
+  const kept: Uint8Array[] = [];
+  let keptBytes = 0;
+  let readBytes = 0;
+  try {
+    for await (const chunk of body) {
+      if (signal.aborted) break;
+      if (keptBytes < KEPT_RESPONSE_BODY_BYTES) {
+        const slice = chunk.subarray(0, KEPT_RESPONSE_BODY_BYTES - keptBytes);
+        kept.push(slice);
+        keptBytes += slice.length;
+      }
+      readBytes += chunk.length;
+      if (readBytes >= MAX_RESPONSE_BODY_BYTES) {
+        body.destroy();
+        break;
+      }
+    }
+  } catch {
+    // A body cut short keeps what arrived.
+  }
+  if (keptBytes === 0) return null;
+  const text = new TextDecoder('utf-8').decode(Buffer.concat(kept), { stream: true }).replaceAll('\u0000', '');
+  return text.length > 0 ? text : null;
+}
+
+function describeStatus(statusCode: number): string | null {
+  if (statusCode >= 200 && statusCode < 300) return null;
+  if (statusCode >= 300 && statusCode < 400) return `HTTP ${statusCode}: redirects are not followed`;
+  return `HTTP ${statusCode}`;
+}
+
+/** A short, operator-readable reason for a failed attempt. */
+function describeError(error: unknown, timeoutMs: number): string {
+  const root = rootCause(error);
+  if (root instanceof RefusedUrlError) return `refused: ${root.message}`;
+  if (
+    root instanceof errors.HeadersTimeoutError ||
+    root instanceof errors.BodyTimeoutError ||
+    root instanceof errors.ConnectTimeoutError ||
+    (root instanceof Error && (root.name === 'TimeoutError' || root.name === 'AbortError'))
+  ) {
+    return `timed out after ${timeoutMs} ms`;
+  }
+  if (root instanceof Error) {
+    const code = (root as NodeJS.ErrnoException).code;
+    return code && !root.message.includes(code) ? `${code}: ${root.message}` : root.message;
+  }
+  return String(root);
+}
+
+function rootCause(error: unknown): unknown {
+  let current = error;
+  for (let depth = 0; depth < 5 && current instanceof Error && current.cause !== undefined; depth++) {
+    current = current.cause;
+  }
+  return current;
+}

@@ -1,0 +1,253 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { countRetryBacklog, type Database } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
+import { createConsumer } from './consumer.js';
+import { createDeliverer, type Deliverer } from './deliver.js';
+import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
+import { createOutboxListener, type OutboxListener } from './outbox-listener.js';
+import type { WebhookQueue } from './queue/webhook-queue.js';
+import { createRelay } from './relay.js';
+import { createRetention, type Retention } from './retention.js';
+import { createScheduler } from './scheduler.js';
+
+/** `WEBHOOK_DISABLE_AFTER`'s default (SPEC §3): 5 days. */
+export const DEFAULT_DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
+/** `WEBHOOK_RETENTION`'s default (SPEC §3): 30 days. */
+export const DEFAULT_RETENTION_MS = 30 * 24 * 3_600_000;
+
+/** Tunables of a dispatcher. The first four come from the environment (SPEC §3). */
+export interface DispatcherSettings {
+  /** Per attempt, connection included (`WEBHOOK_TIMEOUT_MS`). */
+  timeoutMs: number;
+  /** First retry delay; later ones double, with jitter (`WEBHOOK_RETRY_BASE_MS`). */
+  retryBaseMs: number;
+  /** Dead-letter a delivery whose next retry would fall after this age (`WEBHOOK_RETRY_HORIZON`). */
+  retryHorizonMs: number;
+  /** Allow receivers on loopback and private addresses (`WEBHOOK_ALLOW_PRIVATE_URLS`). */
+  allowPrivateUrls: boolean;
+  /** Attempts in hand at once in this dispatcher. @default 200 */
+  concurrency?: number;
+  /** Attempts in flight per endpoint at once, across all dispatchers (enforced at the claim). @default 10 */
+  endpointConcurrency?: number;
+  /** An endpoint whose every attempt failed for this long is disabled (`WEBHOOK_DISABLE_AFTER`). @default 5 days */
+  disableAfterMs?: number;
+  /** Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted (`WEBHOOK_RETENTION`). @default 30 days */
+  retentionMs?: number;
+  /** How often retention runs. @default 600000 (10 min) */
+  retentionIntervalMs?: number;
+  /** How often the outbox and due retries are looked for when idle. @default 500 */
+  pollIntervalMs?: number;
+  /**
+   * Kept for configuration compatibility (`WEBHOOK_REQUEUE_AFTER`); work is handed out again after the
+   * lease (`timeoutMs` × 1.5), not after this.
+   */
+  requeueAfterMs?: number;
+  /** Outbox events fanned out, and due deliveries handed out, per pass. @default 200 */
+  batchSize?: number;
+  /** Entries claimed, POSTed and recorded together. @default 50 */
+  claimBatchSize?: number;
+}
+
+export interface DispatcherDeps {
+  db: Kysely<Database>;
+  queue: WebhookQueue;
+  logger: Logger;
+  settings: DispatcherSettings;
+  /** The name in the consumer group. @default `<hostname>-<pid>-<random>` */
+  consumerName?: string;
+  /** Where the metrics are registered. @default a new registry */
+  registry?: Registry;
+  /** Random source for retry jitter. @default Math.random */
+  random?: () => number;
+  /**
+   * The PostgreSQL URL, to LISTEN for outbox commits (fan-out right after commit). Without it (PGlite)
+   * the relay polls, and `notifyOutbox()` wakes it in-process.
+   */
+  databaseUrl?: string;
+  /**
+   * Called between the steps of the straight path, for crash tests: `after-fan-out` (deliveries
+   * created, not yet in the stream), `after-claim` (a-leases taken, nothing POSTed), `after-post`
+   * (answers received, nothing recorded). @default none
+   */
+  onStep?(step: DispatcherStep): void;
+}
+
+export type DispatcherStep = 'after-fan-out' | 'after-claim' | 'after-post';
+
+export interface Dispatcher {
+  /** Creates the queue's stream and group if needed, then starts the relay, scheduler and consumer. */
+  start(): Promise<void>;
+  /**
+   * Stops taking work, lets attempts in flight finish (each is bounded by the timeout), acknowledges
+   * them and closes the HTTP connections. Does not close the database or the queue (their owner does).
+   * Idempotent.
+   */
+  stop(): Promise<void>;
+  /** True while started, not stopping, and the database and the queue answer. */
+  readiness(): Promise<boolean>;
+  metrics: DispatcherMetrics;
+  consumerName: string;
+  /** Wakes the relay (an outbox event was committed in this process). */
+  notifyOutbox(): void;
+  /** Runs one retention pass now (tests, operators). */
+  runRetention(): ReturnType<Retention['runOnce']>;
+}
+
+/**
+ * Wires one dispatcher (SPEC §7; the protocol is in lease-protocol.ts): the relay fans outbox events
+ * out into queued deliveries and XADDs them; the consumer reads batches, claims, POSTs and records
+ * each batch in three statements, then keeps the endpoints' freed slots busy (chaining); the scheduler
+ * queues due retries and anything whose lease expired; retention deletes old rows. Any number of
+ * dispatchers can share one database and one queue.
+ */
+export function createDispatcher(deps: DispatcherDeps): Dispatcher {
+  const { db, queue, settings } = deps;
+  const consumerName = deps.consumerName ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const logger = deps.logger.child({ consumer: consumerName });
+  const concurrency = settings.concurrency ?? 200;
+  const endpointConcurrency = settings.endpointConcurrency ?? 10;
+  const pollIntervalMs = settings.pollIntervalMs ?? 500;
+  const batchSize = settings.batchSize ?? 200;
+  // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
+  // in flight is taken over only after this long, so a live attempt is not duplicated.
+  const leaseMs = settings.timeoutMs + Math.max(1_000, Math.round(settings.timeoutMs / 2));
+  // Chaining gives an entry's acknowledgement a budget well within the reclaim time.
+  const chainBudgetMs = leaseMs / 2;
+
+  const metrics = createDispatcherMetrics(
+    {
+      retryBacklog: () => countRetryBacklog(db),
+      streamLag: () => queue.lag(),
+      deadDeliveries: async () =>
+        countWhere(db, sql`select count(*)::int as n from webhook_deliveries where status = 'DEAD'`),
+      disabledEndpoints: async () =>
+        countWhere(
+          db,
+          sql`select count(*)::int as n from webhook_endpoints where status = 'DISABLED' and deleted_at is null`,
+        ),
+    },
+    deps.registry,
+  );
+  let deliverer: Deliverer | undefined;
+  let attempter: BatchAttempter;
+  let listener: OutboxListener | undefined;
+  const relay = createRelay({
+    db,
+    queue,
+    logger,
+    batchSize,
+    pollIntervalMs,
+    queueLeaseMs: leaseMs,
+    onFannedOut: () => deps.onStep?.('after-fan-out'),
+  });
+  const scheduler = createScheduler({ db, queue, logger, batchSize, pollIntervalMs, queueLeaseMs: leaseMs });
+  const retention = createRetention({
+    db,
+    logger,
+    retentionMs: settings.retentionMs ?? DEFAULT_RETENTION_MS,
+    intervalMs: settings.retentionIntervalMs ?? 600_000,
+  });
+  const consumer = createConsumer({
+    queue,
+    consumerName,
+    concurrency,
+    batchSize: settings.claimBatchSize ?? 50,
+    reclaimIdleMs: leaseMs,
+    logger,
+    async handle(entries) {
+      const queued = entries.flatMap((entry) => (entry.message ? [entry.message] : []));
+      let result = await attempter.run(queued);
+      // The endpoints' slots are free again: take their next due deliveries without a round through
+      // the scheduler and the stream. Errors here only delay those deliveries (the scheduler has them).
+      const chainUntil = Date.now() + chainBudgetMs;
+      try {
+        while (result.endpoints.length > 0 && state === 'running' && Date.now() < chainUntil) {
+          result = await attempter.run([], result.endpoints);
+        }
+      } catch (error) {
+        logger.warn({ err: error }, 'chaining to the next due deliveries failed');
+      }
+    },
+  });
+
+  queue.onReset(() => {
+    void scheduler
+      .requeue()
+      .catch((error: unknown) => logger.error({ err: error }, 'handing work out again after a queue reset failed'));
+  });
+
+  let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  let stopped: Promise<void> | undefined;
+  return {
+    metrics,
+    consumerName,
+    notifyOutbox: () => relay.wake(),
+    runRetention: () => retention.runOnce(),
+    async start() {
+      if (state !== 'idle') return;
+      await queue.init();
+      deliverer = createDeliverer({
+        timeoutMs: settings.timeoutMs,
+        policy: { allowPrivateUrls: settings.allowPrivateUrls },
+        connectionsPerEndpoint: endpointConcurrency,
+      });
+      attempter = createBatchAttempter({
+        db,
+        queue,
+        deliverer,
+        metrics,
+        logger,
+        retry: { baseMs: settings.retryBaseMs, horizonMs: settings.retryHorizonMs },
+        attemptLeaseMs: leaseMs,
+        endpointCap: endpointConcurrency,
+        disableAfterMs: settings.disableAfterMs ?? DEFAULT_DISABLE_AFTER_MS,
+        onOutboxEvents: () => relay.wake(),
+        onStep: deps.onStep,
+        random: deps.random,
+      });
+      state = 'running';
+      consumer.start();
+      scheduler.start();
+      relay.start();
+      retention.start();
+      if (deps.databaseUrl) {
+        listener = createOutboxListener({ databaseUrl: deps.databaseUrl, logger, onEvent: () => relay.wake() });
+        await listener.start();
+      }
+      logger.info({ queue: queue.kind, concurrency, endpointConcurrency }, 'webhook dispatcher started');
+    },
+    stop() {
+      stopped ??= (async () => {
+        if (state === 'idle') {
+          state = 'stopped';
+          return;
+        }
+        state = 'stopping';
+        await listener?.stop();
+        await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
+        await deliverer?.close();
+        state = 'stopped';
+        logger.info('webhook dispatcher stopped');
+      })();
+      return stopped;
+    },
+    async readiness() {
+      if (state !== 'running' || !relay.healthy || !scheduler.healthy) return false;
+      try {
+        await Promise.all([queue.ping(), db.selectNoFrom((eb) => eb.lit(1).as('one')).execute()]);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+  };
+}
+
+async function countWhere(db: Kysely<Database>, query: ReturnType<typeof sql<{ n: number }>>): Promise<number> {
+  const { rows } = await query.execute(db);
+  return rows[0]?.n ?? 0;
+}

@@ -1,0 +1,463 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
+import { sql } from 'kysely';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createConsumer, MAX_ENTRY_RECEIVES } from './consumer.js';
+import { streamMissedDeadLetters } from './dead-letters.js';
+import { readResponseStart } from './deliver.js';
+import {
+  type AttemptOutcome,
+  claimDeliveries,
+  fanOutOutbox,
+  queueDueDeliveries,
+  recordOutcomes,
+} from './lease-protocol.js';
+import type { WebhookQueue } from './queue/webhook-queue.js';
+import { createRetention } from './retention.js';
+import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+
+let harness: DispatcherHarness;
+let receiver: TestReceiver;
+const logger = pino({ level: 'silent' });
+const DAY_MS = 86_400_000;
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  receiver = await startTestReceiver(() => ({ status: 200 }));
+});
+
+afterAll(async () => {
+  await receiver?.close();
+  await harness?.close();
+});
+
+const deliveriesOf = (orgId: string) =>
+  harness.db.selectFrom('webhook_deliveries').selectAll().where('org_id', '=', orgId).orderBy('seq').execute();
+
+async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+function outcome(
+  delivery: { id: string; endpointId: string; lease: string },
+  fields: Partial<AttemptOutcome>,
+): AttemptOutcome {
+  return {
+    deliveryId: delivery.id,
+    endpointId: delivery.endpointId,
+    lease: delivery.lease,
+    at: new Date(),
+    statusCode: 500,
+    durationMs: 5,
+    error: 'HTTP 500',
+    responseBody: null,
+    next: { status: 'PENDING', retryInMs: 60_000 },
+    health: 'failure',
+    ...fields,
+  };
+}
+
+describe('fan-out', () => {
+  it('records SKIPPED for a disabled endpoint and honours target and exclude endpoints', async () => {
+    const enabled = await harness.createEndpoint('org-fan', receiver.url('/fan-a'));
+    const disabled = await harness.createEndpoint('org-fan', receiver.url('/fan-b'));
+    await harness.db
+      .updateTable('webhook_endpoints')
+      .set({ status: 'DISABLED' })
+      .where('id', '=', disabled.id)
+      .execute();
+    const [eventId] = await harness.publish('org-fan');
+    const result = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(result.queued.map((item) => item.endpointId)).toEqual([enabled.id]);
+    const rows = await deliveriesOf('org-fan');
+    expect(rows.map((row) => [row.endpoint_id, row.status, row.event_id])).toEqual([
+      [enabled.id, 'PENDING', eventId],
+      [disabled.id, 'SKIPPED', eventId],
+    ]);
+    expect(rows.find((row) => row.status === 'SKIPPED')?.lease_token).toBeNull();
+
+    // webhook.test goes to its target only, though no endpoint lists that type; an operational event
+    // never goes to the endpoint it is about.
+    const other = await harness.createEndpoint('org-fan', receiver.url('/fan-c'));
+    await harness.db
+      .insertInto('webhook_outbox')
+      .values([
+        { id: 'evt_target', org_id: 'org-fan', type: 'webhook.test', body: '{}', target_endpoint_id: other.id },
+        { id: 'evt_exclude', org_id: 'org-fan', type: 'post.published', body: '{}', exclude_endpoint_id: other.id },
+      ])
+      .execute();
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const byEvent = (id: string) =>
+      harness.db.selectFrom('webhook_deliveries').select('endpoint_id').where('event_id', '=', id).execute();
+    expect((await byEvent('evt_target')).map((row) => row.endpoint_id)).toEqual([other.id]);
+    expect((await byEvent('evt_exclude')).map((row) => row.endpoint_id).sort()).toEqual(
+      [enabled.id, disabled.id].sort(),
+    );
+  });
+});
+
+describe('claim', () => {
+  it('never exceeds the per-endpoint cap, across concurrent claims with chaining', async () => {
+    const endpoint = await harness.createEndpoint('org-cap', receiver.url('/cap'));
+    await harness.publish('org-cap', 6);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    // Two dispatchers at once: one with the stream entries, one chaining on the same endpoint.
+    const claims = await Promise.all([
+      claimDeliveries(harness.db, { queued, endpointCap: 1, leaseMs: 60_000 }),
+      claimDeliveries(harness.db, { queued: [], chainEndpoints: [endpoint.id], endpointCap: 1, leaseMs: 60_000 }),
+      claimDeliveries(harness.db, { queued: [], chainEndpoints: [endpoint.id], endpointCap: 1, leaseMs: 60_000 }),
+    ]);
+    expect(claims.flat()).toHaveLength(1);
+    const rows = await deliveriesOf('org-cap');
+    expect(rows.filter((row) => row.lease_token?.startsWith('a:'))).toHaveLength(1);
+    // The entries over the cap were released, not left queued behind a 60 s lease.
+    expect(rows.filter((row) => row.lease_token?.startsWith('q:'))).toHaveLength(0);
+    const [claimed] = claims.flat();
+    await recordOutcomes(harness.db, [outcome(claimed!, { next: { status: 'SUCCEEDED' }, health: 'success' })], {
+      disableAfterMs: DAY_MS,
+    });
+    const next = await claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpoint.id],
+      endpointCap: 1,
+      leaseMs: 60_000,
+    });
+    expect(next).toHaveLength(1);
+    expect(next[0]?.id).not.toBe(claimed?.id);
+  });
+
+  it('keeps a replay made during an attempt: the late record does not overwrite it', async () => {
+    await harness.createEndpoint('org-replay', receiver.url('/replay'));
+    await harness.publish('org-replay');
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [claimed] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    await replayWebhookDelivery(harness.db, claimed!.id);
+    const result = await recordOutcomes(harness.db, [outcome(claimed!, { next: { status: 'DEAD' } })], {
+      disableAfterMs: DAY_MS,
+    });
+    expect(result.recorded.size).toBe(0);
+    const [row] = await deliveriesOf('org-replay');
+    expect(row).toMatchObject({ status: 'PENDING', lease_token: null, attempt_count: 0 });
+    expect(row!.next_attempt_at!.getTime()).toBeLessThanOrEqual(Date.now() + 1_000);
+    // The attempt itself is history all the same.
+    const attempts = await harness.db
+      .selectFrom('webhook_attempts')
+      .selectAll()
+      .where('delivery_id', '=', row!.id)
+      .execute();
+    expect(attempts).toHaveLength(1);
+    // And the due scan hands the replayed delivery out again.
+    expect(
+      (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).map((d) => d.deliveryId),
+    ).toContain(row!.id);
+  });
+});
+
+describe('record and endpoint health', () => {
+  it('disables at once on 410, writes webhook.endpoint.disabled for the other endpoints, and stores the answer', async () => {
+    const gone = await harness.createEndpoint('org-410', receiver.url('/gone'));
+    await harness.publish('org-410');
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [claimed] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    const result = await recordOutcomes(
+      harness.db,
+      [
+        outcome(claimed!, {
+          statusCode: 410,
+          error: 'HTTP 410',
+          next: { status: 'DEAD' },
+          health: 'gone',
+          responseBody: 'gone ✓',
+        }),
+      ],
+      { disableAfterMs: DAY_MS },
+    );
+    expect(result.disabled).toEqual([{ endpointId: gone.id, reason: 'the receiver answered 410 Gone' }]);
+    const endpoint = await harness.db
+      .selectFrom('webhook_endpoints')
+      .selectAll()
+      .where('id', '=', gone.id)
+      .executeTakeFirstOrThrow();
+    expect(endpoint).toMatchObject({ status: 'DISABLED', disabled_reason: 'the receiver answered 410 Gone' });
+    expect(endpoint.disabled_at).toBeInstanceOf(Date);
+    const events = await harness.db
+      .selectFrom('webhook_outbox')
+      .selectAll()
+      .where('org_id', '=', 'org-410')
+      .where('type', '!=', 'post.published')
+      .orderBy('type')
+      .execute();
+    expect(events.map((event) => [event.type, event.exclude_endpoint_id])).toEqual([
+      ['webhook.delivery.dead', gone.id],
+      ['webhook.endpoint.disabled', gone.id],
+    ]);
+    const disabledBody = JSON.parse(events[1]!.body);
+    expect(Object.keys(disabledBody)).toEqual(['id', 'type', 'created', 'data']);
+    expect(disabledBody).toMatchObject({
+      id: events[1]!.id,
+      type: 'webhook.endpoint.disabled',
+      data: { endpointId: gone.id, url: receiver.url('/gone'), reason: 'the receiver answered 410 Gone' },
+    });
+    expect(JSON.parse(events[0]!.body).data).toEqual({
+      deliveryId: claimed!.id,
+      endpointId: gone.id,
+      eventId: claimed!.eventId,
+      eventType: 'post.published',
+      attempts: 1,
+      lastError: 'HTTP 410',
+    });
+    const [attempt] = await harness.db
+      .selectFrom('webhook_attempts')
+      .selectAll()
+      .where('delivery_id', '=', claimed!.id)
+      .execute();
+    expect(attempt?.response_body).toBe('gone ✓');
+  });
+
+  it('disables an endpoint whose every attempt failed for WEBHOOK_DISABLE_AFTER, and not before', async () => {
+    const failing = await harness.createEndpoint('org-streak', receiver.url('/streak'));
+    await harness.publish('org-streak', 2);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [first, second] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    const early = await recordOutcomes(harness.db, [outcome(first!, {})], { disableAfterMs: 400 });
+    expect(early.disabled).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const late = await recordOutcomes(harness.db, [outcome(second!, {})], { disableAfterMs: 400 });
+    expect(late.disabled).toEqual([{ endpointId: failing.id, reason: 'every attempt failed for 0 s' }]);
+  });
+
+  it('pauses on 429 with Retry-After without counting a failure, and a success ends a streak', async () => {
+    const throttled = await harness.createEndpoint('org-429', receiver.url('/429'));
+    await harness.publish('org-429', 2);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [first, second] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    await recordOutcomes(harness.db, [outcome(first!, { statusCode: 429, health: 'throttled', pauseMs: 3_000 })], {
+      disableAfterMs: DAY_MS,
+    });
+    const read = () =>
+      harness.db.selectFrom('webhook_endpoints').selectAll().where('id', '=', throttled.id).executeTakeFirstOrThrow();
+    const paused = await read();
+    expect(paused.failing_since).toBeNull();
+    expect(paused.paused_until!.getTime()).toBeGreaterThan(Date.now() + 2_000);
+    // A due delivery of a paused endpoint is not claimed: it is moved to the end of the pause.
+    await harness.publish('org-429');
+    const more = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(await claimDeliveries(harness.db, { queued: more.queued, endpointCap: 10, leaseMs: 60_000 })).toEqual([]);
+    const moved = await harness.db
+      .selectFrom('webhook_deliveries')
+      .selectAll()
+      .where('id', '=', more.queued[0]!.deliveryId)
+      .executeTakeFirstOrThrow();
+    expect(moved.next_attempt_at!.getTime()).toBe(paused.paused_until!.getTime());
+    await recordOutcomes(harness.db, [outcome(second!, { next: { status: 'SUCCEEDED' }, health: 'success' })], {
+      disableAfterMs: DAY_MS,
+    });
+    expect((await read()).status).toBe('ENABLED');
+  });
+
+  it('keeps at most 1 KiB of the answer, as valid UTF-8', async () => {
+    const bytes = Buffer.concat([Buffer.from('a'.repeat(1_023)), Buffer.from('é'), Buffer.from('tail')]);
+    const body = Object.assign(
+      (async function* () {
+        yield bytes.subarray(0, 500);
+        yield bytes.subarray(500);
+      })(),
+      { destroy() {} },
+    );
+    const kept = await readResponseStart(body, new AbortController().signal);
+    // The two-byte é straddles the 1,024th byte: it is dropped, not cut in half.
+    expect(kept).toBe('a'.repeat(1_023));
+    const nul = Object.assign(
+      (async function* () {
+        yield Buffer.from('ok\u0000!');
+      })(),
+      { destroy() {} },
+    );
+    expect(await readResponseStart(nul, new AbortController().signal)).toBe('ok!');
+  });
+});
+
+describe('dead letters and poison entries', () => {
+  it('loses nothing when the dead-letter stream cannot be written: it is written later', async () => {
+    const endpoint = await harness.createEndpoint('org-dlq', receiver.url('/dlq'));
+    await harness.publish('org-dlq');
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [claimed] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    await recordOutcomes(harness.db, [outcome(claimed!, { next: { status: 'DEAD' } })], { disableAfterMs: DAY_MS });
+    await harness.db
+      .updateTable('webhook_deliveries')
+      .set({ updated_at: new Date(Date.now() - 10_000) })
+      .where('id', '=', claimed!.id)
+      .execute();
+    const broken = { ...harness.newQueue(), deadLetter: () => Promise.reject(new Error('READONLY')) } as WebhookQueue;
+    await expect(streamMissedDeadLetters(harness.db, broken)).rejects.toThrow('READONLY');
+    const row = () =>
+      harness.db.selectFrom('webhook_deliveries').selectAll().where('id', '=', claimed!.id).executeTakeFirstOrThrow();
+    expect((await row()).dead_letter_streamed_at).toBeNull();
+
+    expect(await streamMissedDeadLetters(harness.db, harness.newQueue())).toBeGreaterThanOrEqual(1);
+    expect((await row()).dead_letter_streamed_at).toBeInstanceOf(Date);
+    const stream = await harness.redis.xrange(harness.keys.deadLetterStream, '-', '+');
+    expect(stream.filter(([, fields]) => fields.includes(claimed!.id))).toHaveLength(1);
+    expect(stream.find(([, fields]) => fields.includes(claimed!.id))?.[1]).toContain(endpoint.id);
+  });
+
+  it(`parks an entry that keeps failing after ${MAX_ENTRY_RECEIVES} receives`, async () => {
+    const queue = harness.newQueue();
+    await queue.init();
+    await queue.enqueue([{ kind: 'delivery', deliveryId: 'del_poison', endpointId: 'we_poison', lease: 'q:x' }]);
+    let handled = 0;
+    const consumer = createConsumer({
+      queue,
+      consumerName: 'poison-test',
+      concurrency: 10,
+      reclaimIdleMs: 40,
+      blockMs: 50,
+      logger,
+      async handle() {
+        handled++;
+        throw new Error('always fails');
+      },
+    });
+    consumer.start();
+    try {
+      const parked = await until(
+        () => harness.redis.xrange(harness.keys.parkedStream, '-', '+'),
+        (entries) => entries.length > 0,
+      );
+      expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_poison']));
+      expect(handled).toBe(MAX_ENTRY_RECEIVES);
+      const pending = (await harness.redis.xpending(harness.keys.workStream, harness.keys.consumerGroup)) as [number];
+      expect(pending[0]).toBe(0);
+    } finally {
+      await consumer.stop();
+    }
+  });
+});
+
+describe('retention', () => {
+  it('deletes old succeeded and skipped deliveries, their attempts and unreferenced outbox rows; keeps DEAD and recent ones', async () => {
+    await harness.createEndpoint('org-ret', receiver.url('/ret'));
+    await harness.publish('org-ret', 4);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const claimed = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    const [oldOk, oldDead, recentOk, oldPending] = claimed;
+    await recordOutcomes(
+      harness.db,
+      [
+        outcome(oldOk!, { next: { status: 'SUCCEEDED' }, health: 'success' }),
+        outcome(oldDead!, { next: { status: 'DEAD' } }),
+        outcome(recentOk!, { next: { status: 'SUCCEEDED' }, health: 'success' }),
+        outcome(oldPending!, {}),
+      ],
+      { disableAfterMs: DAY_MS },
+    );
+    const old = new Date(Date.now() - 40 * DAY_MS);
+    const oldIds = [oldOk!.id, oldDead!.id, oldPending!.id];
+    await harness.db.updateTable('webhook_deliveries').set({ updated_at: old }).where('id', 'in', oldIds).execute();
+    await harness.db
+      .updateTable('webhook_outbox')
+      .set({ dispatched_at: old })
+      .where('org_id', '=', 'org-ret')
+      .execute();
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    const result = await retention.runOnce();
+    expect(result.ran).toBe(true);
+    const left = await deliveriesOf('org-ret');
+    expect(left.map((row) => row.id).sort()).toEqual([oldDead!.id, recentOk!.id, oldPending!.id].sort());
+    const attempts = await harness.db
+      .selectFrom('webhook_attempts')
+      .select('delivery_id')
+      .where('delivery_id', '=', oldOk!.id)
+      .execute();
+    expect(attempts).toEqual([]);
+    const events = await harness.db
+      .selectFrom('webhook_outbox')
+      .select('id')
+      .where('org_id', '=', 'org-ret')
+      .where('type', '=', 'post.published')
+      .execute();
+    // Only the event whose one delivery was deleted goes; the others are still referenced.
+    expect(events.map((event) => event.id).sort()).toEqual(
+      [oldDead!.eventId, recentOk!.eventId, oldPending!.eventId].sort(),
+    );
+
+    // Another process holding the lock: this pass does nothing.
+    await harness.db.transaction().execute(async (trx) => {
+      await sql`select pg_advisory_xact_lock(hashtext(current_schema() || ':herald-webhook-retention'))`.execute(trx);
+      const elsewhere = createRetention({
+        db: harness.db,
+        logger,
+        retentionMs: 30 * DAY_MS,
+        intervalMs: 60_000,
+      });
+      expect((await elsewhere.runOnce()).ran).toBe(false);
+    });
+  });
+});
+
+describe('deleting an endpoint', () => {
+  it('is a soft delete; retention purges its deliveries and then the endpoint in the background', async () => {
+    const endpoint = await harness.createEndpoint('org-del', receiver.url('/del'));
+    await harness.publish('org-del', 3);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(await deleteWebhookEndpoint(harness.db, endpoint.id, ['org-del'])).toBe(true);
+    expect(await findWebhookEndpointById(harness.db, endpoint.id)).toBeUndefined();
+    expect(await deliveriesOf('org-del')).toHaveLength(3);
+    // Published after the delete: no delivery at all.
+    await harness.publish('org-del');
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(await deliveriesOf('org-del')).toHaveLength(3);
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    const result = await retention.runOnce();
+    expect(result).toMatchObject({ purgedDeliveries: 3, purgedEndpoints: 1 });
+    expect(await deliveriesOf('org-del')).toEqual([]);
+    const raw = await harness.db.selectFrom('webhook_endpoints').select('id').where('id', '=', endpoint.id).execute();
+    expect(raw).toEqual([]);
+  });
+});
+
+describe('cap across two running dispatchers', () => {
+  it('has at most one request in flight to an endpoint with WEBHOOK_ENDPOINT_CONCURRENCY=1', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    let answered = 0;
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      req.resume();
+      setTimeout(() => {
+        inFlight--;
+        answered++;
+        res.end('ok');
+      }, 15);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-cap1', `http://127.0.0.1:${port}/one`);
+      await harness.startDispatcher({ endpointConcurrency: 1 });
+      await harness.startDispatcher({ endpointConcurrency: 1 });
+      await harness.publish('org-cap1', 20);
+      await until(
+        async () => answered,
+        (count) => count >= 20,
+        30_000,
+      );
+      expect(maxInFlight).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+});

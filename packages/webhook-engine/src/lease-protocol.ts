@@ -1,0 +1,451 @@
+/**
+ * The lease protocol: how any number of dispatchers share webhook deliveries without losing one or
+ * attempting one twice at the same time. Every statement that moves a delivery between states is in
+ * this file, next to this design.
+ *
+ * State lives in `webhook_deliveries` only. A PENDING delivery is free, or held through its lease
+ * (`lease_token`, `leased_until`):
+ *
+ *   q:<uuid>  queued: a work entry naming the delivery and this token sits in the Redis stream.
+ *   a:<uuid>  attempting: a dispatcher has claimed it and a POST may be in flight.
+ *
+ * A lease whose `leased_until` has passed is as good as none: its holder is presumed dead. Both lease
+ * lengths are `WEBHOOK_TIMEOUT_MS × 1.5` (at least +1 s), so a crash at any step is recovered within
+ * that bound plus one scheduler pass, never `WEBHOOK_REQUEUE_AFTER`.
+ *
+ * 1. fan-out ({@link fanOutOutbox}), one statement per batch: claims undispatched outbox events
+ *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
+ *    queued (q-lease, one token per batch). A disabled endpoint gets a SKIPPED delivery instead; an
+ *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
+ *    The caller then XADDs one entry per delivery. Killed before the XADD: the q-lease expires and
+ *    step 2 hands the deliveries out.
+ * 2. due scan ({@link queueDueDeliveries}): PENDING, due, free deliveries, earliest first, through the
+ *    partial index on `next_attempt_at` with a LIMIT (a pass costs the same with 100 or 100,000
+ *    retries waiting), get a fresh q-lease and are XADDed. Retries, replays, released and abandoned
+ *    deliveries all come back this way.
+ * 3. claim ({@link claimDeliveries}), one statement per batch, after transaction-scoped advisory
+ *    locks on the batch's endpoints (taken in a fixed order): a delivery named by a work entry is
+ *    claimed when it is still PENDING and due and its lease is the entry's q-lease or expired. The
+ *    per-endpoint cap counts live a-leases in the same fresh snapshot the locks guarantee, so two
+ *    dispatchers never exceed it together. Deliveries over the cap or of a paused endpoint are
+ *    released (free again; a pause moves them to `paused_until`); those of a disabled or deleted
+ *    endpoint become SKIPPED. A dispatcher whose attempt finished claims the endpoint's next due
+ *    deliveries the same way ("chaining"), without a round through the stream.
+ * 4. record ({@link recordOutcomes}), one statement per batch: inserts every attempt, and sets each
+ *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
+ *    after expiry) changed the lease, so a late record never overwrites it. The same statement
+ *    updates endpoint health (failure streak, pause, disable) and writes the operational events
+ *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically.
+ *
+ * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
+ */
+import {
+  WEBHOOK_DELIVERY_DEAD_EVENT,
+  WEBHOOK_DELIVERY_ID_PREFIX,
+  WEBHOOK_ENDPOINT_DISABLED_EVENT,
+  WEBHOOK_EVENT_ID_PREFIX,
+} from '@herald/contracts';
+import type { Database } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
+
+export const QUEUED_LEASE_PREFIX = 'q:';
+export const ATTEMPT_LEASE_PREFIX = 'a:';
+
+/** `x` milliseconds as a PostgreSQL interval expression. */
+const ms = (value: number) => sql`(${value}::double precision * interval '1 millisecond')`;
+/** A new event id built in SQL, `evt_` and 32 hex digits (as `newWebhookEventId`). */
+const NEW_EVENT_ID = sql`${WEBHOOK_EVENT_ID_PREFIX}::text || replace(gen_random_uuid()::text, '-', '')`;
+/** `now()` as the ISO 8601 UTC text the webhook body's `created` carries. */
+const ISO_NOW = sql`to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+export const newLease = (prefix: string) => `${prefix}${crypto.randomUUID()}`;
+
+/** A delivery handed to the stream: what a work entry carries. */
+export interface QueuedDelivery {
+  deliveryId: string;
+  endpointId: string;
+  /** The q-lease the entry must present to claim the delivery. */
+  lease: string;
+}
+
+export interface FanOutResult {
+  /** Outbox events dispatched by this pass. */
+  events: number;
+  /** New PENDING deliveries, queued under a q-lease; the caller XADDs them. */
+  queued: QueuedDelivery[];
+  /** New SKIPPED deliveries (disabled endpoints). */
+  skipped: number;
+}
+
+/** Step 1: outbox events become their deliveries, in one statement. */
+export async function fanOutOutbox(
+  db: Kysely<Database>,
+  options: { limit: number; queueLeaseMs: number },
+): Promise<FanOutResult> {
+  const lease = newLease(QUEUED_LEASE_PREFIX);
+  const { rows } = await sql<{ events: number; id: string | null; endpoint_id: string | null; status: string | null }>`
+    with event as (
+      update webhook_outbox set dispatched_at = now()
+      where id in (
+        select id from webhook_outbox where dispatched_at is null order by seq limit ${options.limit}
+        for update skip locked
+      )
+      returning id, seq, org_id, type, target_endpoint_id, exclude_endpoint_id
+    ), created as (
+      insert into webhook_deliveries
+        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until)
+      select ${WEBHOOK_DELIVERY_ID_PREFIX} || replace(gen_random_uuid()::text, '-', ''),
+        event.id, endpoint.id, event.org_id, event.type,
+        case when enabled then 'PENDING' else 'SKIPPED' end,
+        case when enabled then now() end,
+        case when enabled then ${lease} end,
+        case when enabled then now() + ${ms(options.queueLeaseMs)} end
+      from event
+      join webhook_endpoints endpoint on endpoint.org_id = event.org_id
+      cross join lateral (select endpoint.status = 'ENABLED' and endpoint.deleted_at is null as enabled) state
+      where case
+        when event.target_endpoint_id is not null then endpoint.id = event.target_endpoint_id
+        else event.type = any(endpoint.event_types) and endpoint.id is distinct from event.exclude_endpoint_id
+          and endpoint.deleted_at is null
+      end
+      order by event.seq, endpoint.seq
+      on conflict (event_id, endpoint_id) do nothing
+      returning id, endpoint_id, status
+    )
+    select counted.events, created.id, created.endpoint_id, created.status
+    from (select count(*)::int as events from event) counted left join created on true
+  `.execute(db);
+  const queued: QueuedDelivery[] = [];
+  let skipped = 0;
+  for (const row of rows) {
+    if (!row.id || !row.endpoint_id) continue;
+    if (row.status === 'PENDING') queued.push({ deliveryId: row.id, endpointId: row.endpoint_id, lease });
+    else skipped++;
+  }
+  return { events: rows[0]?.events ?? 0, queued, skipped };
+}
+
+/** Step 2: due, free deliveries get a q-lease, earliest due first, through the index with a LIMIT. */
+export async function queueDueDeliveries(
+  db: Kysely<Database>,
+  options: { limit: number; queueLeaseMs: number },
+): Promise<QueuedDelivery[]> {
+  const lease = newLease(QUEUED_LEASE_PREFIX);
+  const { rows } = await sql<{ id: string; endpoint_id: string }>`
+    update webhook_deliveries delivery
+    set lease_token = ${lease}, leased_until = now() + ${ms(options.queueLeaseMs)}
+    from (
+      select id from webhook_deliveries
+      where status = 'PENDING' and next_attempt_at <= now() and (leased_until is null or leased_until <= now())
+      order by next_attempt_at
+      limit ${options.limit}
+      for update skip locked
+    ) due
+    where delivery.id = due.id
+    returning delivery.id, delivery.endpoint_id
+  `.execute(db);
+  return rows.map((row) => ({ deliveryId: row.id, endpointId: row.endpoint_id, lease }));
+}
+
+/** A delivery claimed for one attempt, with everything the attempt needs. */
+export interface ClaimedDelivery {
+  id: string;
+  eventId: string;
+  eventType: string;
+  orgId: string;
+  endpointId: string;
+  url: string;
+  /** The exact JSON body to sign and send. */
+  body: string;
+  /** Signing secrets in use, newest first. */
+  secrets: string[];
+  /** Attempts made before this one. */
+  attemptCount: number;
+  /** Milliseconds since the retry horizon started (creation or last replay), by the database clock. */
+  ageMs: number;
+  /** The a-lease that {@link recordOutcomes} must present. */
+  lease: string;
+}
+
+export interface ClaimRequest {
+  /** Deliveries named by work entries. */
+  queued: readonly QueuedDelivery[];
+  /** Endpoints whose next due deliveries to take as well (chaining), up to the cap. */
+  chainEndpoints?: readonly string[];
+  /** At most this many attempts in flight per endpoint, across all dispatchers. */
+  endpointCap: number;
+  /** How long the attempt may take before another dispatcher may take the delivery over. */
+  leaseMs: number;
+}
+
+/** Step 3: claims a batch in one statement, the per-endpoint cap enforced atomically. */
+export async function claimDeliveries(db: Kysely<Database>, request: ClaimRequest): Promise<ClaimedDelivery[]> {
+  const chain = [...new Set(request.chainEndpoints ?? [])];
+  const endpoints = [...new Set([...request.queued.map((item) => item.endpointId), ...chain])].sort();
+  if (endpoints.length === 0) return [];
+  const lease = newLease(ATTEMPT_LEASE_PREFIX);
+  const ids = request.queued.map((item) => item.deliveryId);
+  const leases = request.queued.map((item) => item.lease);
+  return db.transaction().execute(async (trx) => {
+    // Claims touching the same endpoint run one after the other, so each counts the others' leases.
+    await sql`
+      select count(pg_advisory_xact_lock(key)) from (
+        select distinct hashtextextended(current_schema() || ':herald-claim:' || endpoint_id, 0) as key
+        from unnest(${endpoints}::text[]) as endpoint_id order by 1
+      ) keys
+    `.execute(trx);
+    const { rows } = await sql<{
+      id: string;
+      event_id: string;
+      event_type: string;
+      org_id: string;
+      endpoint_id: string;
+      attempt_count: number;
+      age_ms: number;
+      url: string;
+      body: string;
+      secrets: string[] | null;
+    }>`
+      with input as (
+        select * from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
+      ), cand as (
+        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq
+        from input join webhook_deliveries delivery on delivery.id = input.id
+        where delivery.status = 'PENDING' and delivery.next_attempt_at <= now()
+          and (delivery.lease_token = input.lease or delivery.leased_until is null or delivery.leased_until <= now())
+        union
+        select next.id, next.endpoint_id, next.next_attempt_at, next.seq
+        from unnest(${chain}::text[]) as chained(endpoint_id)
+        cross join lateral (
+          select id, endpoint_id, next_attempt_at, seq from webhook_deliveries
+          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
+            and (leased_until is null or leased_until <= now())
+          order by next_attempt_at, seq
+          limit ${request.endpointCap}
+        ) next
+      ), endpoint as (
+        select id, paused_until,
+          status = 'ENABLED' and deleted_at is null as enabled,
+          coalesce(paused_until > now(), false) as paused
+        from webhook_endpoints where id in (select endpoint_id from cand)
+      ), busy as (
+        select endpoint_id, count(*)::int as n from webhook_deliveries
+        where lease_token like 'a:%' and endpoint_id in (select endpoint_id from cand)
+          and status = 'PENDING' and leased_until > now()
+        group by endpoint_id
+      ), ranked as (
+        select cand.id, cand.endpoint_id,
+          row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
+        from cand join endpoint on endpoint.id = cand.endpoint_id
+        where endpoint.enabled and not endpoint.paused
+      ), picked as (
+        select ranked.id from ranked left join busy using (endpoint_id)
+        where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
+      ), claimed as (
+        update webhook_deliveries delivery
+        set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
+        from picked where delivery.id = picked.id
+        returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
+          delivery.attempt_count, delivery.horizon_from
+      ), skipped as (
+        update webhook_deliveries delivery
+        set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
+        from cand join endpoint on endpoint.id = cand.endpoint_id
+        where delivery.id = cand.id and not endpoint.enabled
+        returning delivery.id
+      ), released as (
+        update webhook_deliveries delivery
+        set lease_token = null, leased_until = null,
+          next_attempt_at = case when endpoint.paused then endpoint.paused_until else delivery.next_attempt_at end
+        from cand join endpoint on endpoint.id = cand.endpoint_id
+        where delivery.id = cand.id and endpoint.enabled and cand.id not in (select id from picked)
+        returning delivery.id
+      )
+      select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
+        claimed.attempt_count, endpoint.url, event.body,
+        (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
+        (select array_agg(secret.secret order by secret.id desc) from webhook_endpoint_secrets secret
+          where secret.endpoint_id = claimed.endpoint_id and (secret.expires_at is null or secret.expires_at > now())
+        ) as secrets
+      from claimed
+      join webhook_endpoints endpoint on endpoint.id = claimed.endpoint_id
+      join webhook_outbox event on event.id = claimed.event_id
+    `.execute(trx);
+    return rows.map((row) => ({
+      id: row.id,
+      eventId: row.event_id,
+      eventType: row.event_type,
+      orgId: row.org_id,
+      endpointId: row.endpoint_id,
+      url: row.url,
+      body: row.body,
+      secrets: row.secrets ?? [],
+      attemptCount: row.attempt_count,
+      ageMs: Number(row.age_ms),
+      lease,
+    }));
+  });
+}
+
+/** What happens to a delivery after an attempt. */
+export type DeliveryNext = { status: 'SUCCEEDED' } | { status: 'PENDING'; retryInMs: number } | { status: 'DEAD' };
+
+/** One attempt's outcome, as recorded. */
+export interface AttemptOutcome {
+  deliveryId: string;
+  endpointId: string;
+  /** The a-lease of the claim. */
+  lease: string;
+  at: Date;
+  statusCode: number | null;
+  durationMs: number;
+  error: string | null;
+  /** The first bytes of the receiver's answer (valid UTF-8, bounded by the caller). */
+  responseBody: string | null;
+  next: DeliveryNext;
+  /**
+   * How this attempt counts for endpoint health: `success`, `failure` (the streak towards
+   * `WEBHOOK_DISABLE_AFTER`), `gone` (410: disable at once), or `throttled` (429/503 with Retry-After:
+   * pause the endpoint for `pauseMs`, not a failure).
+   */
+  health: 'success' | 'failure' | 'gone' | 'throttled';
+  pauseMs?: number;
+}
+
+export interface RecordResult {
+  /** Deliveries whose state this record set (their lease was still the claim's). */
+  recorded: Set<string>;
+  /** Endpoints disabled by this record (410, or failing for `disableAfterMs`). */
+  disabled: Array<{ endpointId: string; reason: string }>;
+  /** Operational events written to the outbox. */
+  events: number;
+}
+
+/** Step 4: records a batch's outcomes, endpoint health and operational events in one statement. */
+export async function recordOutcomes(
+  db: Kysely<Database>,
+  outcomes: readonly AttemptOutcome[],
+  options: { disableAfterMs: number },
+): Promise<RecordResult> {
+  if (outcomes.length === 0) return { recorded: new Set(), disabled: [], events: 0 };
+  const health = new Map<string, { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date }>();
+  for (const outcome of outcomes) {
+    const entry = health.get(outcome.endpointId) ?? {
+      ok: false,
+      failed: false,
+      gone: false,
+      pauseMs: null,
+      at: outcome.at,
+    };
+    if (outcome.health === 'success') entry.ok = true;
+    if (outcome.health === 'failure') entry.failed = true;
+    if (outcome.health === 'gone') entry.gone = true;
+    if (outcome.health === 'throttled') entry.pauseMs = Math.max(entry.pauseMs ?? 0, outcome.pauseMs ?? 0);
+    if (outcome.at < entry.at) entry.at = outcome.at;
+    health.set(outcome.endpointId, entry);
+  }
+  const h = [...health.entries()];
+  const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
+  const { rows } = await sql<{ kind: 'recorded' | 'disabled' | 'events'; id: string | null; reason: string | null }>`
+    with input as (
+      select * from unnest(
+        ${outcomes.map((o) => o.deliveryId)}::text[], ${outcomes.map((o) => o.lease)}::text[],
+        ${outcomes.map((o) => o.at.toISOString())}::timestamptz[], ${outcomes.map((o) => o.statusCode)}::int[],
+        ${outcomes.map((o) => o.durationMs)}::int[], ${outcomes.map((o) => o.error)}::text[],
+        ${outcomes.map((o) => o.responseBody)}::text[], ${outcomes.map((o) => o.next.status)}::text[],
+        ${outcomes.map((o) => (o.next.status === 'PENDING' ? o.next.retryInMs : null))}::double precision[]
+      ) as input(id, lease, at, status_code, duration_ms, error, response_body, next_status, retry_ms)
+    ), attempt as (
+      insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
+      select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
+      from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
+    ), updated as (
+      update webhook_deliveries delivery
+      set status = input.next_status,
+        attempt_count = delivery.attempt_count + 1,
+        next_attempt_at = now() + input.retry_ms * interval '1 millisecond',
+        lease_token = null, leased_until = null, updated_at = now()
+      from input
+      where delivery.id = input.id and delivery.lease_token = input.lease
+      returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
+        delivery.org_id, delivery.attempt_count, input.error
+    ), health_input as (
+      select * from unnest(
+        ${h.map(([id]) => id)}::text[], ${h.map(([, e]) => e.ok)}::boolean[], ${h.map(([, e]) => e.failed)}::boolean[],
+        ${h.map(([, e]) => e.gone)}::boolean[], ${h.map(([, e]) => e.pauseMs)}::double precision[],
+        ${h.map(([, e]) => e.at.toISOString())}::timestamptz[]
+      ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at)
+    ), verdict as (
+      select health.*, case
+        when endpoint.status <> 'ENABLED' then null
+        when health.gone then 'the receiver answered 410 Gone'
+        when not health.ok and health.failed
+          and coalesce(endpoint.failing_since, health.first_failure_at) <= now() - ${ms(options.disableAfterMs)}
+          then ${disableAfterText}::text
+        end as reason
+      from health_input health join webhook_endpoints endpoint on endpoint.id = health.endpoint_id
+    ), health as (
+      update webhook_endpoints endpoint
+      set failing_since = case
+          when verdict.ok then null
+          when verdict.failed or verdict.gone then coalesce(endpoint.failing_since, verdict.first_failure_at)
+          else endpoint.failing_since end,
+        paused_until = case when verdict.pause_ms is null then endpoint.paused_until
+          else greatest(endpoint.paused_until, now() + verdict.pause_ms * interval '1 millisecond') end,
+        status = case when verdict.reason is not null then 'DISABLED' else endpoint.status end,
+        disabled_at = case when verdict.reason is not null then now() else endpoint.disabled_at end,
+        disabled_reason = coalesce(verdict.reason, endpoint.disabled_reason)
+      from verdict
+      where endpoint.id = verdict.endpoint_id
+        and (not verdict.ok or endpoint.failing_since is not null)
+      returning endpoint.id, endpoint.org_id, endpoint.url, endpoint.disabled_reason, endpoint.disabled_at,
+        verdict.reason as disabled_now
+    ), disabled_event as (
+      insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
+      select event.id, event.org_id, ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text,
+        json_build_object('id', event.id, 'type', ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text, 'created', ${ISO_NOW},
+          'data', json_build_object('endpointId', event.endpoint_id, 'url', event.url, 'reason', event.reason,
+            'disabledAt', ${ISO_NOW}))::text,
+        event.endpoint_id
+      from (select ${NEW_EVENT_ID} as id, org_id, id as endpoint_id, url, disabled_now as reason
+        from health where disabled_now is not null) event
+      returning id
+    ), dead_event as (
+      insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
+      select event.id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text,
+        json_build_object('id', event.id, 'type', ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, 'created', ${ISO_NOW},
+          'data', json_build_object('deliveryId', event.delivery_id, 'endpointId', event.endpoint_id,
+            'eventId', event.event_id, 'eventType', event.event_type, 'attempts', event.attempt_count,
+            'lastError', event.error))::text,
+        event.endpoint_id
+      from (select ${NEW_EVENT_ID} as id, org_id, id as delivery_id, endpoint_id, event_id, event_type,
+          attempt_count, error
+        from updated where status = 'DEAD') event
+      returning id
+    )
+    select 'recorded' as kind, id, null as reason from updated
+    union all select 'disabled', id, disabled_now from health where disabled_now is not null
+    union all select 'events', null, ((select count(*) from disabled_event) + (select count(*) from dead_event))::text
+  `.execute(db);
+  const result: RecordResult = { recorded: new Set(), disabled: [], events: 0 };
+  for (const row of rows) {
+    if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
+    else if (row.kind === 'disabled' && row.id) result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
+    else if (row.kind === 'events') result.events = Number(row.reason ?? 0);
+  }
+  return result;
+}
+
+/**
+ * Frees every q-lease so the due scan hands those deliveries out again at once. Called when the
+ * stream lost its entries (Redis restarted without persistence). Attempts in flight keep their a-leases.
+ */
+export async function releaseQueuedDeliveries(db: Kysely<Database>): Promise<number> {
+  const result = await db
+    .updateTable('webhook_deliveries')
+    .set({ lease_token: null, leased_until: null })
+    .where('status', '=', 'PENDING')
+    .where('lease_token', 'like', `${QUEUED_LEASE_PREFIX}%`)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

@@ -1,0 +1,77 @@
+import { OUTBOX_NOTIFY_CHANNEL } from '@herald/db';
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+/** After the LISTEN connection fails, wait this long before connecting again. */
+const RECONNECT_DELAY_MS = 1_000;
+
+export interface OutboxListenerOptions {
+  /** The PostgreSQL URL (the same as the pool's, so `current_schema()` matches the writers'). */
+  databaseUrl: string;
+  logger: Logger;
+  /** Called on every outbox commit of this schema. */
+  onEvent(): void;
+}
+
+export interface OutboxListener {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Listens for `insertOutboxEvent`'s NOTIFY (sent at commit, payload the schema), so the relay fans an
+ * event out right after its commit instead of at the next poll. A dropped connection (a PostgreSQL
+ * restart, `pg_terminate_backend`) is reopened; meanwhile the relay's poll is the safety net, and
+ * nothing is lost either way (the outbox is the record).
+ */
+export function createOutboxListener(options: OutboxListenerOptions): OutboxListener {
+  const { logger } = options;
+  let client: pg.Client | undefined;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+
+  async function connect(): Promise<void> {
+    if (stopped) return;
+    const next = new pg.Client({ connectionString: options.databaseUrl, application_name: 'herald-outbox-listener' });
+    const retry = () => {
+      if (stopped || client !== next) return;
+      client = undefined;
+      void next.end().catch(() => {});
+      timer = setTimeout(() => void connect(), RECONNECT_DELAY_MS);
+    };
+    client = next;
+    next.on('error', (error) => {
+      logger.warn({ err: error }, 'outbox listener connection failed; reconnecting');
+      retry();
+    });
+    next.on('end', retry);
+    try {
+      await next.connect();
+      const { rows } = await next.query<{ schema: string }>('select current_schema() as schema');
+      const schema = rows[0]?.schema ?? 'public';
+      next.on('notification', (message) => {
+        if (message.payload === schema) options.onEvent();
+      });
+      await next.query(`listen ${OUTBOX_NOTIFY_CHANNEL}`);
+      // Events committed while not listening are found by this wake-up (and the relay's poll).
+      options.onEvent();
+    } catch (error) {
+      logger.warn({ err: error }, 'outbox listener could not connect; retrying');
+      retry();
+    }
+  }
+
+  return {
+    async start() {
+      stopped = false;
+      await connect();
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      const current = client;
+      client = undefined;
+      await current?.end().catch(() => {});
+    },
+  };
+}

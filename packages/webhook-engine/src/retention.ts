@@ -1,0 +1,145 @@
+import type { Database } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
+import type { Logger } from 'pino';
+
+/** Rows deleted per statement: each batch is a short transaction, never an unbounded delete. */
+export const RETENTION_BATCH_ROWS = 500;
+/** Statements per table per pass, so one pass ends even while rows keep coming. */
+const RETENTION_MAX_BATCHES = 200;
+
+export interface RetentionOptions {
+  db: Kysely<Database>;
+  logger: Logger;
+  /** Rows older than this are deleted (`WEBHOOK_RETENTION`). */
+  retentionMs: number;
+  /** Pause between passes; at most 10 min by SPEC §7. */
+  intervalMs: number;
+}
+
+export interface RetentionResult {
+  /** False when another process held the retention lock: this pass did nothing. */
+  ran: boolean;
+  /** SUCCEEDED and SKIPPED deliveries deleted (their attempts go with them). */
+  deliveries: number;
+  /** Dispatched outbox events deleted (only once no delivery refers to them). */
+  events: number;
+  /** Deliveries of deleted endpoints purged, and endpoints purged. */
+  purgedDeliveries: number;
+  purgedEndpoints: number;
+}
+
+export interface Retention {
+  start(): void;
+  stop(): Promise<void>;
+  runOnce(): Promise<RetentionResult>;
+}
+
+/**
+ * Keeps rows from growing forever (SPEC §7): SUCCEEDED and SKIPPED deliveries (with their attempts,
+ * by cascade) and dispatched outbox events older than the retention are deleted in batches of
+ * {@link RETENTION_BATCH_ROWS}; DEAD deliveries are kept (replayable). Endpoints deleted over GraphQL
+ * (soft-deleted) are purged the same way, deliveries first, so no request ever runs the cascade. Each
+ * batch is a transaction holding `pg_try_advisory_xact_lock`: one process at a time does it, the
+ * others skip.
+ */
+export function createRetention(options: RetentionOptions): Retention {
+  const { db, logger } = options;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+
+  /** Runs `statement` under the retention lock; undefined when another process holds it. */
+  async function locked(statement: ReturnType<typeof sql<{ id: string }>>): Promise<number | undefined> {
+    return db.transaction().execute(async (trx) => {
+      const { rows } = await sql<{ locked: boolean }>`
+        select pg_try_advisory_xact_lock(hashtext(current_schema() || ':herald-webhook-retention')) as locked
+      `.execute(trx);
+      if (!rows[0]?.locked) return undefined;
+      return (await statement.execute(trx)).rows.length;
+    });
+  }
+
+  async function drain(statement: () => ReturnType<typeof sql<{ id: string }>>): Promise<number | undefined> {
+    let total = 0;
+    for (let batch = 0; batch < RETENTION_MAX_BATCHES; batch++) {
+      const deleted = await locked(statement());
+      if (deleted === undefined) return batch === 0 ? undefined : total;
+      total += deleted;
+      if (deleted < RETENTION_BATCH_ROWS) break;
+    }
+    return total;
+  }
+
+  async function runOnce(): Promise<RetentionResult> {
+    const cutoff = sql`now() - (${options.retentionMs}::double precision * interval '1 millisecond')`;
+    const result: RetentionResult = { ran: false, deliveries: 0, events: 0, purgedDeliveries: 0, purgedEndpoints: 0 };
+    const deliveries = await drain(
+      () => sql<{ id: string }>`
+        delete from webhook_deliveries where id in (
+          select id from webhook_deliveries
+          where status in ('SUCCEEDED', 'SKIPPED') and updated_at < ${cutoff}
+          limit ${RETENTION_BATCH_ROWS}
+        ) returning id`,
+    );
+    if (deliveries === undefined) return result;
+    result.ran = true;
+    result.deliveries = deliveries;
+    result.purgedDeliveries =
+      (await drain(
+        () => sql<{ id: string }>`
+        delete from webhook_deliveries where id in (
+          select delivery.id from webhook_endpoints endpoint
+          join webhook_deliveries delivery on delivery.endpoint_id = endpoint.id
+          where endpoint.deleted_at is not null
+          limit ${RETENTION_BATCH_ROWS}
+        ) returning id`,
+      )) ?? 0;
+    result.purgedEndpoints =
+      (await drain(
+        () => sql<{ id: string }>`
+        delete from webhook_endpoints where id in (
+          select id from webhook_endpoints endpoint where deleted_at is not null
+            and not exists (select 1 from webhook_deliveries delivery where delivery.endpoint_id = endpoint.id)
+          limit ${RETENTION_BATCH_ROWS}
+        ) returning id`,
+      )) ?? 0;
+    result.events =
+      (await drain(
+        () => sql<{ id: string }>`
+        delete from webhook_outbox where id in (
+          select id from webhook_outbox event
+          where dispatched_at < ${cutoff}
+            and not exists (select 1 from webhook_deliveries delivery where delivery.event_id = event.id)
+          order by dispatched_at
+          limit ${RETENTION_BATCH_ROWS}
+        ) returning id`,
+      )) ?? 0;
+    if (result.deliveries + result.events + result.purgedDeliveries + result.purgedEndpoints > 0) {
+      logger.info(result, 'webhook retention deleted old rows');
+    }
+    return result;
+  }
+
+  function schedule(): void {
+    timer = setTimeout(() => {
+      running = runOnce()
+        .catch((error: unknown) => logger.warn({ err: error }, 'webhook retention pass failed'))
+        .finally(() => {
+          running = undefined;
+          if (timer) schedule();
+        });
+    }, options.intervalMs);
+    timer.unref();
+  }
+
+  return {
+    start() {
+      if (!timer) schedule();
+    },
+    async stop() {
+      clearTimeout(timer);
+      timer = undefined;
+      await running;
+    },
+    runOnce,
+  };
+}

@@ -224,6 +224,7 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       expect(await attempts.count()).toBeGreaterThanOrEqual(1);
       for (const code of await dead.locator('.status-code').allTextContents()) expect(code).toBe('500');
       expect(await dead.locator('.attempt-error').first().textContent()).toMatch(/500/);
+      expect(await dead.locator('.response-body').first().textContent()).toBe(RECEIVER_FAILURE_BODY);
       await screenshot(page, 'endpoint-failing');
       await page.getByRole('link', { name: 'Dead letters' }).click();
       await page.waitForURL(/status=DEAD/);

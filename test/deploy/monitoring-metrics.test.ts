@@ -126,7 +126,7 @@ describe('deploy/grafana/herald-dashboard.json', () => {
     }
   });
 
-  it('covers sockets, subscriptions, shared groups, events, webhook outcomes, latency and dead letters', () => {
+  it('covers sockets, subscriptions, shared groups, events, webhook outcomes, latency, dead letters and disabled endpoints', () => {
     const queried = new Set(
       queryPanels.flatMap((panel) => panel.targets!.flatMap((target) => metricNames(target.expr))),
     );
@@ -139,6 +139,9 @@ describe('deploy/grafana/herald-dashboard.json', () => {
       'herald_webhook_delivery_seconds_bucket',
       'herald_webhook_dead_letters_total',
       'herald_webhook_stream_lag',
+      'herald_webhook_dead_deliveries',
+      'herald_webhook_disabled_endpoints',
+      'herald_webhook_endpoints_disabled_total',
     ]) {
       expect(queried, metric).toContain(metric);
     }

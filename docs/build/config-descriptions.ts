@@ -22,8 +22,6 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   MAX_QUERY_COST:
     "Largest document cost accepted (graphql-armor's cost model); a costlier document is refused with `GRAPHQL_VALIDATION_FAILED`.",
   MAX_QUERY_DIRECTIVES: 'Most directives accepted in one document; more are refused with `GRAPHQL_VALIDATION_FAILED`.',
-  HERALD_TEST_CRASH_AT:
-    'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to prove crash recovery. Never set it in a deployment.',
   'dispatcher:SHUTDOWN_GRACE_MS':
     'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
   DATABASE_URL:
@@ -74,6 +72,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
   WEBHOOK_DISABLE_AFTER:
     'An endpoint whose every attempt has failed for this long is disabled (`disabledReason` says so) and a `webhook.endpoint.disabled` event is sent.',
+  HERALD_TEST_CRASH_AT:
+    'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to pin crash recovery. Never set it in a deployment.',
   WEBHOOK_CONCURRENCY: 'Most delivery attempts in flight at once in this dispatcher.',
   WEBHOOK_ENDPOINT_CONCURRENCY:
     'Most deliveries to one endpoint queued or in flight at once, across all dispatchers, so one slow receiver cannot take every slot.',

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { WEBHOOK_DELIVERY_ID_PREFIX, WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
+import { WEBHOOK_DELIVERY_ID_PREFIX, WEBHOOK_EVENT_ID_PREFIX, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
@@ -8,9 +8,6 @@ import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './
  * The tenant's tools on deliveries (SPEC §7.2): the searchable delivery log of an endpoint, replaying
  * all of its dead letters at once, and the `webhook.test` event.
  */
-
-/** Event type of a test event sent by `sendTestWebhook`. */
-export const TEST_EVENT_TYPE = 'webhook.test';
 
 export interface DeliveryLogQuery {
   endpointId: string;
@@ -55,7 +52,8 @@ export async function listWebhookDeliveryLog(
 /**
  * Makes every DEAD delivery of an endpoint due again now with a fresh retry horizon, in one statement
  * (any number of them); their attempt history stays. Same effect per delivery as
- * `replayWebhookDelivery`.
+ * `replayWebhookDelivery`: the lease is cleared, so an attempt still in flight cannot overwrite the
+ * replay, and the delivery may be streamed as a dead letter again if it dies again.
  * @returns how many deliveries were replayed
  */
 export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpointId: string): Promise<number> {
@@ -66,6 +64,9 @@ export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpoint
       next_attempt_at: sql<Date>`now()`,
       horizon_from: sql<Date>`now()`,
       updated_at: sql<Date>`now()`,
+      lease_token: null,
+      leased_until: null,
+      dead_letter_streamed_at: null,
     })
     .where('endpoint_id', '=', endpointId)
     .where('status', '=', 'DEAD')
@@ -85,7 +86,7 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
     const eventId = `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
     const body = JSON.stringify({
       id: eventId,
-      type: TEST_EVENT_TYPE,
+      type: WEBHOOK_TEST_EVENT,
       created: created.toISOString(),
       data: { endpointId: endpoint.id, message: 'A test event sent from Herald: your receiver is reachable.' },
     });
@@ -94,7 +95,7 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
       .values({
         id: eventId,
         org_id: endpoint.org_id,
-        type: TEST_EVENT_TYPE,
+        type: WEBHOOK_TEST_EVENT,
         body,
         created_at: created,
         target_endpoint_id: endpoint.id,
@@ -102,11 +103,11 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
       .execute();
     const current = await trx
       .selectFrom('webhook_endpoints')
-      .select('status')
+      .select(['status', 'deleted_at'])
       .where('id', '=', endpoint.id)
       .forShare()
       .executeTakeFirst();
-    const skipped = current?.status !== 'ENABLED';
+    const skipped = current?.status !== 'ENABLED' || current.deleted_at !== null;
     return trx
       .insertInto('webhook_deliveries')
       .values({
@@ -114,7 +115,7 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
         event_id: eventId,
         endpoint_id: endpoint.id,
         org_id: endpoint.org_id,
-        event_type: TEST_EVENT_TYPE,
+        event_type: WEBHOOK_TEST_EVENT,
         status: skipped ? 'SKIPPED' : 'PENDING',
         next_attempt_at: skipped ? null : sql<Date>`now()`,
         lease_token: null,
@@ -123,4 +124,16 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
       .returningAll()
       .executeTakeFirstOrThrow();
   });
+}
+
+/** How many `webhook.test` deliveries of an endpoint are still PENDING (sent or retrying). */
+export async function countPendingTestWebhooks(db: Kysely<Database>, endpointId: string): Promise<number> {
+  const row = await db
+    .selectFrom('webhook_deliveries')
+    .select((eb) => eb.fn.countAll<string>().as('count'))
+    .where('endpoint_id', '=', endpointId)
+    .where('event_type', '=', WEBHOOK_TEST_EVENT)
+    .where('status', '=', 'PENDING')
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
+import { WEBHOOK_ENDPOINT_DISABLED_EVENT, WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
 import DataLoader from 'dataloader';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
@@ -11,8 +11,6 @@ import type { WebhookEndpoint } from './webhook-tables.js';
  * WEBHOOK_DISABLE_AFTER) through the same columns.
  */
 
-/** Operational event type recorded when an endpoint is disabled (SPEC §7.2). */
-export const ENDPOINT_DISABLED_EVENT_TYPE = 'webhook.endpoint.disabled';
 /** Attempts the success rate looks back over when the caller does not say. */
 export const DEFAULT_SUCCESS_RATE_ATTEMPTS = 100;
 
@@ -42,6 +40,7 @@ export async function disableWebhookEndpoint(
       .set({ status: 'DISABLED', disabled_at: sql<Date>`now()`, disabled_reason: input.reason })
       .where('id', '=', input.id)
       .where('org_id', 'in', [...input.orgIds])
+      .where('deleted_at', 'is', null)
       .where('status', '=', 'ENABLED')
       .returningAll()
       .executeTakeFirst();
@@ -51,13 +50,14 @@ export async function disableWebhookEndpoint(
         .selectAll()
         .where('id', '=', input.id)
         .where('org_id', 'in', [...input.orgIds])
+        .where('deleted_at', 'is', null)
         .executeTakeFirst();
     }
     const disabledAt = disabled.disabled_at ?? new Date();
     const id = `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
     const body = JSON.stringify({
       id,
-      type: ENDPOINT_DISABLED_EVENT_TYPE,
+      type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
       created: disabledAt.toISOString(),
       data: { endpointId: disabled.id, url: disabled.url, reason: input.reason, disabledAt: disabledAt.toISOString() },
     });
@@ -66,7 +66,7 @@ export async function disableWebhookEndpoint(
       .values({
         id,
         org_id: disabled.org_id,
-        type: ENDPOINT_DISABLED_EVENT_TYPE,
+        type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
         body,
         created_at: disabledAt,
         exclude_endpoint_id: disabled.id,
@@ -92,6 +92,7 @@ export async function enableWebhookEndpoint(
     .set({ status: 'ENABLED', disabled_at: null, disabled_reason: null, failing_since: null, paused_until: null })
     .where('id', '=', id)
     .where('org_id', 'in', [...orgIds])
+    .where('deleted_at', 'is', null)
     .returningAll()
     .executeTakeFirst();
 }

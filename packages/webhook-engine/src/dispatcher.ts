@@ -7,6 +7,7 @@ import type { Registry } from 'prom-client';
 import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
+import { createEndpointLanes } from './endpoint-lanes.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
 import { createOutboxListener, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
@@ -115,8 +116,6 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
   // in flight is taken over only after this long, so a live attempt is not duplicated.
   const leaseMs = settings.timeoutMs + Math.max(1_000, Math.round(settings.timeoutMs / 2));
-  // Chaining gives an entry's acknowledgement a budget well within the reclaim time.
-  const chainBudgetMs = leaseMs / 2;
 
   const metrics = createDispatcherMetrics(
     {
@@ -159,19 +158,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     reclaimIdleMs: leaseMs,
     logger,
     async handle(entries) {
-      const queued = entries.flatMap((entry) => (entry.message ? [entry.message] : []));
-      let result = await attempter.run(queued);
-      // The endpoints' slots are free again: take their next due deliveries without a round through
-      // the scheduler and the stream. Errors here only delay those deliveries (the scheduler has them).
-      const chainUntil = Date.now() + chainBudgetMs;
-      try {
-        while (result.endpoints.length > 0 && state === 'running' && Date.now() < chainUntil) {
-          result = await attempter.run([], result.endpoints);
-        }
-      } catch (error) {
-        logger.warn({ err: error }, 'chaining to the next due deliveries failed');
-      }
+      await Promise.all(entries.flatMap((entry) => (entry.message ? [lanes.push(entry.message)] : [])));
     },
+  });
+  const lanes = createEndpointLanes({
+    run: (queued, chain) => attempter.run(queued, chain),
+    running: () => state === 'running',
+    logger,
   });
 
   queue.onReset(() => {

@@ -27,10 +27,11 @@
  *    locks on the batch's endpoints (taken in a fixed order): a delivery named by a work entry is
  *    claimed when it is still PENDING and due and its lease is the entry's q-lease or expired. The
  *    per-endpoint cap counts live a-leases in the same fresh snapshot the locks guarantee, so two
- *    dispatchers never exceed it together. Deliveries over the cap or of a paused endpoint are
- *    released (free again; a pause moves them to `paused_until`); those of a disabled or deleted
- *    endpoint become SKIPPED. A dispatcher whose attempt finished claims the endpoint's next due
- *    deliveries the same way ("chaining"), without a round through the stream.
+ *    dispatchers never exceed it together. Deliveries over the cap keep their q-lease; those of a
+ *    paused endpoint are freed and moved to `paused_until`; those of a disabled or deleted endpoint
+ *    become SKIPPED. A dispatcher whose attempt finished claims the endpoint's next due deliveries
+ *    the same way ("chaining"), q-leased ones included, without a round through the stream: one
+ *    lane per endpoint per dispatcher does this, so a busy endpoint's slots stay busy.
  * 4. record ({@link recordOutcomes}), one statement per batch: inserts every attempt, and sets each
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
@@ -219,7 +220,9 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         cross join lateral (
           select id, endpoint_id, next_attempt_at, seq from webhook_deliveries
           where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
-            and (leased_until is null or leased_until <= now())
+            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
+            -- then claims nothing). An a-lease is an attempt: only once it has expired.
+            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
           order by next_attempt_at, seq
           limit ${request.endpointCap}
         ) next
@@ -255,10 +258,9 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         returning delivery.id
       ), released as (
         update webhook_deliveries delivery
-        set lease_token = null, leased_until = null,
-          next_attempt_at = case when endpoint.paused then endpoint.paused_until else delivery.next_attempt_at end
+        set lease_token = null, leased_until = null, next_attempt_at = endpoint.paused_until
         from cand join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and endpoint.enabled and cand.id not in (select id from picked)
+        where delivery.id = cand.id and endpoint.enabled and endpoint.paused
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,

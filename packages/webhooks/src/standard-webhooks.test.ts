@@ -222,6 +222,10 @@ describe('asymmetric v1a (ed25519) signatures, for endpoints that ask for them',
     expect(
       verifyWebhook({ rawBody: delivery.rawBody, headers: delivery.headers, publicKeys: [pair.publicKey] }),
     ).toEqual(delivery.event);
+    // A receiver keeping one list of keys (as createWebhookHandler's `secrets`) may put the public key there.
+    expect(verifyWebhook({ rawBody: delivery.rawBody, headers: delivery.headers, secrets: [pair.publicKey] })).toEqual(
+      delivery.event,
+    );
     expect(() =>
       verifyWebhook({
         rawBody: delivery.rawBody,

@@ -9,7 +9,7 @@ import {
 } from './headers.js';
 import { readHeader, type WebhookHeaders } from './read-header.js';
 import { computeSignature, parseSignatureHeader } from './signature.js';
-import { verifyAsymmetricSignature } from './signing-key-pair.js';
+import { verifyAsymmetricSignature, WEBHOOK_PUBLIC_KEY_PREFIX } from './signing-key-pair.js';
 import { computeStandardSignature, parseStandardSignatureHeader } from './standard-signature.js';
 import { isWebhookEvent, type WebhookEvent } from './webhook-event.js';
 import { standardWebhookKey } from './webhook-secret.js';
@@ -29,8 +29,9 @@ export interface VerifyWebhookOptions {
   /**
    * The endpoint's HMAC secrets, as Herald showed them (either form of an older secret works: the
    * original `whsec_` base64url string or its Standard Webhooks form). During a rotation, list both
-   * the new and the old one; a delivery is accepted when any `v1` entry matches any secret. Give
-   * `secrets`, `publicKeys` or both; neither throws a `TypeError`.
+   * the new and the old one; a delivery is accepted when any `v1` entry matches any secret. A `whpk_`
+   * public key listed here counts as one of `publicKeys`. Give `secrets`, `publicKeys` or both;
+   * neither throws a `TypeError`.
    */
   secrets?: readonly string[];
   /**
@@ -73,8 +74,13 @@ interface VerifiedHeaders {
  */
 export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
   const { rawBody, headers } = options;
-  const secrets = options.secrets ?? [];
-  const publicKeys = options.publicKeys ?? [];
+  // A `whpk_` public key listed among the secrets is a public key: receivers keep one list.
+  const given = options.secrets ?? [];
+  const secrets = given.filter((secret) => !secret.startsWith(WEBHOOK_PUBLIC_KEY_PREFIX));
+  const publicKeys = [
+    ...(options.publicKeys ?? []),
+    ...given.filter((key) => key.startsWith(WEBHOOK_PUBLIC_KEY_PREFIX)),
+  ];
   const toleranceSec = options.toleranceSec ?? DEFAULT_TOLERANCE_SEC;
   const now = options.now ?? Math.floor(Date.now() / 1000);
   if (secrets.length === 0 && publicKeys.length === 0) {

@@ -40,7 +40,10 @@ interface CommonOptions {
 export type WebhookHandlerOptions = CommonOptions &
   (
     | {
-        /** The endpoint's signing secrets; list the old and the new one during a rotation. */
+        /**
+         * The endpoint's signing secrets (`whsec_…`), or for an ED25519 endpoint its public keys
+         * (`whpk_…`); list the old and the new one during a rotation.
+         */
         secrets: readonly string[];
         getSecrets?: never;
       }

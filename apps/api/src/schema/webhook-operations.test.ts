@@ -214,6 +214,21 @@ describe("another organisation's admin", () => {
     expect(receiver.requestsTo('/tenancy')).toEqual([]);
   });
 
+  it('gets NOT_FOUND, like its owner, for a deleted endpoint', async () => {
+    const { endpoint } = await createEndpoint('/deleted');
+    const deleted = await api.graphql(
+      'mutation($id: ID!) { deleteWebhookEndpoint(id: $id) }',
+      { id: endpoint.id },
+      alice,
+    );
+    expect(deleted.body.data.deleteWebhookEndpoint).toBe(true);
+    for (const token of [alice, mallory]) {
+      for (const document of [DISABLE, ENABLE, SEND_TEST, REPLAY_DEAD]) {
+        expect(errorCode((await api.graphql(document, { id: endpoint.id }, token)).body)).toBe('NOT_FOUND');
+      }
+    }
+  });
+
   it('is FORBIDDEN to list the organisation, and anonymous callers are UNAUTHENTICATED', async () => {
     expect(errorCode((await api.graphql(ENDPOINTS, { orgId: 'org-ops-a' }, mallory)).body)).toBe('FORBIDDEN');
     const { endpoint } = await createEndpoint('/anonymous');
@@ -246,6 +261,33 @@ describe('sendTestWebhook', () => {
     }
     expect(receiver.requestsTo('/test-other')).toEqual([]);
     expect((await log({ id: other.endpoint.id })).deliveries.edges).toEqual([]);
+  });
+
+  it('refuses a sixth test event while five are pending, with BAD_USER_INPUT and nothing recorded', async () => {
+    const { endpoint } = await createEndpoint('/test-flood');
+    // Pending and not due for an hour, as if the receiver kept failing; the lease cleared, so an attempt
+    // already in flight cannot record another state over it (the engine compares leases).
+    for (let i = 0; i < 5; i++) {
+      const { body } = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+      await api.app.database.db
+        .updateTable('webhook_deliveries')
+        .set({
+          status: 'PENDING',
+          next_attempt_at: new Date(Date.now() + 3_600_000),
+          lease_token: null,
+          leased_until: null,
+        })
+        .where('id', '=', body.data.sendTestWebhook.id)
+        .execute();
+    }
+    const refused = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+    expect(errorCode(refused.body)).toBe('BAD_USER_INPUT');
+    const rows = await api.app.database.db
+      .selectFrom('webhook_deliveries')
+      .select('id')
+      .where('endpoint_id', '=', endpoint.id)
+      .execute();
+    expect(rows).toHaveLength(5);
   });
 
   it('records a SKIPPED delivery, never due, for a disabled endpoint', async () => {
@@ -409,5 +451,55 @@ describe('the delivery log', () => {
   ])('refuses %s with BAD_USER_INPUT', async (_case, variables) => {
     const { body } = await api.graphql(LOG, { id: endpointId, ...variables }, logToken);
     expect(errorCode(body)).toBe('BAD_USER_INPUT');
+  });
+});
+
+describe('an endpoint that asks for ED25519 (v1a) signatures', () => {
+  it('gets the whpk_ public key once, and deliveries a receiver verifies with it alone; rotation keeps the scheme', async () => {
+    const { body } = await api.graphql(
+      'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { secret signatureScheme endpoint { id } } }',
+      {
+        input: {
+          orgId: 'org-ops-a',
+          url: receiver.url('/ed25519'),
+          eventTypes: ['post.published'],
+          signatureScheme: 'ED25519',
+        },
+      },
+      alice,
+    );
+    expect(body.errors).toBeUndefined();
+    const { secret: publicKey, signatureScheme, endpoint } = body.data.createWebhookEndpoint;
+    expect(signatureScheme).toBe('ED25519');
+    expect(publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
+    const stored = await api.app.database.db
+      .selectFrom('webhook_endpoint_secrets')
+      .select('secret')
+      .where('endpoint_id', '=', endpoint.id)
+      .executeTakeFirstOrThrow();
+    expect(stored.secret).toMatch(/^whsk_/);
+
+    const sent = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
+    await waitForLog(
+      { id: endpoint.id, eventId: sent.body.data.sendTestWebhook.eventId },
+      (found) => found.deliveries.edges[0]?.node.status === 'SUCCEEDED',
+    );
+    const [request] = receiver.requestsTo('/ed25519');
+    expect(request!.headers['x-webhook-signature']).toBeUndefined();
+    expect(String(request!.headers['webhook-signature'])).toMatch(/^v1a,/);
+    expect(verifyWebhook({ rawBody: request!.body, headers: request!.headers, publicKeys: [publicKey] })).toMatchObject(
+      {
+        type: 'webhook.test',
+      },
+    );
+
+    const rotated = await api.graphql(
+      'mutation($id: ID!) { rotateWebhookSecret(id: $id) { secret signatureScheme } }',
+      { id: endpoint.id },
+      alice,
+    );
+    expect(rotated.body.data.rotateWebhookSecret).toMatchObject({ signatureScheme: 'ED25519' });
+    expect(rotated.body.data.rotateWebhookSecret.secret).toMatch(/^whpk_/);
+    expect(rotated.body.data.rotateWebhookSecret.secret).not.toBe(publicKey);
   });
 });

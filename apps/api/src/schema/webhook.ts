@@ -1,6 +1,7 @@
 import { isMemberOf } from '@herald/auth';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
+  countPendingTestWebhooks,
   createEndpointSuccessRateLoader,
   createWebhookAttemptsLoader,
   DEFAULT_SUCCESS_RATE_ATTEMPTS,
@@ -12,6 +13,7 @@ import {
   findWebhookEndpointById,
   insertTestWebhook,
   insertWebhookEndpoint,
+  listActiveWebhookSecrets,
   listWebhookDeliveryLog,
   listWebhookEndpointsByOrg,
   replayDeadWebhookDeliveries,
@@ -23,7 +25,7 @@ import {
   type WebhookEndpoint,
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
-import { generateWebhookSecret } from '@herald/webhooks';
+import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
 import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
@@ -39,6 +41,8 @@ const MAX_DISABLE_REASON_CHARS = 500;
 /** Longest event type or event id accepted as a delivery-log filter. */
 const MAX_FILTER_CHARS = 200;
 const MAX_SUCCESS_RATE_ATTEMPTS = 1_000;
+/** Test events of one endpoint not yet delivered (or dead) at once; more is BAD_USER_INPUT. */
+const MAX_PENDING_TEST_WEBHOOKS = 5;
 
 export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus', {
   values: {
@@ -193,6 +197,40 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
   }),
 });
 
+type SignatureScheme = 'HMAC_SHA256' | 'ED25519';
+
+const WebhookSignatureSchemeEnum = builder.enumType('WebhookSignatureScheme', {
+  description: 'How deliveries to an endpoint are signed.',
+  values: {
+    HMAC_SHA256: {
+      value: 'HMAC_SHA256',
+      description:
+        "A shared `whsec_…` secret: `X-Webhook-Signature` (Stripe's scheme) and `webhook-signature: v1,…` (Standard Webhooks).",
+    },
+    ED25519: {
+      value: 'ED25519',
+      description:
+        'Asymmetric Standard Webhooks `webhook-signature: v1a,…`: Herald keeps the signing key, the receiver verifies with the `whpk_…` public key. No `X-Webhook-Signature`.',
+    },
+  } as const,
+});
+
+/** A new signing credential: what Herald stores, and what the receiver is shown once. */
+function newSigningCredential(scheme: SignatureScheme): { stored: string; shown: string } {
+  if (scheme === 'ED25519') {
+    const pair = generateWebhookSigningKeyPair();
+    return { stored: pair.signingKey, shown: pair.publicKey };
+  }
+  const secret = generateWebhookSecret();
+  return { stored: secret, shown: secret };
+}
+
+interface SecretPayload {
+  endpoint: WebhookEndpoint;
+  secret: string;
+  signatureScheme: SignatureScheme;
+}
+
 const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput', {
   fields: (t) => ({
     orgId: t.id({ required: true }),
@@ -201,28 +239,35 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       description: 'http(s) URL; link-local, and unless allowed, loopback and private addresses are refused.',
     }),
     eventTypes: t.stringList({ required: true, description: `Any of: ${WEBHOOK_EVENT_TYPES.join(', ')}.` }),
+    signatureScheme: t.field({
+      type: WebhookSignatureSchemeEnum,
+      description: 'How deliveries are signed. @default HMAC_SHA256',
+    }),
   }),
 });
 
-const CreateWebhookEndpointPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('CreateWebhookEndpointPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', {
-        description: 'The signing secret (`whsec_…`). Shown only here: store it now.',
-      }),
+const CreateWebhookEndpointPayload = builder.objectRef<SecretPayload>('CreateWebhookEndpointPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'What the receiver verifies with: the signing secret (`whsec_…`), or for ED25519 the public key (`whpk_…`). ' +
+        'Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
-const RotateWebhookSecretPayload = builder
-  .objectRef<{ endpoint: WebhookEndpoint; secret: string }>('RotateWebhookSecretPayload')
-  .implement({
-    fields: (t) => ({
-      endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
-      secret: t.exposeString('secret', { description: 'The new signing secret. Shown only here: store it now.' }),
+const RotateWebhookSecretPayload = builder.objectRef<SecretPayload>('RotateWebhookSecretPayload').implement({
+  fields: (t) => ({
+    endpoint: t.field({ type: WebhookEndpointRef, resolve: (payload) => payload.endpoint }),
+    secret: t.exposeString('secret', {
+      description:
+        'The new signing secret (`whsec_…`), or for ED25519 the new public key (`whpk_…`). Shown only here: store it now.',
     }),
-  });
+    signatureScheme: t.field({ type: WebhookSignatureSchemeEnum, resolve: (payload) => payload.signatureScheme }),
+  }),
+});
 
 builder.queryFields((t) => ({
   webhookEndpoints: t.field({
@@ -264,9 +309,10 @@ builder.mutationFields((t) => ({
       if (existing.length >= MAX_ENDPOINTS_PER_ORG) {
         throw new BadUserInputError(`an organisation may have at most ${MAX_ENDPOINTS_PER_ORG} webhook endpoints`);
       }
-      const secret = generateWebhookSecret();
-      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret });
-      return { endpoint, secret };
+      const signatureScheme = input.signatureScheme ?? 'HMAC_SHA256';
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret: stored });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   rotateWebhookSecret: t.withAuth({ viewer: true }).field({
@@ -276,6 +322,10 @@ builder.mutationFields((t) => ({
       'deliveries carry one `v1=` per secret until the receiver has switched over.',
     args: {
       id: t.arg.id({ required: true }),
+      signatureScheme: t.arg({
+        type: WebhookSignatureSchemeEnum,
+        description: 'Switch to this scheme (both sign during the grace period). @default the current one',
+      }),
       gracePeriodSeconds: t.arg.int({
         description: `How long the current secret keeps signing, 0 to ${MAX_ROTATION_GRACE_SECONDS}. @default ${DEFAULT_ROTATION_GRACE_SECONDS} (24 h)`,
       }),
@@ -290,9 +340,12 @@ builder.mutationFields((t) => ({
       }
       const endpoint = await findOwnEndpoint(context, String(args.id));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
-      const secret = generateWebhookSecret();
-      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret, graceMs: graceSeconds * 1_000 });
-      return { endpoint, secret };
+      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id);
+      const signatureScheme: SignatureScheme =
+        args.signatureScheme ?? (newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256');
+      const { stored, shown } = newSigningCredential(signatureScheme);
+      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret: stored, graceMs: graceSeconds * 1_000 });
+      return { endpoint, secret: shown, signatureScheme };
     },
   }),
   deleteWebhookEndpoint: t.withAuth({ viewer: true }).field({
@@ -363,11 +416,17 @@ builder.mutationFields((t) => ({
     description:
       'Sends a `webhook.test` event to this endpoint only (whatever its eventTypes), delivered and retried like ' +
       'any other; returns its delivery, whose status and attempts show the result. SKIPPED when the endpoint is ' +
-      'disabled.',
+      `disabled. At most ${MAX_PENDING_TEST_WEBHOOKS} may be pending per endpoint.`,
     args: { endpointId: t.arg.id({ required: true }) },
     resolve: async (_root, args, context) => {
       const endpoint = await findOwnEndpoint(context, String(args.endpointId));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if ((await countPendingTestWebhooks(context.db, endpoint.id)) >= MAX_PENDING_TEST_WEBHOOKS) {
+        throw new BadUserInputError(
+          `${MAX_PENDING_TEST_WEBHOOKS} test events to this endpoint are still pending: wait for them to be delivered`,
+          'endpointId',
+        );
+      }
       return insertTestWebhook(context.db, endpoint);
     },
   }),

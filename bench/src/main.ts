@@ -20,6 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import { type FootprintResult, runFootprint } from './footprint.js';
 import {
   HTTP_OPERATION_IDS,
   HTTP_TARGETS,
@@ -130,7 +131,7 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks,http',
+    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks,http,footprint',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -203,8 +204,8 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && id !== 'http' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, http`);
+    if (id !== 'webhooks' && id !== 'http' && id !== 'footprint' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, http, footprint`);
   }
 
   log(
@@ -356,6 +357,12 @@ async function main() {
     }
   }
 
+  let footprint: FootprintResult | null = null;
+  if (scenarios.includes('footprint')) {
+    log('footprint: pnpm start (embedded mode) twice on a fresh data directory');
+    footprint = await runFootprint();
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -386,6 +393,7 @@ async function main() {
     fanout: withRatios(fanout),
     webhooks,
     http,
+    footprint,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

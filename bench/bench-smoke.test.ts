@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
+import { runFootprint } from './src/footprint.js';
 import { type HttpConfig, runHttp } from './src/http.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
@@ -218,4 +219,16 @@ describe('pnpm bench HTTP section, smoke size', () => {
     expect(row.failures).toBeGreaterThan(0);
     expect(row.firstFailure).toMatch(/wrong answer \(me\.id\)/);
   }, 120_000);
+});
+
+describe('pnpm bench embedded footprint, smoke', () => {
+  it('starts pnpm start twice on a fresh data directory and reads time to ready and idle RSS', async () => {
+    const result = await runFootprint();
+    expect(result.error).toBeUndefined();
+    expect(result.starts.map((start) => start.start)).toEqual(['first (creates the database)', 'second (reopens it)']);
+    for (const start of result.starts) {
+      expect(start.readyMs).toBeGreaterThan(0);
+      expect(start.idleRssMiB).toBeGreaterThan(0);
+    }
+  }, 300_000);
 });

@@ -20,6 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import { type FootprintResult, runFootprint } from './footprint.js';
 import {
   HTTP_OPERATION_IDS,
   HTTP_TARGETS,
@@ -134,7 +135,7 @@ async function main() {
     'scenarios',
     profile
       ? 'raw,embedded,embedded-stock'
-      : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,token-verify,resume,http',
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,token-verify,resume,http,footprint',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -215,9 +216,9 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (!['webhooks', 'token-verify', 'resume', 'http'].includes(id) && !specs[id])
+    if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint'].includes(id) && !specs[id])
       throw new Error(
-        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http`,
+        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http, footprint`,
       );
   }
 
@@ -398,6 +399,12 @@ async function main() {
     }
   }
 
+  let footprint: FootprintResult | null = null;
+  if (scenarios.includes('footprint')) {
+    log('footprint: pnpm start (embedded mode) twice on a fresh data directory');
+    footprint = await runFootprint();
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -430,6 +437,7 @@ async function main() {
     tokenVerify,
     resume,
     http,
+    footprint,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { type FootprintResult, footprintMarkdown } from './footprint.js';
 import { type HttpResult, httpMarkdown } from './http.js';
 import { type ResumeResult, resumeMarkdown } from './resume.js';
 import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
@@ -37,6 +38,8 @@ export interface BenchResults {
   resume?: ResumeResult | null;
   /** issue 15's HTTP section (absent in runs from before it). */
   http?: HttpResult | null;
+  /** issue 14's embedded footprint (absent in older runs). */
+  footprint?: FootprintResult | null;
   skipped: string[];
 }
 
@@ -199,6 +202,7 @@ export function markdown(results: BenchResults): string {
   lines.push(...tokenVerifyMarkdown(results.tokenVerify));
   if (results.resume) lines.push('', resumeMarkdown(results.resume));
   if (results.http) lines.push('', httpMarkdown(results.http));
+  if (results.footprint) lines.push('', footprintMarkdown(results.footprint));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

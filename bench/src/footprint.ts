@@ -1,0 +1,90 @@
+/**
+ * `pnpm bench` embedded footprint (issue 14): what a new user's `pnpm start` costs. The very command
+ * `pnpm start` runs (`node --import tsx apps/api/src/main.ts`, no DATABASE_URL, no REDIS_URL: embedded
+ * mode on PGlite, in-process dispatcher) is started twice on one fresh data directory: the first start
+ * creates the database (initdb + migrations), the second reopens it. Reported: milliseconds from spawn to
+ * the "herald api listening" log line, and the process's RSS after `IDLE_MS` of idling.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { procSample, ROOT, round, sleep, spawnTracked, stopChild, TSX_IMPORT, wallNow } from './common.js';
+
+/** Idle time before RSS is read. */
+const IDLE_MS = 3_000;
+/** A start that takes longer than this is reported as failed. */
+const START_TIMEOUT_MS = 120_000;
+
+export interface FootprintStart {
+  start: 'first (creates the database)' | 'second (reopens it)';
+  readyMs: number;
+  idleRssMiB: number;
+}
+
+export interface FootprintResult {
+  command: string;
+  starts: FootprintStart[];
+  error?: string;
+}
+
+async function startOnce(dataDir: string, start: FootprintStart['start']): Promise<FootprintStart> {
+  const t0 = wallNow();
+  const child = spawnTracked(process.execPath, ['--import', TSX_IMPORT, 'apps/api/src/main.ts'], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', HERALD_DATA_DIR: dataDir },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`not listening after ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+      let buffered = '';
+      child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+        buffered += chunk;
+        if (buffered.includes('"herald api listening"')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.stderr?.resume();
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`exited with ${code} before listening`));
+      });
+    });
+    const readyMs = Math.round(wallNow() - t0);
+    await sleep(IDLE_MS);
+    return { start, readyMs, idleRssMiB: round(procSample(child.pid!).rssBytes / 2 ** 20, 0) };
+  } finally {
+    await stopChild(child);
+  }
+}
+
+export async function runFootprint(): Promise<FootprintResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'herald-footprint-'));
+  const command = 'node --import tsx apps/api/src/main.ts (what `pnpm start` runs), HERALD_DATA_DIR=<fresh dir>';
+  const starts: FootprintStart[] = [];
+  try {
+    starts.push(await startOnce(dir, 'first (creates the database)'));
+    starts.push(await startOnce(dir, 'second (reopens it)'));
+    return { command, starts };
+  } catch (error) {
+    return { command, starts, error: (error as Error).message };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export function footprintMarkdown(result: FootprintResult | null | undefined): string {
+  if (!result) return '';
+  return [
+    '## Embedded footprint: `pnpm start` (issue 14; goal ≤ 3 s to ready, ≤ 250 MB RSS idle)',
+    '',
+    '| start | ready ms | RSS idle MiB |',
+    '|---|---:|---:|',
+    ...result.starts.map((start) => `| ${start.start} | ${start.readyMs} | ${start.idleRssMiB} |`),
+    '',
+    `- Command: ${result.command}; RSS of that node process ${IDLE_MS / 1000} s after the "listening" line.`,
+    ...(result.error ? [`- **Failed:** ${result.error}`] : []),
+    '',
+  ].join('\n');
+}

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
+import { renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
 // frame checked. Correctness only: no timing is asserted (the numbers come from `pnpm bench`).
@@ -115,4 +116,32 @@ describe.concurrent('pnpm bench, smoke size', () => {
     );
     expectEveryFrameRight(result);
   });
+});
+
+describe('bench smoke: webhooks (engine section)', () => {
+  it('raw loop, raw durable loop, one and two dispatchers and the scheduler pass: every delivery verified, none lost', async () => {
+    const result = await runWebhooks({
+      databaseUrl: inject('databaseUrl'),
+      redisUrl: inject('redisUrl'),
+      trials: 1,
+      trialMs: 300,
+      connections: 2,
+      dispatcherEvents: 20,
+      dispatcherTimeoutMs: 60_000,
+      pendingRetries: 1_000,
+      log: () => {},
+    });
+    expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
+    // The durable loop recorded what it sent (it counts a request only once its INSERT committed).
+    expect(result.durableLoop?.trials[0]?.requests).toBeGreaterThan(0);
+    expect(result.durableLoop?.trials[0]?.errors).toBe(0);
+    for (const run of [result.dispatcher, result.twoDispatchers]) {
+      expect(run).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
+    }
+    expect(result.schedulerPass?.pendingRetries).toBe(1_000);
+    expect(Number.isFinite(result.schedulerPass?.passMs.median)).toBe(true);
+    const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
+    expect(markdown).toContain('raw durable loop');
+    expect(markdown).toContain('two dispatchers over one');
+  }, 240_000);
 });

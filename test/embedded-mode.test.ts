@@ -59,6 +59,7 @@ describe('configuration errors', () => {
     [{ WS_KEEPALIVE_MS: '45000' }, 'WS_KEEPALIVE_MS'],
     [{ PORT: 'http' }, 'PORT'],
     [{ DATABASE_URL: 'postgres://127.0.0.1:1/none' }, 'JWT_SECRET'],
+    [{ REDIS_URL: 'redis://127.0.0.1:1' }, 'REDIS_URL'],
   ])('%j stops start-up with exit 1 and one line naming %s', async (env, variable) => {
     const { code, stderr } = await runApiExpectingExit(env);
     expect(code).toBe(1);

@@ -46,8 +46,19 @@ describe('Redis restart', () => {
     await waitFor('both pods to deliver', () => subscribers.every((s) => s.count('before') === 1));
   });
 
-  it('keeps publishPost working while Redis is down (the event itself is not replayed)', async () => {
+  it('answers /readiness 503 on every pod while Redis is down, and stays alive', async () => {
     await redis.kill();
+    for (const pod of pods) {
+      await waitFor('readiness 503', async () => (await fetch(`${pod.baseUrl}/readiness`)).status === 503);
+      expect(await (await fetch(`${pod.baseUrl}/readiness`)).json()).toEqual({
+        ready: false,
+        reason: 'redis unreachable',
+      });
+      expect((await fetch(`${pod.baseUrl}/health`)).status).toBe(200);
+    }
+  });
+
+  it('keeps publishPost working while Redis is down (the event itself is not replayed)', async () => {
     const published = await createAndPublish(pods[1]!.baseUrl, token, ORG, 'during outage');
     expect(published.errors).toBeUndefined();
     expect(published.data.publishPost.status).toBe('PUBLISHED');
@@ -67,6 +78,9 @@ describe('Redis restart', () => {
       },
       { timeoutMs: 30_000, intervalMs: 300 },
     );
+    for (const pod of pods) {
+      await waitFor('readiness 200 again', async () => (await fetch(`${pod.baseUrl}/readiness`)).status === 200);
+    }
     await createAndPublish(pods[0]!.baseUrl, token, ORG, 'after restart');
     await waitFor('both pods to deliver after the restart', () =>
       subscribers.every((s) => s.count('after restart') === 1),

@@ -498,7 +498,7 @@ export function renderWebhookEngineRows(w: WebhookResult): string[] {
   const two = w.twoDispatchers;
   if (two && (two.status === 'ok' || two.status === 'incomplete')) {
     rows.push(
-      `| webhook dispatcher, 2 processes | ${num(two.deliveriesPerSec)} | ${num((two.deliveriesPerSec ?? 0) / w.rawLoop.deliveriesPerSec.median, 2)}× | ${two.status}: ${num(two.verified)}/${num(two.events)} verified, ${two.invalid} invalid, ${two.duplicate} duplicate, ${num((two.events ?? 0) - (two.verified ?? 0))} lost; ${num(two.cpuUsPerDelivery)} µs CPU/delivery (both) |`,
+      `| webhook dispatcher, 2 processes | ${num(two.deliveriesPerSec)} | ${num((two.deliveriesPerSec ?? 0) / w.rawLoop.deliveriesPerSec.median, 2)}× | ${two.status}: ${num(two.verified)}/${num(two.events)} verified, ${two.invalid} invalid, ${two.duplicate} duplicate, ${num((two.events ?? 0) - (two.verified ?? 0))} not delivered when the run stopped; ${num(two.cpuUsPerDelivery)} µs CPU/delivery (both) |`,
     );
   } else if (two) {
     rows.push(`| webhook dispatcher, 2 processes | **${two.status}** | – | ${two.reason ?? ''} |`);
@@ -511,7 +511,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   const d = w.dispatcher;
   const lines = [''];
   lines.push(
-    `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop (target ≥ 5,000/s and ≥ 0.6×); lost ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
+    `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop (target ≥ 5,000/s and ≥ 0.6×); not delivered when the run stopped (lost unless the run timed out) ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
   );
   lines.push(`- two dispatchers over one: ${num(w.twoOverOne, 2)}× (target ≥ 1.6×)`);
   if (w.schedulerPass) {

@@ -6,7 +6,7 @@
  */
 export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   NODE_ENV:
-    '`production` turns off GraphiQL and introspection by default, masks internal errors and requires `https://` for `JWT_JWKS_URL`.',
+    'Unset means `development`, except that single and cluster mode still mask internal errors. `production` turns off GraphiQL and introspection by default, masks internal errors and requires `https://` for `JWT_JWKS_URL`.',
   'dispatcher:NODE_ENV': 'Deployment environment: `production` in deployments.',
   LOG_LEVEL: 'Least severe log level written (JSON lines on stdout).',
 
@@ -19,6 +19,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
 
   'dispatcher:SHUTDOWN_GRACE_MS':
     'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
+  SHUTDOWN_DRAIN_DELAY_MS:
+    'After SIGTERM, how long `/readiness` answers 503 while the server still serves, so a load balancer takes the pod out first; then the usual shutdown follows. Unset: 5000, or 0 in embedded mode.',
   DATABASE_URL:
     'PostgreSQL URL. Unset: embedded mode with PGlite in `HERALD_DATA_DIR` (one process only). Migrations run at start.',
   'dispatcher:DATABASE_URL': 'PostgreSQL URL: the same database as the API.',

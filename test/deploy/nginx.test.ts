@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -7,7 +8,7 @@ import { promisify } from 'node:util';
 import { freePort } from '@herald/testing/ports';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { NGINX_TEMPLATE, prepareNginx } from '../support/nginx.js';
+import { NGINX_TEMPLATE, prepareNginx, startNginx } from '../support/nginx.js';
 
 // deploy/nginx/herald.conf.template: test/cluster.test.ts runs it in front of three pods; here it must pass
 // `nginx -t` as the cluster test renders it and as docker-compose.yml renders it.
@@ -16,6 +17,29 @@ const COMPOSE_FILE = fileURLToPath(new URL('../../deploy/docker-compose.yml', im
 const NGINX_BINARY = process.env.NGINX_BINARY ?? 'nginx';
 
 describe('deploy/nginx/herald.conf.template', () => {
+  it('never passes /metrics to a pod, in any spelling, and still proxies everything else', async () => {
+    const seen: string[] = [];
+    const upstream = createServer((request, response) => {
+      seen.push(request.url ?? '');
+      response.writeHead(200, { 'content-type': 'text/plain' }).end('from upstream');
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const nginx = await startNginx([(upstream.address() as { port: number }).port]);
+    try {
+      for (const path of ['/metrics', '/metrics?name[]=x', '//metrics', '/%6Detrics', '/metrics/', '/metrics/x']) {
+        const response = await fetch(`${nginx.baseUrl}${path}`);
+        expect({ path, status: response.status }).toEqual({ path, status: 404 });
+      }
+      expect(seen.filter((url) => /metrics/i.test(decodeURIComponent(url)))).toEqual([]);
+      expect((await fetch(`${nginx.baseUrl}/graphql`, { method: 'POST', body: '{}' })).status).toBe(200);
+      expect((await fetch(`${nginx.baseUrl}/readiness`)).status).toBe(200);
+      expect(seen).toContain('/graphql');
+    } finally {
+      await nginx.stop();
+      await new Promise((resolve) => upstream.close(resolve));
+    }
+  });
+
   it('passes nginx -t as the cluster test renders it', async () => {
     // prepareNginx runs `nginx -t` and throws when it fails.
     const { dir, confPath } = await prepareNginx([await freePort(), await freePort(), await freePort()]);

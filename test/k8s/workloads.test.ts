@@ -7,7 +7,7 @@ import type { K8sObject } from './mini-kustomize.js';
 import { API, CONFIG_MAP, configValue, container, DISPATCHER, find, podSpec, quantity, SECRET } from './objects.js';
 import { render, renderer, TARGETS } from './render.js';
 
-/** The API process exits on its own at the latest this long after SHUTDOWN_GRACE_MS (apps/api/src/main.ts). */
+/** The API exits on its own at the latest this long after SHUTDOWN_DRAIN_DELAY_MS + SHUTDOWN_GRACE_MS (main.ts). */
 const API_HARD_EXIT_MARGIN_MS = 5_000;
 /** Seconds kept between the worst-case exit and SIGKILL, for a slow node. */
 const GRACE_SAFETY_SECONDS = 5;
@@ -93,9 +93,11 @@ describe.each(TARGETS)(`k8s/%s (${renderer.name})`, (target) => {
     const pod = podSpec(objects, API);
     const preStopSeconds = container(objects, API, 'api').lifecycle.preStop.sleep.seconds;
     const shutdownGraceMs = Number(configValue(objects, 'SHUTDOWN_GRACE_MS') ?? 10_000);
+    // The API's default outside embedded mode (apps/api/src/env.ts).
+    const drainDelayMs = Number(configValue(objects, 'SHUTDOWN_DRAIN_DELAY_MS') ?? 5_000);
     expect(preStopSeconds).toBeGreaterThanOrEqual(5);
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(
-      preStopSeconds + (shutdownGraceMs + API_HARD_EXIT_MARGIN_MS) / 1000 + GRACE_SAFETY_SECONDS,
+      preStopSeconds + (drainDelayMs + shutdownGraceMs + API_HARD_EXIT_MARGIN_MS) / 1000 + GRACE_SAFETY_SECONDS,
     );
   });
 

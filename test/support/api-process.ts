@@ -30,7 +30,15 @@ export interface ApiProcess {
 export async function startApiProcess(env: Record<string, string>): Promise<ApiProcess> {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    // No drain pause by default: tests that stop pods don't wait for a load balancer that isn't there.
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_DRAIN_DELAY_MS: '0',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const stdout: string[] = [];

@@ -23,7 +23,8 @@ export interface HeraldApp extends HeraldServer {
   /** Starts listening on the configured host and port (port 0 picks a free one). */
   listen(): Promise<AddressInfo>;
   /**
-   * Graceful stop: readiness turns false, the server stops accepting, WebSockets are closed with 1012
+   * Graceful stop: readiness turns false; for `drainDelayMs` the server keeps accepting and serving (so
+   * a load balancer sees the 503 and stops sending work); then it stops accepting, WebSockets are closed with 1012
    * (clients reconnect to another pod), in-flight requests finish (idle keep-alive connections are
    * closed), then Redis and the database close. After `shutdownGraceMs` whatever is left is cut.
    * Idempotent.
@@ -33,7 +34,9 @@ export interface HeraldApp extends HeraldServer {
 
 /** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
-  const database = await createDatabase(config.database);
+  const database = await createDatabase(config.database, {
+    onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
+  });
   try {
     const results = await migrateToLatest(database.db);
     for (const result of results) logger.info({ migration: result.migrationName, status: result.status }, 'migration');
@@ -50,7 +53,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   }
   const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
   const metrics = createApiMetrics();
-  const pubsub = createPubSubService({ redisUrl: config.redisUrl, logger, metrics });
+  const pubsub = createPubSubService({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, logger, metrics });
   try {
     await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
   } catch (error) {
@@ -101,6 +104,10 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     stop() {
       stopping ??= (async () => {
         server.drain();
+        if (config.http.drainDelayMs > 0) {
+          logger.info({ drainDelayMs: config.http.drainDelayMs }, 'draining: /readiness answers 503, still serving');
+          await new Promise((resolve) => setTimeout(resolve, config.http.drainDelayMs));
+        }
         const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
         // Keep-alive connections become idle as their in-flight request finishes: close them as they do.
         httpServer.closeIdleConnections();

@@ -44,6 +44,32 @@ describe('loadApiConfig', () => {
     expect(config.webhooks.allowPrivateUrls).toBe(false);
   });
 
+  it('is single mode with DATABASE_URL alone: PostgreSQL, in-memory pub/sub, private webhook URLs refused', () => {
+    const config = loadApiConfig({ DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET });
+    expect(config.mode).toBe('single');
+    expect(config.database).toMatchObject({ kind: 'postgres' });
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.webhooks.allowPrivateUrls).toBe(false);
+  });
+
+  it('refuses REDIS_URL without DATABASE_URL with one line naming REDIS_URL', () => {
+    const lines = configError({ REDIS_URL: 'redis://redis.internal:6379', JWT_SECRET: SECRET });
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^REDIS_URL: set only together with DATABASE_URL/);
+  });
+
+  it('masks error details in single and cluster mode unless NODE_ENV=development is set explicitly', () => {
+    const single = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    const cluster = { ...single, REDIS_URL: 'redis://redis.internal:6379' };
+    expect(loadApiConfig(single).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig(cluster).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig({ ...cluster, NODE_ENV: 'test' }).graphql.errorDetails).toBe(false);
+    expect(loadApiConfig({ ...cluster, NODE_ENV: 'development' }).graphql.errorDetails).toBe(true);
+    // A laptop: embedded mode shows details unless told it is production.
+    expect(loadApiConfig({}).graphql.errorDetails).toBe(true);
+    expect(loadApiConfig({ NODE_ENV: 'production' }).graphql.errorDetails).toBe(false);
+  });
+
   it('turns GraphiQL and introspection off in production unless asked', () => {
     expect(loadApiConfig({ NODE_ENV: 'production' }).graphql).toMatchObject({ introspection: false, graphiql: false });
     expect(loadApiConfig({ NODE_ENV: 'production', GRAPHQL_INTROSPECTION: 'true' }).graphql.introspection).toBe(true);

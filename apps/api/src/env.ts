@@ -1,12 +1,17 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
 import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
+import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import type { DatabaseConfig } from '@herald/db';
 import { z } from 'zod';
 
 /** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
 const MAX_KEEPALIVE_MS = 30_000;
 const MIB = 1024 * 1024;
+/** After SIGTERM, /readiness answers 503 this long while the server still serves (outside embedded mode). */
+const DEFAULT_DRAIN_DELAY_MS = 5_000;
+/** A drain pause longer than this would eat most of any orchestrator's grace period. */
+const MAX_DRAIN_DELAY_MS = 60_000;
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
@@ -24,7 +29,8 @@ const pemPublicKey = z.string().refine(
 );
 
 export const EnvSchema = z.object({
-  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  // Not defaulted here: whether it was set decides error masking outside embedded mode (see below).
+  NODE_ENV: z.enum(['development', 'production', 'test']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 
   // http
@@ -32,6 +38,7 @@ export const EnvSchema = z.object({
   HOST: z.string().min(1).default('0.0.0.0'),
   MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
   SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
+  SHUTDOWN_DRAIN_DELAY_MS: z.coerce.number().int().min(0).max(MAX_DRAIN_DELAY_MS).optional(),
 
   // storage
   DATABASE_URL: postgresUrl.optional(),
@@ -59,6 +66,9 @@ export const EnvSchema = z.object({
     .default(12_000),
   WS_SHARED_EXECUTION: z.stringbool().default(true),
 
+  // subscriptions (SPEC §6.1)
+  HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
@@ -68,7 +78,12 @@ export const EnvSchema = z.object({
   WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
 });
 
-export type Mode = 'embedded' | 'cluster';
+/**
+ * SPEC §2. `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
+ * `single`: DATABASE_URL only (PostgreSQL, in-memory pub/sub for one pod, in-process webhooks on the
+ * database). `cluster`: both (Redis pub/sub, separate dispatcher apps). REDIS_URL alone is refused.
+ */
+export type Mode = 'embedded' | 'single' | 'cluster';
 
 /** Herald API configuration, grouped by concern. Built once by {@link loadApiConfig}. */
 export interface ApiConfig {
@@ -76,13 +91,27 @@ export interface ApiConfig {
   env: 'development' | 'production' | 'test';
   isProduction: boolean;
   logLevel: z.output<typeof EnvSchema>['LOG_LEVEL'];
-  http: { host: string; port: number; maxRequestBodyBytes: number; shutdownGraceMs: number };
+  http: {
+    host: string;
+    port: number;
+    maxRequestBodyBytes: number;
+    shutdownGraceMs: number;
+    /**
+     * `SHUTDOWN_DRAIN_DELAY_MS`: after SIGTERM, how long `/readiness` answers 503 while the server still
+     * accepts connections and serves (WebSockets included), so a load balancer polling readiness takes
+     * the pod out before it stops accepting. Then the usual shutdown (1012, SHUTDOWN_GRACE_MS) follows.
+     * @default 5000, 0 in embedded mode (a laptop's Ctrl-C stops at once)
+     */
+    drainDelayMs: number;
+  };
   database: DatabaseConfig;
   /**
    * Redis for cross-pod pub/sub (`redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`);
    * undefined keeps pub/sub in memory (one process).
    */
   redisUrl: string | undefined;
+  /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
+  redisPrefix: string;
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -92,6 +121,12 @@ export interface ApiConfig {
     audience: string | undefined;
   };
   graphql: {
+    /**
+     * Unexpected errors keep their message and stack in responses (Yoga's `isDev`). On only when
+     * NODE_ENV=development is set explicitly, or in embedded mode without NODE_ENV (a laptop);
+     * single and cluster deployments mask them even when NODE_ENV is unset.
+     */
+    errorDetails: boolean;
     introspection: boolean;
     graphiql: boolean;
     maxDepth: number;
@@ -117,13 +152,15 @@ export interface ApiConfig {
  */
 export function loadApiConfig(env: Record<string, string | undefined> = process.env): ApiConfig {
   const parsed = parseEnv(EnvSchema, env);
+  checkModes(parsed);
   checkKeySources(parsed);
-  const isProduction = parsed.NODE_ENV === 'production';
-  const mode: Mode = parsed.DATABASE_URL && parsed.REDIS_URL ? 'cluster' : 'embedded';
+  const nodeEnv = parsed.NODE_ENV ?? 'development';
+  const isProduction = nodeEnv === 'production';
+  const mode: Mode = parsed.DATABASE_URL ? (parsed.REDIS_URL ? 'cluster' : 'single') : 'embedded';
   const embeddedDatabase = !parsed.DATABASE_URL;
   return {
     mode,
-    env: parsed.NODE_ENV,
+    env: nodeEnv,
     isProduction,
     logLevel: parsed.LOG_LEVEL,
     http: {
@@ -131,11 +168,13 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       port: parsed.PORT,
       maxRequestBodyBytes: parsed.MAX_REQUEST_BODY_BYTES,
       shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS,
+      drainDelayMs: parsed.SHUTDOWN_DRAIN_DELAY_MS ?? (mode === 'embedded' ? 0 : DEFAULT_DRAIN_DELAY_MS),
     },
     database: parsed.DATABASE_URL
       ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
+    redisPrefix: parsed.HERALD_REDIS_PREFIX,
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET
@@ -149,6 +188,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       audience: parsed.JWT_AUDIENCE,
     },
     graphql: {
+      errorDetails: parsed.NODE_ENV === 'development' || (parsed.NODE_ENV === undefined && mode === 'embedded'),
       introspection: parsed.GRAPHQL_INTROSPECTION ?? !isProduction,
       graphiql: parsed.GRAPHIQL ?? !isProduction,
       maxDepth: parsed.MAX_QUERY_DEPTH,
@@ -165,6 +205,18 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       retentionMs: parsed.WEBHOOK_RETENTION,
     },
   };
+}
+
+/**
+ * REDIS_URL without DATABASE_URL would put each pod on its own embedded database, and no dispatcher
+ * could read it: webhooks would silently never leave. Refused (SPEC §2).
+ */
+function checkModes(env: z.output<typeof EnvSchema>): void {
+  if (env.REDIS_URL && !env.DATABASE_URL) {
+    throw new InvalidConfigError([
+      'REDIS_URL: set only together with DATABASE_URL (cluster mode); pods cannot share an embedded database',
+    ]);
+  }
 }
 
 /** Rules across variables, checked once each variable is valid on its own. */

@@ -1,13 +1,18 @@
 import { ErrorCode } from '@herald/contracts';
-import { GraphQLError } from 'graphql';
+import { GraphQLError, type GraphQLErrorOptions } from 'graphql';
 
 /**
  * Expected failures. Each is a GraphQLError with `extensions.code`, so Yoga passes its message to the
  * client unmasked; anything else thrown by a resolver is masked as INTERNAL_SERVER_ERROR and logged.
  */
 abstract class HeraldError extends GraphQLError {
-  constructor(message: string, code: ErrorCode, extensions: Record<string, unknown> = {}) {
-    super(message, { extensions: { ...extensions, code } });
+  constructor(
+    message: string,
+    code: ErrorCode,
+    extensions: Record<string, unknown> = {},
+    options: Omit<GraphQLErrorOptions, 'extensions'> = {},
+  ) {
+    super(message, { ...options, extensions: { ...extensions, code } });
   }
 }
 
@@ -53,5 +58,26 @@ export class InvalidCredentialsError extends HeraldError {
     super(message, ErrorCode.UNAUTHENTICATED, {
       http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer error="invalid_token"' } },
     });
+  }
+}
+
+/** What `Retry-After` tells a client to wait after a {@link ServiceUnavailableError}, in seconds. */
+export const SERVICE_UNAVAILABLE_RETRY_AFTER_S = 2;
+
+/**
+ * The database went away under this operation (failover, restart, dropped connection, pool full for
+ * too long): HTTP 503 with `Retry-After`, code SERVICE_UNAVAILABLE. Built by the error masking from
+ * errors that `isDatabaseUnavailableError` recognises; their details stay in the log.
+ */
+export class ServiceUnavailableError extends HeraldError {
+  override readonly name = 'ServiceUnavailableError';
+  /** @param at the error being replaced: its location and path are kept, its message is not. */
+  constructor(at?: GraphQLError) {
+    super(
+      'Service temporarily unavailable: the database is unreachable; retry shortly',
+      ErrorCode.SERVICE_UNAVAILABLE,
+      { http: { status: 503, headers: { 'Retry-After': String(SERVICE_UNAVAILABLE_RETRY_AFTER_S) } } },
+      at ? { nodes: at.nodes, source: at.source, positions: at.positions, path: at.path } : {},
+    );
   }
 }

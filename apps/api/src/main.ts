@@ -17,6 +17,10 @@ try {
 }
 
 const logger = createLogger(config.logLevel);
+logger.info(
+  { mode: config.mode, database: config.database.kind, pubsub: config.redisUrl ? 'redis' : 'memory' },
+  `herald api starting in ${config.mode} mode`,
+);
 const app = await createApp(config, logger).catch((error: unknown) => {
   logger.fatal({ err: error }, 'start-up failed');
   process.exit(1);
@@ -49,10 +53,13 @@ if (app.devSecret) {
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.once(signal, () => {
     logger.info({ signal }, 'shutting down');
-    const hardExit = setTimeout(() => {
-      logger.error('shutdown grace period exceeded; exiting');
-      process.exit(1);
-    }, config.http.shutdownGraceMs + 5_000);
+    const hardExit = setTimeout(
+      () => {
+        logger.error('shutdown grace period exceeded; exiting');
+        process.exit(1);
+      },
+      config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
+    );
     hardExit.unref();
     app.stop().then(
       () => process.exit(0),

@@ -205,6 +205,26 @@ describe('errors and introspection', () => {
     }
   });
 
+  it('masks unexpected errors in single mode even when NODE_ENV is not set', async () => {
+    const single = await startTestApi({ databaseUrl: inject('databaseUrl'), env: { NODE_ENV: undefined } });
+    try {
+      expect(single.config.mode).toBe('single');
+      const author = await single.token({ sub: 'p', orgs: ['o'] });
+      const { db } = single.app.database;
+      await db.schema.alterTable('posts').dropConstraint('posts_author_id_fkey').execute();
+      await db
+        .insertInto('posts')
+        .values({ id: 'orphan', org_id: 'o', author_id: 'ghost', title: 'x', tags: [] })
+        .execute();
+      const { body } = await single.graphql('{ post(id: "orphan") { author { name } } }', {}, author);
+      expect(body.errors?.[0]?.extensions?.code).toBe('INTERNAL_SERVER_ERROR');
+      expect(body.errors?.[0]?.message).toBe('Unexpected error.');
+      expect(JSON.stringify(body)).not.toContain('ghost');
+    } finally {
+      await single.close();
+    }
+  });
+
   it('introspection can be turned off', async () => {
     const closed = await startTestApi({ env: { GRAPHQL_INTROSPECTION: 'false' } });
     try {

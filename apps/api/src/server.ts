@@ -10,6 +10,7 @@ import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } f
 import { type Context, createContextBuilder } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
+import { maskError } from './mask-error.js';
 import type { ApiMetrics } from './metrics.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
@@ -76,14 +77,17 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useMetricsEndpoint(deps.metrics.registry),
     useReadinessCheck({
       endpoint: READINESS_PATH,
+      // 503 while draining, while PostgreSQL does not answer (bounded by the ping's timeout) and while
+      // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
       check: async () => {
-        if (draining) return false;
+        if (draining) return unready('draining');
+        if (!deps.pubsub.readiness) return unready('redis unreachable');
         try {
           await database.ping();
           return true;
         } catch (error) {
           logger.warn({ err: error }, 'readiness: database unreachable');
-          return false;
+          return unready('database unreachable');
         }
       },
     }),
@@ -117,7 +121,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     },
     // Yoga's masking: a resolver's GraphQLError (our named errors) passes; anything else becomes
     // "Unexpected error." with code INTERNAL_SERVER_ERROR (details only in development).
-    maskedErrors: { isDev: config.env === 'development' },
+    // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts). Details only where
+    // `errorDetails` allows: never by default in single or cluster mode (env.ts).
+    maskedErrors: { isDev: config.graphql.errorDetails, maskError },
     context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
     plugins,
   });
@@ -144,4 +150,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
       return draining;
     },
   };
+}
+
+/** A `/readiness` answer naming why this pod should get no traffic now. */
+function unready(reason: string): Response {
+  return Response.json({ ready: false, reason }, { status: 503 });
 }

@@ -239,3 +239,26 @@ describe('createRedisClient', () => {
     }
   });
 });
+
+describe('createRedisClient errors', () => {
+  it('hears every error event, so an emitted error never ends the process', async () => {
+    const heard: Error[] = [];
+    const client = createRedisClient('redis://127.0.0.1:1', { lazyConnect: true }, { onError: (e) => heard.push(e) });
+    try {
+      // ioredis emits some errors with a plain emit('error'), which throws when nobody listens.
+      expect(() => client.emit('error', new Error('Command queue state error'))).not.toThrow();
+      expect(heard.map((error) => error.message)).toEqual(['Command queue state error']);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('has a listener of its own when the caller gives none', () => {
+    const client = createRedisClient('redis+cluster://127.0.0.1:1', { lazyConnect: true });
+    try {
+      expect(client.listenerCount('error')).toBe(1);
+    } finally {
+      client.disconnect();
+    }
+  });
+});

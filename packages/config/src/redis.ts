@@ -102,14 +102,33 @@ export function redisClientConfig(url: string, options: RedisOptions = {}): Redi
   }
 }
 
+/** What the client does with connection errors; see {@link createRedisClient}. */
+export interface RedisClientHooks {
+  /**
+   * Called with every `'error'` the client emits (connection refused, reset, failover, cluster
+   * node lost). The client keeps reconnecting by itself; the error never ends the process.
+   * @default one line on stderr
+   */
+  onError?: (error: Error) => void;
+}
+
 /**
  * An ioredis client for `REDIS_URL`: `Redis` for `redis://`/`rediss://` (unchanged) and
  * `redis+sentinel://`, `Cluster` for `redis+cluster://`. `options` are the caller's ioredis options; for a
  * cluster, the node-level ones apply to every node (see {@link redisClientConfig}).
+ *
+ * The client always has an `'error'` listener: ioredis emits some errors (a cluster subscriber that
+ * cannot connect, a protocol desync) with a plain `emit('error')`, which throws and ends the process
+ * when nobody listens.
  * @throws InvalidRedisUrlError naming REDIS_URL when the URL is not one of the accepted forms
  */
-export function createRedisClient(url: string, options: RedisOptions = {}): RedisClient {
-  const config = redisClientConfig(url, options);
+export function createRedisClient(url: string, options: RedisOptions = {}, hooks: RedisClientHooks = {}): RedisClient {
+  const client = newClient(redisClientConfig(url, options));
+  client.on('error', hooks.onError ?? logRedisError);
+  return client;
+}
+
+function newClient(config: RedisClientConfig): RedisClient {
   switch (config.kind) {
     case 'standalone':
       return new Redis(config.url, config.options);
@@ -118,6 +137,10 @@ export function createRedisClient(url: string, options: RedisOptions = {}): Redi
     case 'cluster':
       return new Cluster(config.nodes, config.options);
   }
+}
+
+function logRedisError(error: Error): void {
+  process.stderr.write(`herald: redis connection error (reconnecting): ${error.message}\n`);
 }
 
 function defined<T extends Record<string, unknown>>(record: T): Partial<T> {

@@ -10,3 +10,11 @@ export const POST_PUBLISHED_CHANNEL_PREFIX = 'post-published';
 export function postPublishedChannel(orgId: string): string {
   return `${POST_PUBLISHED_CHANNEL_PREFIX}:${orgId}`;
 }
+
+/**
+ * The Redis channel a pub/sub channel travels on: `HERALD_REDIS_PREFIX` (default `herald:`) in front,
+ * so two installations sharing one Redis never hear each other's events (SPEC §2).
+ */
+export function redisChannel(prefix: string, channel: string): string {
+  return `${prefix}${channel}`;
+}

@@ -8,6 +8,11 @@ export const ErrorCode = {
   BAD_USER_INPUT: 'BAD_USER_INPUT',
   NOT_FOUND: 'NOT_FOUND',
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
+  /**
+   * PostgreSQL or Redis is unreachable for now (failover, restart, dropped connection): HTTP 503 with
+   * `Retry-After`. Not the caller's fault; retry the same operation shortly.
+   */
+  SERVICE_UNAVAILABLE: 'SERVICE_UNAVAILABLE',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

@@ -7,10 +7,17 @@ import type { Database } from './database.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
-/** A query waiting this long for a free pooled connection fails instead of queueing forever. */
+/**
+ * A query waiting this long for a new connection, or for a free pooled one, fails (and is answered as
+ * "service unavailable") instead of queueing forever while the server is gone.
+ */
 const POOL_CONNECT_TIMEOUT_MS = 5_000;
 /** Idle pooled connections are closed after this long. */
 const POOL_IDLE_TIMEOUT_MS = 30_000;
+/** TCP keep-alive probes start after this much silence, so a connection to a vanished host is noticed. */
+const TCP_KEEPALIVE_INITIAL_DELAY_MS = 10_000;
+/** `ping` (the readiness probe) gives up after this long: a hung database is an unready one. */
+const PING_TIMEOUT_MS = 2_000;
 
 export type DatabaseConfig =
   /** PostgreSQL server; each query takes a pooled connection and gives it back at once. */
@@ -21,37 +28,72 @@ export type DatabaseConfig =
    */
   | { kind: 'embedded'; dataDir: string };
 
+export interface DatabaseOptions {
+  /**
+   * Called with every error a connection reports outside a query: a backend terminated by
+   * `pg_terminate_backend` or a failover, a server restart, a network drop. Such a connection is
+   * discarded and the next query opens a new one; the error never ends the process.
+   * @default one line on stderr
+   */
+  onConnectionError?: (error: Error) => void;
+}
+
 export interface HeraldDatabase {
   db: Kysely<Database>;
   kind: DatabaseConfig['kind'];
-  /** Resolves when the database answers a trivial query; rejects otherwise. Used by `/readiness`. */
+  /**
+   * Resolves when the database answers a trivial query within 2 s; rejects otherwise (unreachable,
+   * terminated, hung). Used by `/readiness`.
+   */
   ping(): Promise<void>;
   /** Closes the pool (or the embedded instance). Idempotent. */
   close(): Promise<void>;
 }
 
-/** Opens the configured database. Does not migrate; call `migrateToLatest` next. */
-export async function createDatabase(config: DatabaseConfig): Promise<HeraldDatabase> {
+/**
+ * Opens the configured database. Does not migrate; call `migrateToLatest` next.
+ *
+ * PostgreSQL outages (failover, restart, `pg_terminate_backend`) never end the process: every pooled
+ * connection has an `'error'` listener, idle or checked out (node-postgres re-emits an idle client's
+ * error on the pool and a checked-out client's on the client, and an unheard `'error'` event throws).
+ * Queries meanwhile fail within {@link POOL_CONNECT_TIMEOUT_MS} with an error that
+ * {@link isDatabaseUnavailableError} recognises, and the pool reconnects by itself once the server is back.
+ */
+export async function createDatabase(config: DatabaseConfig, options: DatabaseOptions = {}): Promise<HeraldDatabase> {
+  const onConnectionError = options.onConnectionError ?? logConnectionError;
   const embedded = config.kind === 'embedded' ? await openEmbedded(config.dataDir) : undefined;
-  const dialect =
-    config.kind === 'postgres'
-      ? new PostgresDialect({
-          pool: new pg.Pool({
-            connectionString: config.url,
-            max: config.poolMax ?? DEFAULT_POOL_MAX,
-            connectionTimeoutMillis: POOL_CONNECT_TIMEOUT_MS,
-            idleTimeoutMillis: POOL_IDLE_TIMEOUT_MS,
-            application_name: 'herald',
-          }),
-        })
-      : new PGliteDialect(embedded!);
+  let dialect: PostgresDialect | PGliteDialect;
+  if (config.kind === 'postgres') {
+    const pool = new pg.Pool({
+      connectionString: config.url,
+      max: config.poolMax ?? DEFAULT_POOL_MAX,
+      connectionTimeoutMillis: POOL_CONNECT_TIMEOUT_MS,
+      idleTimeoutMillis: POOL_IDLE_TIMEOUT_MS,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: TCP_KEEPALIVE_INITIAL_DELAY_MS,
+      application_name: 'herald',
+    });
+    pool.on('error', onConnectionError);
+    pool.on('connect', (client) => client.on('error', onConnectionError));
+    dialect = new PostgresDialect({ pool });
+  } else {
+    dialect = new PGliteDialect(embedded!);
+  }
   const db = new Kysely<Database>({ dialect });
   let closed: Promise<void> | undefined;
   return {
     db,
     kind: config.kind,
     async ping() {
-      await sql`select 1`.execute(db);
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new DatabasePingTimeoutError(PING_TIMEOUT_MS)), PING_TIMEOUT_MS);
+      });
+      try {
+        await Promise.race([sql`select 1`.execute(db), timeout]);
+      } finally {
+        clearTimeout(timer);
+      }
     },
     close() {
       closed ??= (async () => {
@@ -75,4 +117,17 @@ async function openEmbedded(dataDir: string): Promise<PGlite> {
   if (dataDir.startsWith('memory://')) return PGlite.create(dataDir);
   mkdirSync(dataDir, { recursive: true });
   return PGlite.create(dataDir);
+}
+
+/** The database did not answer `ping` in time (it may be hung, or every pooled connection busy). */
+export class DatabasePingTimeoutError extends Error {
+  override readonly name = 'DatabasePingTimeoutError';
+  readonly code = 'DATABASE_PING_TIMEOUT';
+  constructor(timeoutMs: number) {
+    super(`database did not answer within ${timeoutMs} ms`);
+  }
+}
+
+function logConnectionError(error: Error): void {
+  process.stderr.write(`herald: database connection error (reconnecting on next query): ${error.message}\n`);
 }

@@ -1,2 +1,3 @@
+export * from './own-database.js';
 export * from './postgres.js';
 export * from './redis-topologies.js';

@@ -336,8 +336,14 @@ describe('dead letters and poison entries', () => {
       );
       expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_poison']));
       expect(handled).toBe(MAX_ENTRY_RECEIVES);
-      const pending = (await harness.redis.xpending(harness.keys.workStream, harness.keys.consumerGroup)) as [number];
-      expect(pending[0]).toBe(0);
+      // Parking copies the entry, then acknowledges it: it leaves the pending list.
+      const pending = await until(
+        async () =>
+          ((await harness.redis.xpending(harness.keys.workStream, harness.keys.consumerGroup)) as [number])[0],
+        (count) => count === 0,
+        5_000,
+      );
+      expect(pending).toBe(0);
     } finally {
       await consumer.stop();
     }
@@ -403,6 +409,26 @@ describe('retention', () => {
       });
       expect((await elsewhere.runOnce()).ran).toBe(false);
     });
+  });
+});
+
+describe('retention beside the subscription history', () => {
+  it('keeps a post.published outbox event the history has not taken yet (historied_at null)', async () => {
+    await sql`alter table webhook_outbox add column if not exists historied_at timestamptz`.execute(harness.db);
+    const old = new Date(Date.now() - 40 * DAY_MS);
+    await harness.db
+      .insertInto('webhook_outbox')
+      .values([
+        { id: 'evt_hist_pending', org_id: 'org-hist', type: 'post.published', body: '{}' },
+        { id: 'evt_hist_taken', org_id: 'org-hist', type: 'post.published', body: '{}' },
+      ])
+      .execute();
+    await sql`update webhook_outbox set dispatched_at = ${old}, historied_at = case when id = 'evt_hist_taken' then now() end
+      where org_id = 'org-hist'`.execute(harness.db);
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    await retention.runOnce();
+    const left = await harness.db.selectFrom('webhook_outbox').select('id').where('org_id', '=', 'org-hist').execute();
+    expect(left.map((row) => row.id)).toEqual(['evt_hist_pending']);
   });
 });
 

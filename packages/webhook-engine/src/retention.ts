@@ -102,12 +102,21 @@ export function createRetention(options: RetentionOptions): Retention {
           limit ${RETENTION_BATCH_ROWS}
         ) returning id`,
       )) ?? 0;
+    // The subscription history (SPEC §6.1) also reads the outbox: where it marks what it has taken
+    // (`historied_at`), a post.published event it has not taken yet is kept.
+    const { rows: history } = await sql<{ present: boolean }>`
+      select exists (select 1 from information_schema.columns where table_schema = current_schema()
+        and table_name = 'webhook_outbox' and column_name = 'historied_at') as present
+    `.execute(db);
+    const taken = history[0]?.present
+      ? sql`and (event.historied_at is not null or event.type <> 'post.published')`
+      : sql``;
     result.events =
       (await drain(
         () => sql<{ id: string }>`
         delete from webhook_outbox where id in (
           select id from webhook_outbox event
-          where dispatched_at < ${cutoff}
+          where dispatched_at < ${cutoff} ${taken}
             and not exists (select 1 from webhook_deliveries delivery where delivery.event_id = event.id)
           order by dispatched_at
           limit ${RETENTION_BATCH_ROWS}

@@ -1,4 +1,5 @@
 import { useErrorHandler } from '@envelop/core';
+import { isDatabaseUnavailableError } from '@herald/db';
 import { GraphQLError } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from '../logger.js';
@@ -13,6 +14,14 @@ export function useErrorLogging(fallback: Logger): Plugin<{ log?: Logger }> {
     for (const error of errors) {
       const original = error instanceof GraphQLError ? error.originalError : error;
       if (original == null || original instanceof GraphQLError) continue;
+      if (isDatabaseUnavailableError(original)) {
+        // Expected during a failover; answered 503 SERVICE_UNAVAILABLE (mask-error.ts).
+        log.warn(
+          { err: original, path: error instanceof GraphQLError ? error.path : undefined },
+          'database unavailable',
+        );
+        continue;
+      }
       log.error({ err: original, path: error instanceof GraphQLError ? error.path : undefined }, 'unexpected error');
     }
   }) as Plugin<{ log?: Logger }>;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { postPublishedChannel } from '@herald/contracts';
+import { DEFAULT_REDIS_PREFIX, postPublishedChannel, redisChannel } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
@@ -31,19 +31,19 @@ function service(redisUrl?: string): PubSubService {
 }
 
 describe('Redis pub/sub', () => {
-  it('publishes on the channel post-published:<orgId> as JSON, readable by any Redis client', async () => {
+  it('publishes on the channel herald:post-published:<orgId> as JSON, readable by any Redis client', async () => {
     const orgId = `org-${randomUUID()}`;
     const listener = new Redis(inject('redisUrl'));
     opened.push({ close: () => listener.quit() });
     const received = new Promise<{ channel: string; message: string }>((resolve) =>
       listener.on('message', (channel, message) => resolve({ channel, message })),
     );
-    await listener.subscribe(postPublishedChannel(orgId));
+    await listener.subscribe(redisChannel(DEFAULT_REDIS_PREFIX, postPublishedChannel(orgId)));
     const pod = service(inject('redisUrl'));
     await pod.ready(5_000);
     pod.publishPostPublished(post(orgId));
     const { channel, message } = await received;
-    expect(channel).toBe(`post-published:${orgId}`);
+    expect(channel).toBe(`herald:post-published:${orgId}`);
     expect(JSON.parse(message)).toMatchObject({
       org_id: orgId,
       title: 'On the wire',

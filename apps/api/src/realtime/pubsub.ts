@@ -1,5 +1,6 @@
 import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
 import { createRedisClient, type RedisClient } from '@herald/config/redis';
+import { DEFAULT_REDIS_PREFIX, redisChannel } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import { createPubSub } from 'graphql-yoga';
 import type { Redis } from 'ioredis';
@@ -41,11 +42,15 @@ export interface PubSubService {
   ready(timeoutMs: number): Promise<void>;
   /** Closes the Redis connections (no-op in memory). */
   close(): Promise<void>;
+  /** False while either Redis connection is down (reconnecting); always true in memory. For `/readiness`. */
+  readonly readiness: boolean;
 }
 
 export interface PubSubDeps {
   /** Any `REDIS_URL` form: one endpoint, Sentinel or Cluster (`@herald/config`). */
   redisUrl: string | undefined;
+  /** `HERALD_REDIS_PREFIX`, in front of every channel. @default 'herald:' */
+  redisPrefix?: string;
   logger: Logger;
   metrics: ApiMetrics;
 }
@@ -70,49 +75,56 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       publishPostPublished: (post) => publish(pubsub, post, metrics),
       ready: async () => {},
       close: async () => {},
+      readiness: true,
     };
   }
 
-  const publisher = createRedisClient(deps.redisUrl, {
-    lazyConnect: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    connectionName: 'herald-api-publish',
-  });
-  const subscriber = createRedisClient(deps.redisUrl, {
+  const onError = (connection: string) => (error: Error) =>
+    logger.warn({ err: error, connection }, 'redis connection error');
+  const publisher = createRedisClient(
+    deps.redisUrl,
+    { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1, connectionName: 'herald-api-publish' },
+    { onError: onError('publish') },
+  );
+  const subscriber = createRedisClient(
+    deps.redisUrl,
     // Subscriptions made during an outage wait for the reconnect instead of failing.
-    maxRetriesPerRequest: null,
-    autoResubscribe: true,
-    connectionName: 'herald-api-subscribe',
-  });
+    { maxRetriesPerRequest: null, autoResubscribe: true, connectionName: 'herald-api-subscribe' },
+    { onError: onError('subscribe') },
+  );
   for (const [name, client] of [
     ['publish', publisher],
     ['subscribe', subscriber],
   ] as const) {
-    client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
     client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
   }
 
   // The event target fires publish/subscribe without awaiting them; catch here so a failed command is
-  // logged and counted instead of becoming an unhandled rejection.
+  // logged and counted instead of becoming an unhandled rejection. Its topics travel on Redis with the
+  // installation's prefix, added and removed here only.
+  const prefix = deps.redisPrefix ?? DEFAULT_REDIS_PREFIX;
+  const onRedis = (topic: string) => redisChannel(prefix, topic);
   const publishClient = {
-    publish: (channel: string, message: string) =>
-      publisher.publish(channel, message).catch((error: Error) => {
+    publish: (topic: string, message: string) =>
+      publisher.publish(onRedis(topic), message).catch((error: Error) => {
         metrics.deliveryErrors.inc({ reason: 'publish_failed' });
-        logger.error({ err: error, channel }, 'event not published: redis unavailable (not replayed)');
+        logger.error({ err: error, channel: onRedis(topic) }, 'event not published: redis unavailable (not replayed)');
         return 0;
       }),
   };
   const subscribeClient = {
-    on: subscriber.on.bind(subscriber),
-    subscribe: (channel: string) =>
+    on: (event: 'message', listener: (topic: string, message: string) => void) =>
+      subscriber.on(event, (channel: string, message: string) => {
+        if (channel.startsWith(prefix)) listener(channel.slice(prefix.length), message);
+      }),
+    subscribe: (topic: string) =>
       subscriber
-        .subscribe(channel)
-        .catch((error: Error) => logger.error({ err: error, channel }, 'redis subscribe failed')),
-    unsubscribe: (channel: string) =>
+        .subscribe(onRedis(topic))
+        .catch((error: Error) => logger.error({ err: error, channel: onRedis(topic) }, 'redis subscribe failed')),
+    unsubscribe: (topic: string) =>
       subscriber
-        .unsubscribe(channel)
-        .catch((error: Error) => logger.warn({ err: error, channel }, 'redis unsubscribe failed')),
+        .unsubscribe(onRedis(topic))
+        .catch((error: Error) => logger.warn({ err: error, channel: onRedis(topic) }, 'redis unsubscribe failed')),
   };
   const pubsub = createTypedPubSub(
     createRedisEventTarget({
@@ -134,6 +146,9 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       );
       publisher.disconnect();
       subscriber.disconnect();
+    },
+    get readiness() {
+      return publisher.status === 'ready' && subscriber.status === 'ready';
     },
   };
 }

@@ -37,8 +37,8 @@ export interface TestApi {
 export interface TestApiOptions {
   /** Base PostgreSQL URL; the API gets its own fresh schema in it. Omit for embedded PGlite in memory. */
   databaseUrl?: string | undefined;
-  /** Extra environment, as a user would set it. */
-  env?: Record<string, string>;
+  /** Extra environment, as a user would set it; `undefined` unsets a default (e.g. NODE_ENV). */
+  env?: Record<string, string | undefined>;
   /** Listen on 127.0.0.1 with a free port. @default false */
   listen?: boolean;
 }
@@ -53,6 +53,7 @@ export async function startTestApi(options: TestApiOptions = {}): Promise<TestAp
     PORT: '0',
     JWT_SECRET: TEST_JWT_SECRET,
     HERALD_DATA_DIR: 'memory://',
+    SHUTDOWN_DRAIN_DELAY_MS: '0',
     ...(schema ? { DATABASE_URL: schema.url } : {}),
     ...options.env,
   });

@@ -1,0 +1,42 @@
+/**
+ * One GraphQL request over HTTP for fault tests, bounded so that a hang is a failure, not a stuck test:
+ * the answer (status, code of the first error, `Retry-After`) or what went wrong on the wire.
+ */
+export interface GraphqlAnswer {
+  status: number;
+  body: { data?: any; errors?: Array<{ message: string; extensions?: { code?: string } }> };
+  retryAfter: string | null;
+}
+
+/** A request that has not answered in this long counts as hung (SPEC §8: never a hang). */
+export const REQUEST_HANG_MS = 15_000;
+
+export async function postGraphql(
+  baseUrl: string,
+  token: string,
+  query: string,
+  variables: Record<string, unknown> = {},
+): Promise<GraphqlAnswer> {
+  const response = await fetch(`${baseUrl}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+    signal: AbortSignal.timeout(REQUEST_HANG_MS),
+  });
+  return {
+    status: response.status,
+    body: (await response.json()) as GraphqlAnswer['body'],
+    retryAfter: response.headers.get('retry-after'),
+  };
+}
+
+/** True for the two acceptable answers during an outage: success, or 503 SERVICE_UNAVAILABLE. */
+export function isOkOrUnavailable(answer: GraphqlAnswer): boolean {
+  if (answer.status === 200 && answer.body.errors === undefined) return true;
+  return (
+    answer.status === 503 &&
+    answer.retryAfter !== null &&
+    answer.body.errors?.length !== undefined &&
+    answer.body.errors.every((error) => error.extensions?.code === 'SERVICE_UNAVAILABLE')
+  );
+}

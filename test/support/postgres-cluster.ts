@@ -1,0 +1,74 @@
+import { execFile } from 'node:child_process';
+import { chown, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const PG_BIN = process.env.POSTGRES_BIN_DIR ?? '/usr/lib/postgresql/15/bin';
+/** PostgreSQL refuses to run as root; tests here run as root, so the cluster runs as this user. */
+const CLUSTER_USER = 'postgres';
+/** initdb and a start on a busy 2-core machine. */
+const PG_CTL_TIMEOUT_S = 60;
+
+/**
+ * A PostgreSQL cluster of the test's own (initdb in a temp dir, its own port, 127.0.0.1 only) that the
+ * test may stop and start again: an outage of the whole server, never of the shared one.
+ */
+export interface OwnPostgres {
+  /** DATABASE_URL of the cluster's `postgres` database (trust auth, user postgres). */
+  url: string;
+  start(): Promise<void>;
+  /** `pg_ctl stop -m fast`: connections are terminated, as in a restart or failover. */
+  stop(): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+export async function ownPostgres(port: number): Promise<OwnPostgres> {
+  const dir = await mkdtemp(join(tmpdir(), 'herald-pg-'));
+  const asRoot = process.getuid?.() === 0;
+  const exec = (binary: string, args: string[]) =>
+    asRoot
+      ? run('runuser', ['-u', CLUSTER_USER, '--', join(PG_BIN, binary), ...args])
+      : run(join(PG_BIN, binary), args);
+  if (asRoot) {
+    const { stdout } = await run('id', ['-u', CLUSTER_USER]);
+    const { stdout: gid } = await run('id', ['-g', CLUSTER_USER]);
+    await chown(dir, Number(stdout.trim()), Number(gid.trim()));
+  }
+  const data = join(dir, 'data');
+  await exec('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '--no-instructions']);
+  let running = false;
+  const server: OwnPostgres = {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    async start() {
+      const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50`;
+      await exec('pg_ctl', [
+        '-D',
+        data,
+        '-o',
+        options,
+        '-l',
+        join(dir, 'log'),
+        '-t',
+        String(PG_CTL_TIMEOUT_S),
+        '-w',
+        'start',
+      ]);
+      running = true;
+    },
+    async stop() {
+      if (!running) return;
+      await exec('pg_ctl', ['-D', data, '-m', 'fast', '-t', String(PG_CTL_TIMEOUT_S), '-w', 'stop']);
+      running = false;
+    },
+    async cleanup() {
+      if (running) {
+        await exec('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => {});
+        running = false;
+      }
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+  return server;
+}

@@ -1,7 +1,10 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
+import { type HttpConfig, runHttp } from './src/http.js';
+import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
+import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
@@ -118,6 +121,17 @@ describe.concurrent('pnpm bench, smoke size', () => {
   });
 });
 
+describe('pnpm bench token-verify section, smoke size', () => {
+  it('runs every verifier on real tokens and renders one row each', async () => {
+    const result = await runTokenVerify({ iterations: 50, trials: 1, clients: 4 });
+    expect(result.rows.map((row) => row.label)).toHaveLength(4);
+    for (const row of result.rows) expect(row.verifiesPerSec).toBeGreaterThan(0);
+    const markdown = tokenVerifyMarkdown(result).join('\n');
+    expect(markdown).toContain('Herald verifier (verified-token cache, 4 tokens)');
+    expect(tokenVerifyMarkdown(null).join('\n')).toContain('Not run.');
+  });
+});
+
 describe('bench smoke: webhooks (engine section)', () => {
   it('raw loop, raw durable loop, one and two dispatchers and the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
@@ -144,4 +158,64 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
   }, 240_000);
+});
+
+describe('pnpm bench, resume section at smoke size', () => {
+  it('clients resuming from one cursor each get every replayed event once', async () => {
+    const result = await runResumeCatchUp({
+      clients: 5,
+      events: 20,
+      databaseUrl: inject('databaseUrl'),
+      redisUrl: inject('redisUrl'),
+      timeoutMs: 60_000,
+    });
+    expect(result).toMatchObject({ clients: 5, eventsPerClient: 20, complete: 5, delivered: 100 });
+    expect(resumeMarkdown(result)).toContain('5/5 got every event exactly');
+  });
+});
+
+/** The HTTP section (issue 15) at toy size: 4 connections, one short trial per target and operation. */
+const httpConfig = (overrides: Partial<HttpConfig>): HttpConfig => ({
+  databaseUrl: inject('databaseUrl'),
+  targets: ['raw', 'herald', 'yoga', 'herald-pglite'],
+  operations: ['posts', 'me', 'createPost', 'publishPost'],
+  connections: 4,
+  trials: 1,
+  trialMs: 250,
+  warmupMs: 100,
+  seedPosts: 12,
+  heraldEnv: {},
+  log: () => {},
+  ...overrides,
+});
+
+describe('pnpm bench HTTP section, smoke size', () => {
+  it('runs every operation against raw, Herald, stock Yoga and Herald on PGlite, every answer checked', async () => {
+    const result = await runHttp(httpConfig({}));
+    expect(result.skipped).toEqual([]);
+    expect(result.rows.map((row) => `${row.operation}/${row.target}`).sort()).toEqual(
+      ['posts', 'me', 'createPost', 'publishPost']
+        .flatMap((operation) => ['raw', 'herald', 'yoga', 'herald-pglite'].map((target) => `${operation}/${target}`))
+        .sort(),
+    );
+    for (const row of result.rows) {
+      expect({ row: `${row.operation}/${row.target}`, failures: row.failures, firstFailure: row.firstFailure }).toEqual(
+        {
+          row: `${row.operation}/${row.target}`,
+          failures: 0,
+          firstFailure: undefined,
+        },
+      );
+      expect(row.trials[0]!.requests).toBeGreaterThan(0);
+      expect(row.trials[0]!.exhausted).toBe(false);
+      if (row.target !== 'raw') expect(row.vsRaw.reqPerSec).not.toBeNull();
+    }
+  }, 180_000);
+
+  it('counts an answer with the wrong content as failed', async () => {
+    const result = await runHttp(httpConfig({ targets: ['raw'], operations: ['me'], rawFault: 'wrong-me' }));
+    const row = result.rows.find((candidate) => candidate.target === 'raw')!;
+    expect(row.failures).toBeGreaterThan(0);
+    expect(row.firstFailure).toMatch(/wrong answer \(me\.id\)/);
+  }, 120_000);
 });

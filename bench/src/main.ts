@@ -20,6 +20,15 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import {
+  HTTP_OPERATION_IDS,
+  HTTP_TARGETS,
+  type HttpResult,
+  type HttpTargetId,
+  httpProfileMarkdown,
+  runHttp,
+} from './http.js';
+import type { HttpOperation } from './http-sql.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
   type BenchResults,
@@ -30,8 +39,10 @@ import {
   markdown,
   withRatios,
 } from './report.js';
+import { type ResumeResult, runResumeCatchUp } from './resume.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
+import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
@@ -121,7 +132,9 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile
+      ? 'raw,embedded,embedded-stock'
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,token-verify,resume,http',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -178,6 +191,14 @@ async function main() {
       {},
     ),
     redis: herald('redis', 'Herald 2 pods + Redis', 2, 'redis', {}),
+    // Resumable subscriptions (issue 12): the same without keeping the history, to price it.
+    'redis-history-off': herald(
+      'redis-history-off',
+      'Herald 2 pods + Redis, history off (SUBSCRIPTION_HISTORY_SIZE=0)',
+      2,
+      'redis',
+      { SUBSCRIPTION_HISTORY_SIZE: '0' },
+    ),
     'embedded-stock': herald(
       'embedded-stock',
       `Herald embedded, stock path (WS_SHARED_EXECUTION=false${embeddedDatabase === 'pglite' ? ', PGlite' : ''})`,
@@ -194,8 +215,10 @@ async function main() {
     ),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+    if (!['webhooks', 'token-verify', 'resume', 'http'].includes(id) && !specs[id])
+      throw new Error(
+        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http`,
+      );
   }
 
   log(
@@ -206,6 +229,7 @@ async function main() {
   const profiles: string[] = [];
   const glance: Array<{ title: string; summary: ProfileSummary; cpuUsPerDelivery: number }> = [];
   let webhooks: WebhookResult | null = null;
+  let tokenVerify: TokenVerifyResult | null = null;
   const profileDir = profile ? mkdtempSync(join(tmpdir(), 'herald-bench-prof-')) : undefined;
 
   interface Active {
@@ -319,6 +343,61 @@ async function main() {
     });
   }
 
+  if (scenarios.includes('token-verify')) {
+    log('token-verify: HS256 verification cost, raw node:crypto vs jose vs Herald (cached and not)');
+    tokenVerify = await runTokenVerify({
+      iterations: num('token-iterations', quick ? 5_000 : 20_000),
+      trials: num('token-trials', 3),
+      clients: num('token-clients', 64),
+    });
+  }
+
+  let resume: ResumeResult | null = null;
+  if (scenarios.includes('resume')) {
+    if (!postgresOk || !redisOk || !databaseUrl || !redisUrl) skipped.push('resume catch-up: needs postgres and redis');
+    else {
+      log('resume: clients resuming at once from one cursor');
+      resume = await runResumeCatchUp({
+        clients: num('resume-clients', quick ? 200 : 1_000),
+        events: num('resume-events', quick ? 200 : 1_000),
+        databaseUrl,
+        redisUrl,
+        timeoutMs: num('resume-timeout-ms', 300_000),
+      }).catch((error: Error) => {
+        skipped.push(`resume catch-up failed: ${error.message}`);
+        return null;
+      });
+    }
+  }
+
+  let http: HttpResult | null = null;
+  if (scenarios.includes('http')) {
+    log('http: queries and mutations at 64 keep-alive connections, Herald vs raw node:http + pg vs stock Yoga');
+    http = await runHttp({
+      databaseUrl: postgresOk ? databaseUrl : undefined,
+      targets: list('http-targets', HTTP_TARGETS.join(',')) as HttpTargetId[],
+      operations: list('http-operations', HTTP_OPERATION_IDS.join(',')) as HttpOperation[],
+      connections: num('http-connections', 64),
+      trials: num('http-trials', quick ? 3 : 5),
+      trialMs: num('http-trial-ms', quick ? 2000 : 3000),
+      warmupMs: num('http-warmup-ms', quick ? 1000 : 2000),
+      seedPosts: 100,
+      heraldEnv,
+      log,
+      ...(args['http-profile'] ? { profileDir: mkdtempSync(join(tmpdir(), 'herald-http-prof-')) } : {}),
+    });
+    if (http.profiles) {
+      // `--http-profile`: the HTTP section of PROFILE.md is replaced, the rest of the file kept.
+      const file = join(outDir, 'PROFILE.md');
+      const section = httpProfileMarkdown(http.profiles, `pnpm bench ${process.argv.slice(2).join(' ')}`, [
+        `${new Date().toISOString()}; ${machineDescription()}; Node ${process.version}; Herald ${gitCommit(ROOT)}; load average ${currentLoadavg().join(' ')}`,
+      ]);
+      mkdirSync(outDir, { recursive: true });
+      writeFileSync(file, replaceSection(readFileSafe(file), section));
+      log(`HTTP profile written to ${file}`);
+    }
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -348,6 +427,9 @@ async function main() {
     },
     fanout: withRatios(fanout),
     webhooks,
+    tokenVerify,
+    resume,
+    http,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });
@@ -360,7 +442,13 @@ async function main() {
       '- "Self time" is where the CPU was when sampled, not including callees. Areas are by script location (node_modules package, node: core module, Herald source); `(program)` is native V8/libuv time the profiler cannot attribute (mostly socket writes and microtask machinery).',
       '',
     ];
-    writeFileSync(join(outDir, 'PROFILE.md'), `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n`);
+    // The HTTP section (`--http-profile`) is kept.
+    const previous = readFileSafe(join(outDir, 'PROFILE.md'));
+    const httpBlock = previous.includes(HTTP_PROFILE_START) ? previous.slice(previous.indexOf(HTTP_PROFILE_START)) : '';
+    writeFileSync(
+      join(outDir, 'PROFILE.md'),
+      `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n${httpBlock ? `\n${httpBlock}` : ''}`,
+    );
     log(`profile summary written to ${join(outDir, 'PROFILE.md')}`);
     rmSync(profileDir!, { recursive: true, force: true });
   } else {
@@ -371,6 +459,26 @@ async function main() {
     log(`results written to ${outDir}/results.{json,md,svg} in ${Math.round(durationSec)} s`);
   }
   await cleanupAll();
+}
+
+const HTTP_PROFILE_START = '<!-- http-profile:start -->';
+const HTTP_PROFILE_END = '<!-- http-profile:end -->';
+
+function readFileSafe(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** `text` with its marked HTTP section replaced by `section` (appended when there is none). */
+function replaceSection(text: string, section: string): string {
+  const block = `${HTTP_PROFILE_START}\n${section}${HTTP_PROFILE_END}\n`;
+  const start = text.indexOf(HTTP_PROFILE_START);
+  const end = text.indexOf(HTTP_PROFILE_END);
+  if (start < 0 || end < 0) return `${text.trimEnd()}\n\n${block}`;
+  return `${text.slice(0, start)}${block}${text.slice(end + HTTP_PROFILE_END.length + 1)}`;
 }
 
 function methodNotes(embeddedDatabase: string, pgliteAsked: boolean, workers: number, sources: string): string[] {

@@ -2,6 +2,9 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { type HttpResult, httpMarkdown } from './http.js';
+import { type ResumeResult, resumeMarkdown } from './resume.js';
+import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, type WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
@@ -29,6 +32,11 @@ export interface BenchResults {
   run: RunInfo;
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
+  tokenVerify?: TokenVerifyResult | null;
+  /** Resumable subscriptions' catch-up run (issue 12); absent in results of earlier runs. */
+  resume?: ResumeResult | null;
+  /** issue 15's HTTP section (absent in runs from before it). */
+  http?: HttpResult | null;
   skipped: string[];
 }
 
@@ -188,6 +196,9 @@ export function markdown(results: BenchResults): string {
     lines.push(...renderWebhookEngineNotes(w));
     lines.push('', `Receiver: ${w.receiver}.`);
   }
+  lines.push(...tokenVerifyMarkdown(results.tokenVerify));
+  if (results.resume) lines.push('', resumeMarkdown(results.resume));
+  if (results.http) lines.push('', httpMarkdown(results.http));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

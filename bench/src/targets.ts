@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, insertPost, upsertUser } from '@herald/db';
+import { freePort } from '@herald/testing/ports';
 import { Pool } from 'undici';
 import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
 import { inspectorUrlFrom } from './inspector.js';
@@ -137,6 +138,8 @@ export interface HeraldOptions {
   env?: Record<string, string>;
   /** Write a V8 CPU profile of each pod into this directory (`node --cpu-prof`). */
   cpuProfDir?: string;
+  /** Start the pods with `--inspect` (needed to force a GC before reading memory). @default true */
+  inspect?: boolean;
   label: string;
 }
 
@@ -156,17 +159,20 @@ interface Pod {
   output: string[];
 }
 
-async function startPod(env: Record<string, string>, cpuProfDir: string | undefined): Promise<Pod> {
+async function startPod(env: Record<string, string>, cpuProfDir: string | undefined, inspect = true): Promise<Pod> {
   const args = [
-    '--inspect=127.0.0.1:0',
+    ...(inspect ? ['--inspect=127.0.0.1:0'] : []),
     ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
     '--import',
     TSX_IMPORT,
     'apps/api/src/main.ts',
   ];
+  // Above `info` the "listening" line is not logged: such a pod gets a port chosen here, and is up when
+  // /health answers.
+  const quietPort = ['info', 'debug', 'trace', undefined].includes(env.LOG_LEVEL) ? undefined : await freePort();
   const child = spawnTracked(process.execPath, args, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(quietPort ?? 0), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
@@ -195,9 +201,23 @@ async function startPod(env: Record<string, string>, cpuProfDir: string | undefi
       clearTimeout(timer);
       reject(new Error(`Herald exited with ${code} before listening:\n${output.join('\n')}`));
     });
+    if (quietPort !== undefined) {
+      const poll = setInterval(() => {
+        if (child.exitCode !== null) return clearInterval(poll);
+        fetch(`http://127.0.0.1:${quietPort}/health`).then(
+          (response) => {
+            if (!response.ok) return;
+            clearInterval(poll);
+            clearTimeout(timer);
+            resolve(quietPort);
+          },
+          () => {},
+        );
+      }, 100);
+    }
   });
-  const inspector = inspectorUrlFrom(output.join(''));
-  if (!inspector) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
+  const inspector = inspect ? inspectorUrlFrom(output.join('')) : '';
+  if (inspector === undefined) throw new Error(`Herald: no inspector URL in its output:\n${output.join('\n')}`);
   const pod: Pod = {
     death: undefined,
     child,
@@ -283,7 +303,9 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
 
   let pods: Pod[];
   try {
-    pods = await Promise.all(Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir)));
+    pods = await Promise.all(
+      Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect)),
+    );
   } catch (error) {
     unregister();
     await removeAll();

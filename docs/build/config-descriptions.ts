@@ -6,7 +6,7 @@
  */
 export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   NODE_ENV:
-    'Unset means `development`, except that single and cluster mode still mask internal errors. `production` turns off GraphiQL and introspection by default, masks internal errors and requires `https://` for `JWT_JWKS_URL`.',
+    '`production` turns off GraphiQL and introspection by default and requires `https://` for `JWT_JWKS_URL`. Internal error details are shown only with `development` set, or in embedded mode when unset; single and cluster modes mask them when unset.',
   'dispatcher:NODE_ENV': 'Deployment environment: `production` in deployments.',
   LOG_LEVEL: 'Least severe log level written (JSON lines on stdout).',
 
@@ -17,10 +17,10 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   SHUTDOWN_GRACE_MS:
     'On SIGTERM, how long in-flight work may take before the process exits (sockets are closed with 1012 at once so clients reconnect elsewhere).',
 
+  SHUTDOWN_DRAIN_DELAY_MS:
+    'After SIGTERM, how long `/readiness` answers 503 while the server still serves, so a load balancer stops routing to it before it closes (at most 60000). Unset: 5000, or 0 in embedded mode.',
   'dispatcher:SHUTDOWN_GRACE_MS':
     'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
-  SHUTDOWN_DRAIN_DELAY_MS:
-    'After SIGTERM, how long `/readiness` answers 503 while the server still serves, so a load balancer takes the pod out first; then the usual shutdown follows. Unset: 5000, or 0 in embedded mode.',
   DATABASE_URL:
     'PostgreSQL URL. Unset: embedded mode with PGlite in `HERALD_DATA_DIR` (one process only). Migrations run at start.',
   'dispatcher:DATABASE_URL': 'PostgreSQL URL: the same database as the API.',
@@ -47,6 +47,9 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   MAX_QUERY_DEPTH: 'Deepest selection accepted; deeper documents are refused before execution (SPEC §8).',
   MAX_QUERY_ALIASES: 'Most aliases in one document.',
   MAX_QUERY_TOKENS: 'Most lexical tokens in one document (bounds parsing work).',
+  MAX_QUERY_COST:
+    'Highest estimated cost of one document (graphql-armor cost limit); a costlier one is refused with a code.',
+  MAX_QUERY_DIRECTIVES: 'Most directives in one document.',
 
   WS_KEEPALIVE_MS:
     'Server ping interval on WebSockets; a socket that does not answer within it is dropped. At most 30000, below common proxy idle timeouts.',

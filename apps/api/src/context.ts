@@ -1,9 +1,9 @@
-import { InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth';
+import { AuthUnavailableError, InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth';
 import { createAuthorLoader, type Database } from '@herald/db';
 import type { YogaInitialContext } from 'graphql-yoga';
 import type { Kysely } from 'kysely';
 import type { ApiConfig } from './env.js';
-import { InvalidCredentialsError } from './errors.js';
+import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
 import type { Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
 import type { PubSubService } from './realtime/pubsub.js';
@@ -25,10 +25,23 @@ export interface Context extends YogaInitialContext {
   /** Webhook settings resolvers apply (the receiver URL policy). */
   webhooks: ApiConfig['webhooks'];
   /**
-   * Subscriptions: when the event being delivered was published (ms since epoch), for the
-   * event-to-send latency metric. Set per event; a subscription's events are executed one at a time.
+   * Subscriptions: the event being delivered, set by the resolver per event (a subscription's events
+   * are executed one at a time) and read by the socket layer for `extensions.cursor`, the switch from
+   * catch-up to a shared group, and the event-to-send latency metric.
    */
-  eventEmittedAt?: number;
+  event?: SubscriptionEventInfo;
+}
+
+/** The subscription event being delivered (see {@link Context.event}). */
+export interface SubscriptionEventInfo {
+  /** When it entered the history (ms since epoch). */
+  emittedAt: number;
+  epoch: string;
+  position: number;
+  /** `payload.extensions.cursor` of the `next` message; absent when resuming is off. */
+  cursor: string | undefined;
+  /** From the history (catch-up after `after`) rather than live. */
+  replayed: boolean;
 }
 
 /** What the transport hands the context builder besides Yoga's own initial context. */
@@ -40,6 +53,8 @@ export interface TransportContext {
   socketViewer?: Viewer | null;
   /** Request-scoped logger, when a plugin made one. */
   log?: Logger;
+  /** Set by the WebSocket server; anything else is HTTP. Subscriptions run only on `websocket`. */
+  transport?: 'websocket';
 }
 
 export interface ContextDeps {
@@ -54,6 +69,7 @@ export interface ContextDeps {
  * The single context builder behind HTTP and WebSocket (seed §5.3): it reads the `authorization`
  * header of an HTTP request, or the `authToken`/`authorization` connection parameter of a socket.
  * @throws InvalidCredentialsError (HTTP 401, UNAUTHENTICATED) when credentials are present but not valid
+ * @throws AuthServiceUnavailableError (HTTP 503, AUTH_UNAVAILABLE) when the key source does not answer
  */
 export function createContextBuilder(deps: ContextDeps) {
   return async (initial: YogaInitialContext & TransportContext): Promise<Context> => {
@@ -84,6 +100,7 @@ export async function authenticate(verifier: TokenVerifier, token: string): Prom
     if (error instanceof InvalidTokenError) {
       throw new InvalidCredentialsError(error.reason === 'expired' ? 'Token expired' : capitalise(error.message));
     }
+    if (error instanceof AuthUnavailableError) throw new AuthServiceUnavailableError(error.retryAfterSec);
     throw error;
   }
 }

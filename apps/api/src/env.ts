@@ -59,6 +59,8 @@ export const EnvSchema = z.object({
   MAX_QUERY_DEPTH: positiveInt.default(12),
   MAX_QUERY_ALIASES: positiveInt.default(15),
   MAX_QUERY_TOKENS: positiveInt.default(2_000),
+  MAX_QUERY_COST: positiveInt.default(5_000),
+  MAX_QUERY_DIRECTIVES: positiveInt.default(50),
 
   // websocket
   WS_KEEPALIVE_MS: positiveInt
@@ -68,6 +70,8 @@ export const EnvSchema = z.object({
 
   // subscriptions (SPEC §6.1)
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+  SUBSCRIPTION_HISTORY_SIZE: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
+  SUBSCRIPTION_HISTORY_TTL: durationMs().default(3_600_000),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -112,6 +116,12 @@ export interface ApiConfig {
   redisUrl: string | undefined;
   /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
   redisPrefix: string;
+  /**
+   * Resumable subscriptions (SPEC §6.1): events kept per organisation (`SUBSCRIPTION_HISTORY_SIZE`, 0
+   * turns resuming off, @default 1000) and for how long after its last event (`SUBSCRIPTION_HISTORY_TTL`,
+   * @default 1h). A bad value stops the process at start.
+   */
+  subscriptionHistory: { size: number; ttlMs: number };
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -132,6 +142,9 @@ export interface ApiConfig {
     maxDepth: number;
     maxAliases: number;
     maxTokens: number;
+    /** graphql-armor's cost model (objects 2, scalars 1, ×1.5 per level). */
+    maxCost: number;
+    maxDirectives: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean };
   webhooks: {
@@ -175,6 +188,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    subscriptionHistory: { size: parsed.SUBSCRIPTION_HISTORY_SIZE, ttlMs: parsed.SUBSCRIPTION_HISTORY_TTL },
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET
@@ -194,6 +208,8 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxDepth: parsed.MAX_QUERY_DEPTH,
       maxAliases: parsed.MAX_QUERY_ALIASES,
       maxTokens: parsed.MAX_QUERY_TOKENS,
+      maxCost: parsed.MAX_QUERY_COST,
+      maxDirectives: parsed.MAX_QUERY_DIRECTIVES,
     },
     ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
     webhooks: {
@@ -224,6 +240,9 @@ function checkKeySources(env: z.output<typeof EnvSchema>): void {
   const keys = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name]);
   if (keys.length > 1) {
     throw new InvalidConfigError([`${keys[1]}: set only one of ${keys.join(', ')}`]);
+  }
+  if (env.JWT_JWKS_URL && env.NODE_ENV === 'production' && new URL(env.JWT_JWKS_URL).protocol !== 'https:') {
+    throw new InvalidConfigError(['JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)']);
   }
   if (keys.length === 0 && env.DATABASE_URL) {
     throw new InvalidConfigError([

@@ -81,3 +81,39 @@ export class ServiceUnavailableError extends HeraldError {
     );
   }
 }
+
+/**
+ * A subscription's `after` cursor can't be honoured: malformed, older than the history (trimmed or
+ * expired), from another organisation, or from an earlier history that was lost (another epoch). The
+ * client reconciles with a `posts` query and subscribes again without `after` (SPEC §6.1).
+ */
+export class CursorExpiredError extends HeraldError {
+  override readonly name = 'CursorExpiredError';
+  constructor(reason: string) {
+    super(
+      `Cursor expired: ${reason}; reconcile with a posts query and subscribe again without after`,
+      ErrorCode.CURSOR_EXPIRED,
+    );
+  }
+}
+
+/**
+ * The token could not be checked because the key source (JWKS) does not answer: HTTP 503 with
+ * `Retry-After`, code AUTH_UNAVAILABLE, so clients back off instead of discarding a good token.
+ */
+export class AuthServiceUnavailableError extends HeraldError {
+  override readonly name = 'AuthServiceUnavailableError';
+  constructor(retryAfterSec: number) {
+    super('Authentication is temporarily unavailable: retry later with the same token', ErrorCode.AUTH_UNAVAILABLE, {
+      http: { status: 503, headers: { 'Retry-After': String(retryAfterSec) } },
+    });
+  }
+}
+
+/** A live subscription ended because its event source failed; the client subscribes again. */
+export class SubscriptionInterruptedError extends HeraldError {
+  override readonly name = 'SubscriptionInterruptedError';
+  constructor(message = 'Subscription interrupted on the server: subscribe again (with your last cursor)') {
+    super(message, ErrorCode.SUBSCRIPTION_INTERRUPTED);
+  }
+}

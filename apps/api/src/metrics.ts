@@ -13,6 +13,8 @@ export interface ApiMetrics {
   deliveryErrors: Counter<'reason'>;
   eventToSendSeconds: Histogram;
   slowConsumersClosed: Counter;
+  /** Events sent from the history to subscriptions resuming with `after` (SPEC §6.1). */
+  eventsReplayed: Counter;
 }
 
 /** One registry per server instance, so tests and several servers in one process don't collide. */
@@ -56,6 +58,11 @@ export function createApiMetrics(): ApiMetrics {
     slowConsumersClosed: new Counter({
       name: 'herald_ws_slow_consumers_closed_total',
       help: 'Sockets closed because their send buffer passed the limit when an event was due',
+      registers: [registry],
+    }),
+    eventsReplayed: new Counter({
+      name: 'herald_subscription_events_replayed_total',
+      help: 'Events sent from the history to subscriptions resuming after a cursor',
       registers: [registry],
     }),
   };

@@ -102,16 +102,6 @@ export function redisClientConfig(url: string, options: RedisOptions = {}): Redi
   }
 }
 
-/** What the client does with connection errors; see {@link createRedisClient}. */
-export interface RedisClientHooks {
-  /**
-   * Called with every `'error'` the client emits (connection refused, reset, failover, cluster
-   * node lost). The client keeps reconnecting by itself; the error never ends the process.
-   * @default one line on stderr
-   */
-  onError?: (error: Error) => void;
-}
-
 /**
  * An ioredis client for `REDIS_URL`: `Redis` for `redis://`/`rediss://` (unchanged) and
  * `redis+sentinel://`, `Cluster` for `redis+cluster://`. `options` are the caller's ioredis options; for a
@@ -119,12 +109,15 @@ export interface RedisClientHooks {
  *
  * The client always has an `'error'` listener: ioredis emits some errors (a cluster subscriber that
  * cannot connect, a protocol desync) with a plain `emit('error')`, which throws and ends the process
- * when nobody listens.
+ * when nobody listens. It writes one line to stderr only while the caller has added no listener of
+ * its own (add one to log through your logger); either way the client keeps reconnecting.
  * @throws InvalidRedisUrlError naming REDIS_URL when the URL is not one of the accepted forms
  */
-export function createRedisClient(url: string, options: RedisOptions = {}, hooks: RedisClientHooks = {}): RedisClient {
+export function createRedisClient(url: string, options: RedisOptions = {}): RedisClient {
   const client = newClient(redisClientConfig(url, options));
-  client.on('error', hooks.onError ?? logRedisError);
+  client.on('error', (error: Error) => {
+    if (client.listenerCount('error') === 1) logRedisError(error);
+  });
   return client;
 }
 

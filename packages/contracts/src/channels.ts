@@ -1,14 +1,18 @@
+import { subscriptionRedisKeys } from './subscriptions.js';
+import { DEFAULT_REDIS_PREFIX } from './webhooks.js';
+
 /**
- * Pub/sub channel names. Every channel Herald publishes on is built here so that the publisher
- * (a mutation) and the subscriber (a subscription field) can never disagree on a name.
+ * Pub/sub channel names. The channel a published post is announced on is built in one place,
+ * {@link subscriptionRedisKeys} (with the history keys it must share a Redis Cluster slot with), so
+ * that the publisher (the history script) and the subscribers can never disagree on a name.
  */
 
-/** Prefix of the per-organisation channel a published post is announced on. */
+/** Prefix (after `HERALD_REDIS_PREFIX`) of the per-organisation channel a published post is announced on. */
 export const POST_PUBLISHED_CHANNEL_PREFIX = 'post-published';
 
-/** `post-published:<orgId>`: one channel per organisation, so a tenant only ever hears its own posts. */
-export function postPublishedChannel(orgId: string): string {
-  return `${POST_PUBLISHED_CHANNEL_PREFIX}:${orgId}`;
+/** `<prefix>post-published:{<orgId>}`: one channel per organisation, so a tenant only ever hears its own posts. */
+export function postPublishedChannel(orgId: string, prefix: string = DEFAULT_REDIS_PREFIX): string {
+  return subscriptionRedisKeys(prefix, orgId).channel;
 }
 
 /**

@@ -4,6 +4,7 @@ export type * from './database.js';
 export * from './database-unavailable.js';
 export * from './migrate.js';
 export * from './posts.js';
+export * from './subscription-outbox.js';
 export * from './users.js';
 export * from './webhook-attempts-loader.js';
 export * from './webhook-deliveries.js';

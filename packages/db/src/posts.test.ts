@@ -5,7 +5,7 @@ import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { findPostById, insertPost, listPostsByOrg, publishPostInTransaction } from './posts.js';
+import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, publishPostInTransaction } from './posts.js';
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
@@ -100,6 +100,27 @@ describe.each(backends)('data layer on $name', ({ open }) => {
     expect(first.map((post) => post.title)).toEqual(['p4', 'p3']);
     const next = await listPostsByOrg(db, { orgId: 'org-page', limit: 10, afterSeq: String(first[1]?.seq) });
     expect(next.map((post) => post.title)).toEqual(['p2', 'p1', 'p0']);
+  });
+
+  it('inserts a draft and its new author in one statement, and follows a changed author name', async () => {
+    const first = await insertPostWithAuthor(db, {
+      orgId: 'org-new',
+      authorId: 'newcomer',
+      authorName: 'New',
+      title: 'First',
+      tags: ['a', 'a', 'b'],
+    });
+    expect(first).toMatchObject({ org_id: 'org-new', author_id: 'newcomer', title: 'First', tags: ['a', 'b'] });
+    expect(first.status).toBe('DRAFT');
+    await insertPostWithAuthor(db, {
+      orgId: 'org-new',
+      authorId: 'newcomer',
+      authorName: 'Renamed',
+      title: 'Second',
+      tags: [],
+    });
+    const loader = createAuthorLoader(db);
+    expect(await loader.load('newcomer')).toEqual({ id: 'newcomer', name: 'Renamed' });
   });
 
   it('publishes a draft once; a second publish changes nothing', async () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { Database, Post } from './database.js';
 
 export interface NewPostInput {
@@ -23,6 +23,27 @@ export async function insertPost(db: Kysely<Database>, input: NewPostInput): Pro
     .executeTakeFirstOrThrow();
 }
 
+/**
+ * Records the author (as `upsertUser` does: a changed name updates the stored one) and inserts the
+ * draft in ONE statement: one round trip, atomic, no transaction to open and commit.
+ */
+export async function insertPostWithAuthor(
+  db: Kysely<Database>,
+  input: NewPostInput & { authorName: string },
+): Promise<Post> {
+  const { rows } = await sql<Post>`
+    with author as (
+      insert into users (id, name) values (${input.authorId}, ${input.authorName})
+      on conflict (id) do update set name = excluded.name, updated_at = now()
+      where users.name is distinct from excluded.name
+    )
+    insert into posts (id, org_id, author_id, title, tags)
+    values (${randomUUID()}, ${input.orgId}, ${input.authorId}, ${input.title}, ${[...new Set(input.tags)]}::text[])
+    returning *
+  `.execute(db);
+  return rows[0]!;
+}
+
 export async function findPostById(db: Kysely<Database>, id: string): Promise<Post | undefined> {
   return db.selectFrom('posts').selectAll().where('id', '=', id).executeTakeFirst();
 }
@@ -38,13 +59,24 @@ export interface PostPageQuery {
   inverted?: boolean;
 }
 
-/** One page of an organisation's posts, newest first (keyset pagination on `seq`). */
-export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<Post[]> {
-  let select = db.selectFrom('posts').selectAll().where('org_id', '=', query.orgId);
-  if (query.afterSeq != null) select = select.where('seq', '<', query.afterSeq);
-  if (query.beforeSeq != null) select = select.where('seq', '>', query.beforeSeq);
+/** A post with its author's display name, read in the same query (a join on `users`). */
+export type PostWithAuthor = Post & { author_name: string };
+
+/**
+ * One page of an organisation's posts, newest first (keyset pagination on `seq`), each with its
+ * author's name from the same query: a page costs one round trip, authors included.
+ */
+export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<PostWithAuthor[]> {
+  let select = db
+    .selectFrom('posts')
+    .innerJoin('users', 'users.id', 'posts.author_id')
+    .selectAll('posts')
+    .select('users.name as author_name')
+    .where('posts.org_id', '=', query.orgId);
+  if (query.afterSeq != null) select = select.where('posts.seq', '<', query.afterSeq);
+  if (query.beforeSeq != null) select = select.where('posts.seq', '>', query.beforeSeq);
   return select
-    .orderBy('seq', query.inverted ? 'asc' : 'desc')
+    .orderBy('posts.seq', query.inverted ? 'asc' : 'desc')
     .limit(query.limit)
     .execute();
 }

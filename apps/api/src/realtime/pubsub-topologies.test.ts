@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiMetrics } from '../metrics.js';
-import { createPubSubService, POST_PUBLISHED_TOPIC, type PubSubService } from './pubsub.js';
+import { createPubSubService, type PubSubService } from './pubsub.js';
 
 // Pub/sub between two pods through REDIS_URL forms other than one endpoint, on real servers of the
 // test's own: a master and replica behind a sentinel, and a 3-master Redis Cluster.
@@ -44,7 +44,12 @@ const post = (orgId: string): Post => ({
 });
 
 function service(redisUrl: string): PubSubService {
-  const created = createPubSubService({ redisUrl, logger: pino({ level: 'silent' }), metrics: createApiMetrics() });
+  const created = createPubSubService({
+    redisUrl,
+    redisPrefix: 'herald-topologies:',
+    logger: pino({ level: 'silent' }),
+    metrics: createApiMetrics(),
+  });
   opened.push(Object.assign(created, { redisUrl }));
   return created;
 }
@@ -55,15 +60,16 @@ function service(redisUrl: string): PubSubService {
  */
 async function deliver(from: PubSubService, to: PubSubService, timeoutMs = 5_000): Promise<unknown> {
   const orgId = `org-${randomUUID()}`;
-  const iterator = to.pubsub.subscribe(POST_PUBLISHED_TOPIC, orgId)[Symbol.asyncIterator]();
-  const first = iterator.next();
-  let event: IteratorResult<unknown> | undefined;
-  for (const deadline = Date.now() + timeoutMs; !event && Date.now() < deadline; ) {
-    from.publishPostPublished(post(orgId));
-    event = await Promise.race([first, new Promise<undefined>((resolve) => setTimeout(resolve, 100))]);
+  let received: unknown;
+  const stop = await to.history.listen(orgId, (entry) => {
+    received ??= entry.event.post;
+  });
+  for (const deadline = Date.now() + timeoutMs; !received && Date.now() < deadline; ) {
+    await from.publishPostPublished(post(orgId));
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  await iterator.return?.();
-  return event?.value;
+  stop();
+  return received;
 }
 
 describe('REDIS_URL=redis+sentinel://… (master and replica behind a sentinel)', () => {

@@ -2,6 +2,7 @@ import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
 import type { WebSocket } from 'ws';
 import type { Context } from '../context.js';
+import { SubscriptionInterruptedError } from '../errors.js';
 import type { ApiMetrics } from '../metrics.js';
 
 /**
@@ -20,6 +21,17 @@ import type { ApiMetrics } from '../metrics.js';
  * carries `extensions.sharedAcrossViewers`; see schema/post.ts), and the group key is the exact
  * document, operation name and variables. Anything else runs the stock per-subscription path.
  *
+ * Resuming subscribers (`after`, SPEC §6.1) catch up alone: their own stream replays the history and
+ * is executed for them only, until the last event it delivered is at or past the group's last
+ * broadcast; then they join the group, which skips them for the events they already have. When no
+ * group exists yet and their stream has gone live, their stream becomes the group's.
+ *
+ * The group executes without a viewer: the first member's context loses its viewer when its stream
+ * becomes the group's, so what members receive never depends on who subscribed first.
+ *
+ * A group whose stream fails ends each member with an `error` (SUBSCRIPTION_INTERRUPTED), never a
+ * `complete` that clients would take for a normal end.
+ *
  * Slow consumers: a socket whose send buffer is above `maxBufferedBytes` when an event is due is closed
  * (1013, counted), so one stuck client can't grow the server's memory without bound.
  */
@@ -35,10 +47,17 @@ export interface GroupMember {
   id: string;
 }
 
+/** A place in an organisation's history. */
+interface Position {
+  epoch: string;
+  position: number;
+}
+
 export interface SubscriptionGroups {
   /**
    * The key under which `document` + `variables` may share execution, or undefined when the selection
-   * touches anything viewer-dependent (then the caller uses the stock path).
+   * touches anything viewer-dependent (then the caller uses the stock path). Leave a resume cursor out
+   * of `variables`: resuming subscribers share the group once caught up.
    */
   keyFor(
     document: DocumentNode,
@@ -48,24 +67,37 @@ export interface SubscriptionGroups {
   ): string | undefined;
   /**
    * Adds a member to the group `key`, handing over `stream` (the member's own, already authorized
-   * subscription) when the group is new, else closing it. Returns the iterable graphql-ws waits on for
-   * this subscription: it never yields (frames are written directly) and completes when the group ends;
-   * its `return()` (client `complete`, socket closed) removes the member.
+   * subscription) when the group is new, else closing it. With `resuming`, the member first consumes
+   * its own stream (its catch-up) and joins once caught up. Returns the iterable graphql-ws waits on for
+   * this subscription: while in the group it yields nothing (frames are written directly) and completes
+   * when the group ends; its `return()` (client `complete`, socket closed) removes the member.
    */
   join(
     key: string,
     member: GroupMember,
     stream: AsyncIterable<ExecutionResult>,
     context: Context,
-  ): AsyncIterableIterator<never>;
+    resuming?: boolean,
+  ): AsyncIterableIterator<ExecutionResult>;
   /** Number of live groups (for tests and metrics). */
   readonly size: number;
 }
 
+interface Membership {
+  prefix: string;
+  /** Events at or before this were delivered to the member before it joined. */
+  skipThrough: Position | undefined;
+  done: (value: IteratorResult<never>) => void;
+  fail: (error: Error) => void;
+}
+
 interface Group {
-  members: Map<GroupMember, { prefix: string; done: (value: IteratorResult<never>) => void }>;
+  members: Map<GroupMember, Membership>;
   stream: AsyncIterator<ExecutionResult>;
+  /** The context the stream executes with: where the resolver leaves each event's position. */
   context: Context;
+  /** The last event broadcast. */
+  last: Position | undefined;
 }
 
 export function createSubscriptionGroups(deps: {
@@ -87,6 +119,7 @@ export function createSubscriptionGroups(deps: {
   }
 
   async function pump(key: string, group: Group) {
+    let failure: Error | undefined;
     try {
       for (;;) {
         const { value: result, done } = await group.stream.next();
@@ -94,10 +127,13 @@ export function createSubscriptionGroups(deps: {
         broadcast(group, result);
       }
     } catch {
-      // The stream failed (e.g. pub/sub gone): members complete below; clients resubscribe.
+      failure = new SubscriptionInterruptedError();
     } finally {
       if (groups.get(key) === group) groups.delete(key);
-      for (const { done } of group.members.values()) done({ done: true, value: undefined });
+      for (const membership of group.members.values()) {
+        if (failure) membership.fail(failure);
+        else membership.done({ done: true, value: undefined });
+      }
       group.members.clear();
     }
   }
@@ -105,22 +141,64 @@ export function createSubscriptionGroups(deps: {
   function broadcast(group: Group, result: ExecutionResult) {
     // graphql-ws's `next` message, serialized once; only the leading id differs per member.
     const suffix = `,"type":"next","payload":${JSON.stringify(result)}}`;
-    const emittedAt = group.context.eventEmittedAt;
-    group.context.eventEmittedAt = undefined;
-    for (const [member, { prefix }] of group.members) {
+    const event = group.context.event;
+    group.context.event = undefined;
+    const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
+    let sent = 0;
+    for (const [member, membership] of group.members) {
       const { socket } = member;
+      const skip = membership.skipThrough;
+      if (skip && position && skip.epoch === position.epoch && position.position <= skip.position) continue;
+      membership.skipThrough = undefined;
       if (socket.readyState !== socket.OPEN) continue;
       if (socket.bufferedAmount > deps.maxBufferedBytes) {
         metrics.slowConsumersClosed.inc();
         socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
         continue;
       }
-      socket.send(prefix + suffix, (error) => {
+      socket.send(membership.prefix + suffix, (error) => {
         if (error) metrics.deliveryErrors.inc({ reason: 'send_failed' });
       });
+      sent += 1;
     }
-    metrics.eventsDelivered.inc(group.members.size);
-    if (emittedAt !== undefined) metrics.eventToSendSeconds.observe((Date.now() - emittedAt) / 1000);
+    group.last = position;
+    if (sent > 0) metrics.eventsDelivered.inc(sent);
+    if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
+  }
+
+  function startGroup(key: string, stream: AsyncIterator<ExecutionResult>, context: Context, last?: Position) {
+    // The stream executes with the context it was subscribed with, its first member's. From now on that
+    // context serves every member: drop the member's identity so no execution for the group can act
+    // with one member's rights (shared fields never read the viewer; one that did fails loudly).
+    context.viewer = null;
+    const group: Group = { members: new Map(), stream, context, last };
+    groups.set(key, group);
+    void pump(key, group);
+    return group;
+  }
+
+  /** Adds `member` to `group`; returns what graphql-ws waits on and how to leave. */
+  function enter(key: string, group: Group, member: GroupMember, skipThrough: Position | undefined) {
+    let done!: (value: IteratorResult<never>) => void;
+    let fail!: (error: Error) => void;
+    const finished = new Promise<IteratorResult<never>>((resolve, reject) => {
+      done = resolve;
+      fail = reject;
+    });
+    // Nobody may be waiting when the group fails after the member left: keep that from being unhandled.
+    finished.catch(() => {});
+    group.members.set(member, { prefix: `{"id":${JSON.stringify(member.id)}`, skipThrough, done, fail });
+    const leave = () => {
+      const membership = group.members.get(member);
+      if (!membership) return;
+      group.members.delete(member);
+      membership.done({ done: true, value: undefined });
+      if (group.members.size === 0) {
+        if (groups.get(key) === group) groups.delete(key);
+        void group.stream.return?.();
+      }
+    };
+    return { finished, leave };
   }
 
   return {
@@ -128,44 +206,67 @@ export function createSubscriptionGroups(deps: {
       if (!isShareable(document)) return undefined;
       return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;
     },
-    join(key, member, stream, context) {
-      let group = groups.get(key);
-      if (group) {
-        // Authorized already; the group's stream serves this member, so its own is closed.
-        void stream[Symbol.asyncIterator]().return?.();
-      } else {
-        group = { members: new Map(), stream: stream[Symbol.asyncIterator](), context };
-        groups.set(key, group);
-        void pump(key, group);
-      }
-      const joined = group;
-      let finish!: (value: IteratorResult<never>) => void;
-      const finished = new Promise<IteratorResult<never>>((resolve) => {
-        finish = resolve;
-      });
-      joined.members.set(member, { prefix: `{"id":${JSON.stringify(member.id)}`, done: finish });
-      const leave = () => {
-        if (!joined.members.delete(member)) return;
-        finish({ done: true, value: undefined });
-        if (joined.members.size === 0) {
-          if (groups.get(key) === joined) groups.delete(key);
-          void joined.stream.return?.();
+    join(key, member, stream, context, resuming = false) {
+      let membership: { finished: Promise<IteratorResult<never>>; leave: () => void } | undefined;
+      let own: AsyncIterator<ExecutionResult> | undefined = stream[Symbol.asyncIterator]();
+      let lastYielded: Position | undefined;
+      let lastLive = false;
+
+      if (!resuming) {
+        const existing = groups.get(key);
+        if (existing) {
+          // Authorized already; the group's stream serves this member, so its own is closed.
+          void own.return?.();
+          membership = enter(key, existing, member, undefined);
+        } else {
+          membership = enter(key, startGroup(key, own, context), member, undefined);
         }
+        own = undefined;
+      }
+
+      /** A resuming member joins once its own stream delivered what the group last broadcast. */
+      const tryJoin = (): boolean => {
+        // Not before its own stream is live: replayed events were never the group's to broadcast.
+        if (!own || !lastYielded || !lastLive) return false;
+        const group = groups.get(key);
+        if (group) {
+          const last = group.last;
+          if (last && (last.epoch !== lastYielded.epoch || last.position > lastYielded.position)) return false;
+          void own.return?.();
+          membership = enter(key, group, member, lastYielded);
+        } else {
+          membership = enter(key, startGroup(key, own, context, lastYielded), member, undefined);
+        }
+        own = undefined;
+        return true;
       };
-      return {
+
+      const iterator: AsyncIterableIterator<ExecutionResult> = {
         [Symbol.asyncIterator]() {
-          return this;
+          return iterator;
         },
-        next: () => finished,
+        async next() {
+          if (membership || tryJoin()) return membership?.finished as Promise<IteratorResult<never>>;
+          const result = await (own as AsyncIterator<ExecutionResult>).next();
+          const event = context.event;
+          if (!result.done && event) {
+            lastYielded = { epoch: event.epoch, position: event.position };
+            lastLive = !event.replayed;
+          }
+          return result;
+        },
         async return() {
-          leave();
+          membership?.leave();
+          await own?.return?.();
           return { done: true, value: undefined };
         },
         async throw(error?: unknown) {
-          leave();
+          membership?.leave();
+          await own?.return?.();
           throw error;
         },
       };
+      return iterator;
     },
     get size() {
       return groups.size;

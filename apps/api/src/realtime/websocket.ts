@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
-import type { TokenVerifier, Viewer } from '@herald/auth';
-import { type execute, GraphQLError, type subscribe } from 'graphql';
+import { AuthUnavailableError, type TokenVerifier, type Viewer } from '@herald/auth';
+import { ErrorCode } from '@herald/contracts';
+import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
 import { type Extra, useServer } from 'graphql-ws/use/ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
@@ -8,6 +9,7 @@ import { WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '../plugins/use-error-codes.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
@@ -20,6 +22,8 @@ export const MAX_SUBSCRIPTIONS_PER_SOCKET = 50;
 export const SERVICE_RESTART_CLOSE_CODE = 1012;
 /** A socket with more than this waiting in its send buffer when an event is due is closed (1013). */
 export const MAX_BUFFERED_BYTES = 512 * 1024;
+/** The token could not be checked (key source down): "Try Again Later", so the client backs off. */
+export const AUTH_UNAVAILABLE_CLOSE_CODE = 1013;
 /** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -28,7 +32,7 @@ interface EnvelopedRoot {
   execute: typeof execute;
   subscribe: typeof subscribe;
   /** Set when this subscription may share execution with identical ones (see subscription-groups.ts). */
-  share?: { key: string; member: GroupMember };
+  share?: { key: string; member: GroupMember; resuming: boolean };
 }
 
 /** What Herald keeps per socket beside graphql-ws's own state. */
@@ -118,7 +122,11 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         }
         try {
           state.viewer = await verifier.verify(token);
-        } catch {
+        } catch (error) {
+          if (error instanceof AuthUnavailableError) {
+            // Closed first, so graphql-ws's own 4403 for `false` finds the socket closing and is dropped.
+            ctx.extra.socket.close(AUTH_UNAVAILABLE_CLOSE_CODE, 'Try Again Later: authentication unavailable');
+          }
           return false; // graphql-ws closes with 4403 Forbidden
         }
         scheduleExpiry(ctx.extra, state, state.viewer.expiresAt);
@@ -146,23 +154,33 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           socketViewer: viewer,
+          transport: 'websocket',
           params: payload,
         });
+        // A refused document is an `error` message with a code, never a 4500 close (SPEC §6).
         let document: ReturnType<typeof parse>;
+        let errors: readonly GraphQLError[];
         try {
           document = parse(payload.query);
         } catch (error) {
-          return [error instanceof GraphQLError ? error : new GraphQLError('Syntax Error: could not parse the query')];
+          return [documentError(error, GRAPHQL_PARSE_FAILED)];
         }
-        const errors = validate(schema, document);
+        try {
+          errors = validate(schema, document);
+        } catch (error) {
+          return [documentError(error, GRAPHQL_VALIDATION_FAILED)];
+        }
         if (errors.length > 0) return errors;
+        const resume = resumeArgument(document, payload.variables);
         const shareKey = deps.sharedExecution
-          ? groups.keyFor(document, payload.operationName, payload.query, payload.variables)
+          ? groups.keyFor(document, payload.operationName, payload.query, resume.keyVariables)
           : undefined;
         const rootValue: EnvelopedRoot = {
           execute,
           subscribe,
-          ...(shareKey ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id } } } : {}),
+          ...(shareKey
+            ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id }, resuming: resume.resuming } }
+            : {}),
         };
         return {
           schema,
@@ -176,13 +194,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       execute: (args) => (args.rootValue as EnvelopedRoot).execute(args),
       subscribe: async (args) => {
         const root = args.rootValue as EnvelopedRoot;
+        const context = args.contextValue as Context;
         // The real subscribe runs for every subscriber, so authorization is never shared.
         const result = await root.subscribe(args);
-        if (!isAsyncIterable(result)) return result;
+        if (!isAsyncIterable(result)) return refusalAsError(result);
         metrics.activeSubscriptions.inc();
+        const withCursor = withCursors(result, context);
         const stream = root.share
-          ? groups.join(root.share.key, root.share.member, result, args.contextValue as Context)
-          : result;
+          ? groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming)
+          : withCursor;
         return onEnd(stream, () => metrics.activeSubscriptions.dec());
       },
       onNext(ctx, _id, _payload, args) {
@@ -193,11 +213,9 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           return;
         }
         metrics.eventsDelivered.inc();
-        const context = args.contextValue as Context | undefined;
-        if (context?.eventEmittedAt !== undefined) {
-          metrics.eventToSendSeconds.observe((Date.now() - context.eventEmittedAt) / 1000);
-          context.eventEmittedAt = undefined;
-        }
+        const event = (args.contextValue as Context | undefined)?.event;
+        if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
+        if (event?.replayed) metrics.eventsReplayed.inc();
       },
       onError(_ctx, _id, _payload, errors) {
         logger.debug({ errors: errors.map((error) => error.message) }, 'subscribe refused');
@@ -220,7 +238,12 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     try {
       const token = readConnectionToken(headers as Record<string, unknown>);
       return token === undefined ? undefined : await verifier.verify(token);
-    } catch {
+    } catch (error) {
+      if (error instanceof AuthUnavailableError) {
+        return new GraphQLError('Authentication is temporarily unavailable: retry later with the same token', {
+          extensions: { code: ErrorCode.AUTH_UNAVAILABLE },
+        });
+      }
       return new GraphQLError('Invalid, expired or malformed token in the operation headers', {
         extensions: { code: 'UNAUTHENTICATED' },
       });
@@ -272,6 +295,72 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       return groups.size;
     },
   };
+}
+
+/**
+ * A subscription refused before its stream existed. graphql-ws would send that as `next` + `complete`;
+ * a refused cursor must be an `error` message (SPEC §6.1) so clients don't take it for a normal end,
+ * so it becomes a stream that fails at once (graphql-ws answers with `error`, keeping the code).
+ */
+function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterableIterator<ExecutionResult> {
+  const expired = result.errors?.find((error) => error.extensions?.code === ErrorCode.CURSOR_EXPIRED);
+  if (!expired) return result;
+  const failing: AsyncIterableIterator<ExecutionResult> = {
+    [Symbol.asyncIterator]: () => failing,
+    next: () => Promise.reject(expired),
+    return: async () => ({ done: true, value: undefined }),
+  };
+  return failing;
+}
+
+/**
+ * Adds `extensions.cursor` (SPEC §6.1) to each result: the resolver leaves the event's cursor on the
+ * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}).
+ */
+function withCursors(stream: AsyncIterable<ExecutionResult>, context: Context): AsyncIterableIterator<ExecutionResult> {
+  const iterator = stream[Symbol.asyncIterator]();
+  const mapped: AsyncIterableIterator<ExecutionResult> = {
+    [Symbol.asyncIterator]: () => mapped,
+    async next() {
+      const result = await iterator.next();
+      const cursor = context.event?.cursor;
+      if (result.done || cursor === undefined) return result;
+      return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
+    },
+    return: async (value?: unknown) =>
+      iterator.return ? iterator.return(value) : { done: true, value: value as ExecutionResult },
+    throw: async (error?: unknown) => {
+      if (iterator.throw) return iterator.throw(error);
+      throw error;
+    },
+  };
+  return mapped;
+}
+
+/**
+ * Whether the subscription resumes (`after` set on its root field), and the variables that identify
+ * its shared group: without the cursor, so resuming subscribers end up in the same group.
+ */
+export function resumeArgument(
+  document: DocumentNode,
+  variables: Record<string, unknown> | null | undefined,
+): { resuming: boolean; keyVariables: Record<string, unknown> | null | undefined } {
+  for (const definition of document.definitions) {
+    if (definition.kind !== Kind.OPERATION_DEFINITION || definition.operation !== 'subscription') continue;
+    for (const selection of definition.selectionSet.selections) {
+      if (selection.kind !== Kind.FIELD) continue;
+      const after = selection.arguments?.find((argument) => argument.name.value === 'after');
+      if (!after) continue;
+      if (after.value.kind === Kind.VARIABLE) {
+        const name = after.value.name.value;
+        const value = variables?.[name];
+        const { [name]: _cursor, ...rest } = variables ?? {};
+        return { resuming: value != null, keyVariables: rest };
+      }
+      return { resuming: after.value.kind !== Kind.NULL, keyVariables: variables };
+    }
+  }
+  return { resuming: false, keyVariables: variables };
 }
 
 /**

@@ -5,6 +5,7 @@ import * as indexDueWebhookDeliveries from './2026-11-21T08-30_index-due-webhook
 import * as webhookEndpointHealth from './2026-11-23T11-00_webhook-endpoint-health.js';
 import * as webhooksOpsStandardSecrets from './2026-11-23T11-20_webhooks-ops-standard-secrets.js';
 import * as engineStraightPath from './2026-11-23T11-35_engine-straight-path.js';
+import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscription-history.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -18,6 +19,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-23T11-00_webhook-endpoint-health': webhookEndpointHealth,
   '2026-11-23T11-20_webhooks-ops-standard-secrets': webhooksOpsStandardSecrets,
   '2026-11-23T11-35_engine-straight-path': engineStraightPath,
+  '2026-11-23T11-45_resume-subscription-history': resumeSubscriptionHistory,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -20,6 +20,12 @@ export interface AppBuild {
   dir: string;
   /** `main` is what the image runs; the others are operator CLIs shipped in the same image. */
   entries: readonly AppEntry[];
+  /**
+   * Where the operators' console (apps/console, static files) is built into, relative to the output
+   * folder; the API serves it from `dist/console/`, beside `dist/main.js`.
+   * @default undefined (no console)
+   */
+  consoleDir?: string;
 }
 
 /**
@@ -37,6 +43,7 @@ export const APPS: Readonly<Record<AppName, AppBuild>> = {
       // `node dist/migrate.js`: run migrations alone, e.g. as a pre-deploy Job.
       { name: 'migrate', source: 'src/migrate-cli.ts' },
     ],
+    consoleDir: 'dist/console',
   },
   'webhook-dispatcher': {
     packageName: '@herald/webhook-dispatcher',

@@ -4,6 +4,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildConsole } from '../../apps/console/src/build/build-console.js';
 import { APPS, type AppName } from './apps.js';
 import { bundleApp } from './bundle.js';
 import { copyProductionClosure } from './prune.js';
@@ -28,7 +29,8 @@ export interface BuildResult {
  * to `outDir` (which must be empty or absent) and a temporary folder it removes.
  *
  * 1. bundle: esbuild compiles `dist/<entry>.js` with the `@herald/*` workspace packages inlined and
- *    third-party packages left as imports (see `bundleApp`);
+ *    third-party packages left as imports (see `bundleApp`); for the API, the console's static files
+ *    into `dist/console/` (see `AppBuild.consoleDir`);
  * 2. install: `pnpm deploy --prod` of the app, from the workspace lockfile, offline (the packages the
  *    install fetched, nothing else) and hoisted (a plain npm-style `node_modules`);
  * 3. prune: copy only the packages the bundles import, and their dependencies (see
@@ -48,6 +50,10 @@ export async function buildApp(appName: AppName, outDirArg: string, log: (line: 
   const bundle = await bundleApp({ root: REPO_ROOT, app, outDir });
   for (const name of bundle.skipped) log(`skipped entry "${name}": its source does not exist yet`);
   log(`bundled ${bundle.files.join(', ')}; imports ${bundle.externals.size} packages`);
+  if (app.consoleDir) {
+    const built = await buildConsole({ outDir: join(outDir, app.consoleDir) });
+    log(`built the console into ${app.consoleDir}: ${Object.keys(built.files).join(', ')}`);
+  }
 
   const staging = await mkdtemp(join(tmpdir(), `herald-build-${appName}-`));
   try {

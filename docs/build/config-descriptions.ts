@@ -18,7 +18,10 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'On SIGTERM, how long in-flight work may take before the process exits (sockets are closed with 1012 at once so clients reconnect elsewhere).',
 
   SHUTDOWN_DRAIN_DELAY_MS:
-    'After SIGTERM, how long `/readiness` answers 503 while the server still serves, so a load balancer stops routing to it before it closes (at most 60000). Unset: 5000, or 0 in embedded mode.',
+    'After SIGTERM, how long `/readiness` answers 503 while the pod still accepts and serves, so load balancers stop sending before it stops accepting. Unset: 5000 (0 in embedded mode).',
+  MAX_QUERY_COST:
+    "Largest document cost accepted (graphql-armor's cost model); a costlier document is refused with `GRAPHQL_VALIDATION_FAILED`.",
+  MAX_QUERY_DIRECTIVES: 'Most directives accepted in one document; more are refused with `GRAPHQL_VALIDATION_FAILED`.',
   'dispatcher:SHUTDOWN_GRACE_MS':
     'On SIGTERM, how long attempts in flight may finish before the process exits; an unfinished one is attempted again by another dispatcher.',
   DATABASE_URL:
@@ -32,7 +35,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   HERALD_REDIS_PREFIX:
     'Prefix of every Redis key, stream and pub/sub channel, so several installations can share one Redis. Must match between the API and the dispatcher.',
   HERALD_DATA_DIR: 'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives.',
-  HERALD_CONSOLE_DIR: 'Directory of a built web console to serve at `/console`; unset serves the bundled one.',
+  HERALD_CONSOLE_DIR:
+    'Folder of the built operator console served at `/console/` (apps/console). Unset: `dist/console/` beside the production bundle, else `apps/console/dist/` of the workspace (built by `pnpm install` / `pnpm start`); none found: `/console/` answers 503 saying how to build it. Set to a folder without `index.html`: the API refuses to start.',
 
   JWT_SECRET:
     'HS256 key that verifies bearer tokens, at least 32 characters. Required in cluster mode unless `JWT_PUBLIC_KEY` or `JWT_JWKS_URL` is set; embedded mode generates one in `HERALD_DATA_DIR`. Set only one of the three.',
@@ -47,9 +51,6 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   MAX_QUERY_DEPTH: 'Deepest selection accepted; deeper documents are refused before execution (SPEC §8).',
   MAX_QUERY_ALIASES: 'Most aliases in one document.',
   MAX_QUERY_TOKENS: 'Most lexical tokens in one document (bounds parsing work).',
-  MAX_QUERY_COST:
-    'Highest estimated cost of one document (graphql-armor cost limit); a costlier one is refused with a code.',
-  MAX_QUERY_DIRECTIVES: 'Most directives in one document.',
 
   WS_KEEPALIVE_MS:
     'Server ping interval on WebSockets; a socket that does not answer within it is dropped. At most 30000, below common proxy idle timeouts.',

@@ -139,6 +139,16 @@ for (const appName of Object.keys(APPS) as AppName[]) {
               body: JSON.stringify({ query: '{ me { id } }' }),
             });
             expect(await response.json()).toEqual({ data: { me: { id: 'deploy-test' } } });
+            // The console, built into dist/console/ and served from there, with the script its page names.
+            const page = await fetch(`${app.baseUrl}/console/`);
+            expect(page.status).toBe(200);
+            const html = await page.text();
+            expect(html).not.toContain('herald-dev-token');
+            const script = /src="\.\/(console-\w+\.js)"/.exec(html)?.[1];
+            expect(script).toBeDefined();
+            const asset = await fetch(`${app.baseUrl}/console/${script}`);
+            expect(asset.status).toBe(200);
+            expect(asset.headers.get('content-type')).toContain('javascript');
           }
         } finally {
           if (app.running()) app.process.kill('SIGTERM');

@@ -14,7 +14,12 @@ const ALERTS_FILE = join(REPO_ROOT, 'deploy/prometheus/alerts.yml');
 const OPERATIONS_GUIDE = join(REPO_ROOT, 'docs/operations.md');
 
 /** The alerts the operations guide documents; more may be added. */
-const REQUIRED_ALERTS = ['HeraldWebhookDeadLetters', 'HeraldWebhookFailureRateHigh'];
+const REQUIRED_ALERTS = [
+  'HeraldWebhookDeadLetters',
+  'HeraldWebhookFailureRateHigh',
+  'HeraldWebhookEndpointDisabled',
+  'HeraldWebhookDeadDeliveriesWaiting',
+];
 
 /** Every metric the API and the dispatcher export (prom-client); a rule naming another one never fires. */
 const KNOWN_METRICS = [
@@ -29,6 +34,9 @@ const KNOWN_METRICS = [
   'herald_webhook_dead_letters_total',
   'herald_webhook_retry_backlog',
   'herald_webhook_stream_lag',
+  'herald_webhook_endpoints_disabled_total',
+  'herald_webhook_dead_deliveries',
+  'herald_webhook_disabled_endpoints',
 ];
 
 const alertsFile = parse(readFileSync(ALERTS_FILE, 'utf8'));

@@ -2,7 +2,8 @@ import type { AddressInfo } from 'node:net';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
 import { createEmbeddedDispatcher } from '@herald/webhook-engine';
-import { loadOrCreateDevSecret } from './dev-credentials.js';
+import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
+import { loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { type ApiMetrics, createApiMetrics } from './metrics.js';
@@ -20,6 +21,8 @@ export interface HeraldApp extends HeraldServer {
   metrics: ApiMetrics;
   /** The generated development secret, in embedded mode without a configured key. */
   devSecret: string | undefined;
+  /** A 30-day token for the demo user, signed with `devSecret` (printed by main.ts); undefined without it. */
+  devToken: string | undefined;
   /** Starts listening on the configured host and port (port 0 picks a free one). */
   listen(): Promise<AddressInfo>;
   /**
@@ -34,6 +37,8 @@ export interface HeraldApp extends HeraldServer {
 
 /** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
+  // Before anything is opened: a wrong HERALD_CONSOLE_DIR stops the start at once.
+  const consoleAssets = loadConsole(config, logger);
   const database = await createDatabase(config.database, {
     onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
   });
@@ -72,7 +77,18 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     await Promise.all([pubsub.close(), database.close()]);
     throw error;
   }
-  const server = createServer({ config, database, verifier, logger, pubsub, metrics });
+  const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
+  const server = createServer({
+    config,
+    database,
+    verifier,
+    logger,
+    pubsub,
+    metrics,
+    // The console pre-fills the development token only in development: a production server never hands
+    // out a token, even one it generated itself.
+    console: { assets: consoleAssets, devToken: config.env === 'development' ? devToken : undefined },
+  });
   const { httpServer } = server;
 
   // --- webhooks (issue 4) -------------------------------------------------------------------------
@@ -104,6 +120,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     pubsub,
     metrics,
     devSecret,
+    devToken,
     listen() {
       return new Promise((resolve, reject) => {
         httpServer.once('error', reject);
@@ -141,4 +158,18 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
       return stopping;
     },
   };
+}
+
+/**
+ * The built console, or undefined (with a warning; /console then says how to build it) when none is
+ * found. A configured HERALD_CONSOLE_DIR without a console is a start-up error.
+ */
+function loadConsole(config: ApiConfig, logger: Logger): ConsoleAssets | undefined {
+  const dir = findConsoleDir(config.console.dir);
+  if (!dir) {
+    logger.warn('console: no build found; /console answers 503 until `pnpm --filter @herald/console build` runs');
+    return undefined;
+  }
+  if (config.console.dir === undefined) logger.debug({ dir }, 'console: serving the build');
+  return loadConsoleAssets(dir);
 }

@@ -45,6 +45,7 @@ export const EnvSchema = z.object({
   DATABASE_POOL_MAX: positiveInt.default(10),
   REDIS_URL: redisUrl().optional(),
   HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
+  HERALD_CONSOLE_DIR: z.string().min(1).optional(),
 
   // auth
   JWT_SECRET: z.string().min(32, { error: 'must be at least 32 characters' }).optional(),
@@ -147,6 +148,14 @@ export interface ApiConfig {
     maxDirectives: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean };
+  /** The operators' console at /console (apps/console). */
+  console: {
+    /**
+     * Folder of the built console; undefined looks beside the bundle, then in apps/console/dist.
+     * A folder without index.html stops the start with an error naming it.
+     */
+    dir: string | undefined;
+  };
   webhooks: {
     timeoutMs: number;
     retryBaseMs: number;
@@ -212,6 +221,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxDirectives: parsed.MAX_QUERY_DIRECTIVES,
     },
     ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
+    console: { dir: parsed.HERALD_CONSOLE_DIR },
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,

@@ -1,8 +1,9 @@
 import { InvalidConfigError } from '@herald/config';
 import { createApp } from './app.js';
-import { DEMO_USER, signDevToken } from './dev-credentials.js';
+import { DEMO_USER } from './dev-credentials.js';
 import { loadApiConfig } from './env.js';
 import { createLogger } from './logger.js';
+import { CONSOLE_PATH } from './plugins/use-console.js';
 import { GRAPHQL_PATH } from './server.js';
 
 let config: ReturnType<typeof loadApiConfig>;
@@ -34,14 +35,15 @@ logger.info(
   'herald api listening',
 );
 
-if (app.devSecret) {
+if (app.devToken) {
   const host = config.http.host === '0.0.0.0' || config.http.host === '::' ? 'localhost' : config.http.host;
-  const token = await signDevToken(app.devSecret, config.auth.issuer, config.auth.audience);
+  const token = app.devToken;
   process.stderr.write(
     [
       '',
       `  Herald is running in ${config.mode} mode (data in ${config.dataDir}).`,
       `  GraphiQL:  http://${host}:${address.port}${GRAPHQL_PATH}`,
+      `  Console:   http://${host}:${address.port}${CONSOLE_PATH}/`,
       `  Development token for ${DEMO_USER.name} (org "${DEMO_USER.orgs[0]}"), valid 30 days. In GraphiQL's Headers tab:`,
       `  {"Authorization": "Bearer ${token}"}`,
       '',

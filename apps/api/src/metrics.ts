@@ -15,6 +15,8 @@ export interface ApiMetrics {
   slowConsumersClosed: Counter;
   /** Events sent from the history to subscriptions resuming with `after` (SPEC §6.1). */
   eventsReplayed: Counter;
+  /** Shared-execution groups live now: each executes an event once for all its subscribers. */
+  subscriptionGroups: Gauge;
 }
 
 /** One registry per server instance, so tests and several servers in one process don't collide. */
@@ -63,6 +65,11 @@ export function createApiMetrics(): ApiMetrics {
     eventsReplayed: new Counter({
       name: 'herald_subscription_events_replayed_total',
       help: 'Events sent from the history to subscriptions resuming after a cursor',
+      registers: [registry],
+    }),
+    subscriptionGroups: new Gauge({
+      name: 'herald_subscription_groups_active',
+      help: 'Shared-execution subscription groups live now (same document and variables, executed once per event)',
       registers: [registry],
     }),
   };

@@ -4,11 +4,13 @@ import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
+import type { ConsoleAssets } from './console-assets.js';
 import { type Context, createContextBuilder } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { maskError } from './mask-error.js';
 import type { ApiMetrics } from './metrics.js';
+import { useConsole } from './plugins/use-console.js';
 import { useDocumentLimits } from './plugins/use-document-limits.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
@@ -34,6 +36,8 @@ export interface ServerDeps {
   logger: Logger;
   pubsub: PubSubService;
   metrics: ApiMetrics;
+  /** The operators' console at /console: its built files, and the token to pre-fill in development. */
+  console?: { assets: ConsoleAssets | undefined; devToken?: string | undefined };
 }
 
 export interface HeraldServer {
@@ -50,7 +54,7 @@ export interface HeraldServer {
 /**
  * Builds Herald's HTTP server: Yoga on `/graphql` (POST, and GET for queries only), graphql-ws on the
  * same path, `/health` (liveness: the process answers), `/readiness` (the database answers and we're
- * not draining) and `/metrics` (Prometheus).
+ * not draining), `/metrics` (Prometheus) and the operators' console on `/console/`.
  * Never listens by itself and has no side effects beyond the objects it returns.
  */
 export function createServer(deps: ServerDeps): HeraldServer {
@@ -67,6 +71,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
   const plugins: Plugin[] = [
     useRequestLogging(logger),
     useMetricsEndpoint(deps.metrics.registry),
+    useConsole({ assets: deps.console?.assets, devToken: deps.console?.devToken }),
     useReadinessCheck({
       endpoint: READINESS_PATH,
       // 503 while draining, while PostgreSQL does not answer (bounded by the ping's timeout) and while

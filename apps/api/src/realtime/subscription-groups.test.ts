@@ -61,6 +61,7 @@ describe('shared execution', () => {
     const subscribers = await Promise.all([subscribe(alice, query), subscribe(carol, query), subscribe(alice, query)]);
     await until('3 subscriptions', async () => (await activeSubscriptions()) === before + 3);
     expect(api.app.webSockets.sharedGroups).toBe(1);
+    expect((await api.app.metrics.subscriptionGroups.get()).values[0]?.value).toBe(1);
     const postId = await publish(alice, 'org-a', 'shared');
     for (const { raw, id } of subscribers) {
       const next = await raw.next('next');
@@ -75,6 +76,8 @@ describe('shared execution', () => {
     }
     closeAll(subscribers.map((s) => s.raw));
     await until('the group to end', () => api.app.webSockets.sharedGroups === 0);
+    // herald_subscription_groups_active follows the groups down too.
+    expect((await api.app.metrics.subscriptionGroups.get()).values[0]?.value).toBe(0);
   });
 
   it('different selections and variables each get their own result', async () => {

@@ -130,6 +130,7 @@ export function createSubscriptionGroups(deps: {
       failure = new SubscriptionInterruptedError();
     } finally {
       if (groups.get(key) === group) groups.delete(key);
+      metrics.subscriptionGroups.set(groups.size);
       for (const membership of group.members.values()) {
         if (failure) membership.fail(failure);
         else membership.done({ done: true, value: undefined });
@@ -173,6 +174,7 @@ export function createSubscriptionGroups(deps: {
     context.viewer = null;
     const group: Group = { members: new Map(), stream, context, last };
     groups.set(key, group);
+    metrics.subscriptionGroups.set(groups.size);
     void pump(key, group);
     return group;
   }
@@ -195,6 +197,7 @@ export function createSubscriptionGroups(deps: {
       membership.done({ done: true, value: undefined });
       if (group.members.size === 0) {
         if (groups.get(key) === group) groups.delete(key);
+        metrics.subscriptionGroups.set(groups.size);
         void group.stream.return?.();
       }
     };

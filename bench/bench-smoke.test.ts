@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
-import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
+import { PEERS } from './src/protocol.js';
+import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
 // frame checked. Correctness only: no timing is asserted (the numbers come from `pnpm bench`).
@@ -68,6 +69,11 @@ describe.concurrent('pnpm bench, smoke size', () => {
     const result = await measure(() => startRawTarget(), { ...config, workers: 1 });
     expectEveryFrameRight(result);
     expect(result.correctness.noncanonical).toBe(0);
+  });
+
+  it.each(PEERS)('peer %s: every socket gets every event once, checked frame by frame', async (peer) => {
+    const result = await measure(() => startPeerTarget(peer), { ...config, workers: 1 });
+    expectEveryFrameRight(result);
   });
 
   it("counts a frame carrying another socket's subscription id as wrong, and its event as missing", async () => {

@@ -20,6 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { cleanupAll, installExitHandlers, ROOT, round, wallNow } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
   type BenchResults,
@@ -121,7 +122,9 @@ async function main() {
   const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
   const scenarios = list(
     'scenarios',
-    profile ? 'raw,embedded,embedded-stock' : 'raw,embedded,redis,embedded-stock,webhooks',
+    profile
+      ? 'raw,embedded,embedded-stock'
+      : 'raw,embedded,redis,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,webhooks',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -192,6 +195,7 @@ async function main() {
       'redis',
       stock,
     ),
+    ...peerScenarios(),
   };
   for (const id of scenarios) {
     if (id !== 'webhooks' && !specs[id])

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
+import { peersMarkdown } from './peers.js';
 import type { WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
@@ -138,6 +139,7 @@ export function markdown(results: BenchResults): string {
     `RSS per socket is (RSS loaded − RSS idle) ÷ sockets after a forced GC; at 1k sockets that difference is a few MiB and moves by ±4 KB/socket between runs, so the ratio to raw is only given where raw's RSS grew by ${MIN_RSS_DELTA_MIB} MiB or more (10k sockets). CPU µs per delivery is the figure least disturbed by other load on the machine.`,
     '',
   );
+  lines.push(...peersMarkdown(results.fanout));
   lines.push('Details per scenario:', '');
   lines.push(
     '| scenario | sockets | connect s | fixed rate events/s | saturation window (events in flight) | trials: deliveries/s | one event p99 per trial ms | client CPU µs/delivery | publish CPU µs/event (no sockets) | server CPU µs/delivery minus publish | RSS idle → loaded MiB | heap/socket KB | frames checked | not byte-identical but right |',

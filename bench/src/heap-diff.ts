@@ -19,7 +19,7 @@ import { PEERS, type Peer } from './protocol.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target, waitForSubscriptions } from './targets.js';
 
 /** Rows of the per-socket table. */
-const TOP_ROWS = 25;
+const TOP_ROWS = 40;
 /** Writing a snapshot of a server holding 10k sockets takes tens of seconds on a busy machine. */
 const SNAPSHOT_TIMEOUT_MS = 600_000;
 
@@ -28,30 +28,103 @@ interface Aggregate {
   bytes: number;
 }
 
-/** Self size and count per `type:name` of a V8 heap snapshot (only nodes reachable after a full GC). */
+/**
+ * Self size and count per heap node kind: closures by function name and source location (file:line),
+ * other objects by type:name and the edge that first retains them (`via Parent.edge`), so that "31 plain
+ * Objects" becomes "the graphql-ws context's `extra`" etc. Strings and numbers are keyed by type only.
+ */
 export function aggregateSnapshot(file: string): { total: number; byKey: Map<string, Aggregate> } {
   const snapshot = JSON.parse(readFileSync(file, 'utf8')) as {
-    snapshot: { meta: { node_fields: string[]; node_types: [string[]] } };
+    snapshot: {
+      meta: { node_fields: string[]; node_types: [string[]]; edge_fields: string[]; edge_types: [string[]] };
+    };
     nodes: number[];
+    edges: number[];
+    locations?: number[];
     strings: string[];
   };
-  const fields = snapshot.snapshot.meta.node_fields;
-  const width = fields.length;
-  const typeAt = fields.indexOf('type');
-  const nameAt = fields.indexOf('name');
-  const sizeAt = fields.indexOf('self_size');
-  const types = snapshot.snapshot.meta.node_types[0];
+  const { meta } = snapshot.snapshot;
+  const { nodes, edges, strings } = snapshot;
+  const width = meta.node_fields.length;
+  const typeAt = meta.node_fields.indexOf('type');
+  const nameAt = meta.node_fields.indexOf('name');
+  const sizeAt = meta.node_fields.indexOf('self_size');
+  const edgeCountAt = meta.node_fields.indexOf('edge_count');
+  const edgeWidth = meta.edge_fields.length;
+  const edgeTypeAt = meta.edge_fields.indexOf('type');
+  const edgeNameAt = meta.edge_fields.indexOf('name_or_index');
+  const edgeToAt = meta.edge_fields.indexOf('to_node');
+  const nodeTypes = meta.node_types[0];
+  const edgeTypes = meta.edge_types[0];
+  const count = nodes.length / width;
+  const typeOf = (n: number) => nodeTypes[nodes[n * width + typeAt]!]!;
+  const nameOf = (n: number) => strings[nodes[n * width + nameAt]!] ?? '';
+  const short = (text: string, max = 40) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
+
+  // First retainer of every node (the first strong edge met in snapshot order), and closure → file.
+  const retainer = new Int32Array(count).fill(-1);
+  const retainerEdge = new Array<string>(count);
+  const scriptOfFunction = new Map<number, string>();
+  let edgeIndex = 0;
+  const firstEdge = new Int32Array(count);
+  for (let n = 0; n < count; n++) {
+    firstEdge[n] = edgeIndex;
+    const edgeCount = nodes[n * width + edgeCountAt]!;
+    for (let e = 0; e < edgeCount; e++, edgeIndex += edgeWidth) {
+      const kind = edgeTypes[edges[edgeIndex + edgeTypeAt]!];
+      if (kind === 'weak' || kind === 'shortcut') continue;
+      const to = edges[edgeIndex + edgeToAt]! / width;
+      if (retainer[to] !== -1) continue;
+      retainer[to] = n;
+      const label = edges[edgeIndex + edgeNameAt]!;
+      retainerEdge[to] = kind === 'element' || kind === 'hidden' ? `[${label}]` : (strings[label] ?? '?');
+    }
+  }
+  const edgeTarget = (n: number, name: string): number => {
+    const edgeCount = nodes[n * width + edgeCountAt]!;
+    for (let e = 0, i = firstEdge[n]!; e < edgeCount; e++, i += edgeWidth) {
+      const kind = edgeTypes[edges[i + edgeTypeAt]!];
+      if (kind !== 'element' && kind !== 'hidden' && strings[edges[i + edgeNameAt]!] === name) {
+        return edges[i + edgeToAt]! / width;
+      }
+    }
+    return -1;
+  };
+  const lineOf = new Map<number, number>();
+  const locations = snapshot.locations ?? [];
+  for (let i = 0; i + 3 < locations.length; i += 4) lineOf.set(locations[i]! / width, locations[i + 2]! + 1);
+  const fileOf = (closure: number): string => {
+    const shared = edgeTarget(closure, 'shared');
+    if (shared < 0) return '?';
+    let file = scriptOfFunction.get(shared);
+    if (file === undefined) {
+      const script = edgeTarget(shared, 'script_or_debug_info');
+      const url = script < 0 ? '?' : nameOf(script);
+      file = url
+        .replace(/^.*node_modules\/(\.pnpm\/[^/]+\/node_modules\/)?/, '')
+        .replace(/^.*\/work\/[^/]+\/[^/]+\//, '');
+      scriptOfFunction.set(shared, file);
+    }
+    return file;
+  };
+
   const byKey = new Map<string, Aggregate>();
   let total = 0;
-  for (let i = 0; i < snapshot.nodes.length; i += width) {
-    const type = types[snapshot.nodes[i + typeAt]!]!;
-    let name = snapshot.strings[snapshot.nodes[i + nameAt]!] ?? '';
-    // Strings and numbers are keyed by type only; their content would make every one its own row.
-    if (type === 'string' || type === 'concatenated string' || type === 'sliced string' || type === 'number') name = '';
-    if (name.length > 60) name = `${name.slice(0, 57)}…`;
-    const key = `${type}:${name}`;
-    const size = snapshot.nodes[i + sizeAt]!;
+  for (let n = 0; n < count; n++) {
+    const type = typeOf(n);
+    const size = nodes[n * width + sizeAt]!;
     total += size;
+    let key: string;
+    if (type === 'string' || type === 'concatenated string' || type === 'sliced string' || type === 'number') {
+      key = type;
+    } else if (type === 'closure') {
+      key = `closure ${nameOf(n) || '(anonymous)'} @ ${fileOf(n)}:${lineOf.get(n) ?? '?'}`;
+    } else {
+      const parent = retainer[n]!;
+      const via =
+        parent < 0 ? '' : ` via ${short(nameOf(parent) || typeOf(parent), 30)}.${short(retainerEdge[n] ?? '?', 24)}`;
+      key = `${type}:${short(nameOf(n))}${via}`;
+    }
     const entry = byKey.get(key) ?? { count: 0, bytes: 0 };
     entry.count++;
     entry.bytes += size;

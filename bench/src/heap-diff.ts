@@ -108,6 +108,14 @@ export function aggregateSnapshot(file: string): { total: number; byKey: Map<str
     return file;
   };
 
+  // Two retainer steps: "array via Map.table via DataLoader._cacheMap" says whose Map it is.
+  const via = (n: number, depth: number): string => {
+    const parent = retainer[n]!;
+    if (parent < 0 || depth === 0) return '';
+    const parentName =
+      typeOf(parent) === 'closure' ? `${nameOf(parent) || '(anonymous)'}()` : nameOf(parent) || typeOf(parent);
+    return ` via ${short(parentName, 30)}.${short(retainerEdge[n] ?? '?', 24)}${via(parent, depth - 1).replace(' via', ' ←')}`;
+  };
   const byKey = new Map<string, Aggregate>();
   let total = 0;
   for (let n = 0; n < count; n++) {
@@ -120,10 +128,7 @@ export function aggregateSnapshot(file: string): { total: number; byKey: Map<str
     } else if (type === 'closure') {
       key = `closure ${nameOf(n) || '(anonymous)'} @ ${fileOf(n)}:${lineOf.get(n) ?? '?'}`;
     } else {
-      const parent = retainer[n]!;
-      const via =
-        parent < 0 ? '' : ` via ${short(nameOf(parent) || typeOf(parent), 30)}.${short(retainerEdge[n] ?? '?', 24)}`;
-      key = `${type}:${short(nameOf(n))}${via}`;
+      key = `${type}:${short(nameOf(n))}${via(n, 2)}`;
     }
     const entry = byKey.get(key) ?? { count: 0, bytes: 0 };
     entry.count++;

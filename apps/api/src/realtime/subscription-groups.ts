@@ -28,6 +28,8 @@ import type { ApiMetrics } from '../metrics.js';
 export const SHARED_ACROSS_VIEWERS = 'sharedAcrossViewers';
 /** Close code for a consumer too slow to keep up: "Try Again Later". */
 export const SLOW_CONSUMER_CLOSE_CODE = 1013;
+/** ws send options of every `next` frame: a text frame (the bytes are UTF-8 JSON), not compressed. */
+const TEXT_FRAME = { binary: false, compress: false } as const;
 
 export interface GroupMember {
   socket: WebSocket;
@@ -63,9 +65,72 @@ export interface SubscriptionGroups {
 }
 
 interface Group {
-  members: Map<GroupMember, { prefix: string; done: (value: IteratorResult<never>) => void }>;
+  key: string;
+  members: Map<GroupMember, MemberSubscription>;
   stream: AsyncIterator<ExecutionResult>;
   context: Context;
+}
+
+const DONE: IteratorResult<never> = Object.freeze({ done: true, value: undefined });
+
+/**
+ * What graphql-ws waits on for one grouped subscription. A class, not an object of closures: tens of
+ * thousands of these live at once, and per-instance closures, a promise made before anyone waits and an
+ * async `next` (a suspended generator each) were a third of a subscribed socket's heap (bench/results/PROFILE.md).
+ */
+class MemberSubscription implements AsyncIterableIterator<never> {
+  /** `{"id":<subscription id>` as bytes: the only part of a `next` frame that differs per member. */
+  readonly prefix: Buffer;
+  private resolveNext: ((value: IteratorResult<never>) => void) | undefined;
+  private ended = false;
+
+  constructor(
+    private readonly group: Group,
+    private readonly member: GroupMember,
+    private readonly onLeave: (group: Group) => void,
+  ) {
+    this.prefix = Buffer.from(`{"id":${JSON.stringify(member.id)}`);
+  }
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  /** Never yields (frames are written directly); settles when the group or this member ends. */
+  next(): Promise<IteratorResult<never>> {
+    if (this.ended) return Promise.resolve(DONE);
+    return new Promise((resolve) => {
+      this.resolveNext = resolve;
+    });
+  }
+
+  /** The group ended: graphql-ws completes this subscription. */
+  finish() {
+    this.ended = true;
+    this.resolveNext?.(DONE);
+    this.resolveNext = undefined;
+  }
+
+  async return(): Promise<IteratorResult<never>> {
+    this.leave();
+    return DONE;
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<never>> {
+    this.leave();
+    throw error;
+  }
+
+  private leave() {
+    if (!this.group.members.delete(this.member)) return;
+    this.finish();
+    this.onLeave(this.group);
+  }
+}
+
+/** One function for every frame (ws calls it only on a failed write): no closure per send. */
+function countSendError(this: ApiMetrics, error?: Error) {
+  if (error) this.deliveryErrors.inc({ reason: 'send_failed' });
 }
 
 export function createSubscriptionGroups(deps: {
@@ -76,6 +141,13 @@ export function createSubscriptionGroups(deps: {
   const { metrics } = deps;
   const groups = new Map<string, Group>();
   const shareable = new WeakMap<DocumentNode, boolean>();
+  const onSendError = countSendError.bind(metrics);
+
+  function leaveGroup(group: Group) {
+    if (group.members.size > 0) return;
+    if (groups.get(group.key) === group) groups.delete(group.key);
+    void group.stream.return?.();
+  }
 
   function isShareable(document: DocumentNode): boolean {
     let known = shareable.get(document);
@@ -97,14 +169,15 @@ export function createSubscriptionGroups(deps: {
       // The stream failed (e.g. pub/sub gone): members complete below; clients resubscribe.
     } finally {
       if (groups.get(key) === group) groups.delete(key);
-      for (const { done } of group.members.values()) done({ done: true, value: undefined });
+      for (const subscription of group.members.values()) subscription.finish();
       group.members.clear();
     }
   }
 
   function broadcast(group: Group, result: ExecutionResult) {
-    // graphql-ws's `next` message, serialized once; only the leading id differs per member.
-    const suffix = `,"type":"next","payload":${JSON.stringify(result)}}`;
+    // graphql-ws's `next` message, serialized and UTF-8 encoded once; only the leading id differs per
+    // member, so each frame is one Buffer of the member's prefix and the shared suffix (a copy, no encoding).
+    const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
     const emittedAt = group.context.eventEmittedAt;
     group.context.eventEmittedAt = undefined;
     for (const [member, { prefix }] of group.members) {
@@ -115,9 +188,7 @@ export function createSubscriptionGroups(deps: {
         socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
         continue;
       }
-      socket.send(prefix + suffix, (error) => {
-        if (error) metrics.deliveryErrors.inc({ reason: 'send_failed' });
-      });
+      socket.send(Buffer.concat([prefix, suffix]), TEXT_FRAME, onSendError);
     }
     metrics.eventsDelivered.inc(group.members.size);
     if (emittedAt !== undefined) metrics.eventToSendSeconds.observe((Date.now() - emittedAt) / 1000);
@@ -134,38 +205,13 @@ export function createSubscriptionGroups(deps: {
         // Authorized already; the group's stream serves this member, so its own is closed.
         void stream[Symbol.asyncIterator]().return?.();
       } else {
-        group = { members: new Map(), stream: stream[Symbol.asyncIterator](), context };
+        group = { key, members: new Map(), stream: stream[Symbol.asyncIterator](), context };
         groups.set(key, group);
         void pump(key, group);
       }
-      const joined = group;
-      let finish!: (value: IteratorResult<never>) => void;
-      const finished = new Promise<IteratorResult<never>>((resolve) => {
-        finish = resolve;
-      });
-      joined.members.set(member, { prefix: `{"id":${JSON.stringify(member.id)}`, done: finish });
-      const leave = () => {
-        if (!joined.members.delete(member)) return;
-        finish({ done: true, value: undefined });
-        if (joined.members.size === 0) {
-          if (groups.get(key) === joined) groups.delete(key);
-          void joined.stream.return?.();
-        }
-      };
-      return {
-        [Symbol.asyncIterator]() {
-          return this;
-        },
-        next: () => finished,
-        async return() {
-          leave();
-          return { done: true, value: undefined };
-        },
-        async throw(error?: unknown) {
-          leave();
-          throw error;
-        },
-      };
+      const subscription = new MemberSubscription(group, member, leaveGroup);
+      group.members.set(member, subscription);
+      return subscription;
     },
     get size() {
       return groups.size;

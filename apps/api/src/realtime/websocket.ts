@@ -101,6 +101,8 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     });
   });
 
+  const decrementActive = () => metrics.activeSubscriptions.dec();
+
   const server = useServer<Record<string, unknown>>(
     {
       connectionInitWaitTimeout: CONNECTION_INIT_TIMEOUT_MS,
@@ -112,6 +114,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         } catch {
           return false;
         }
+        forgetHandshake(ctx);
         if (token === undefined) {
           state.viewer = null;
           return true;
@@ -180,10 +183,14 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         const result = await root.subscribe(args);
         if (!isAsyncIterable(result)) return result;
         metrics.activeSubscriptions.inc();
-        const stream = root.share
-          ? groups.join(root.share.key, root.share.member, result, args.contextValue as Context)
-          : result;
-        return onEnd(stream, () => metrics.activeSubscriptions.dec());
+        if (!root.share) return onEnd(result, decrementActive);
+        const stream = groups.join(root.share.key, root.share.member, result, args.contextValue as Context);
+        // graphql-ws keeps these args until the subscription ends, but a grouped member never executes:
+        // the group runs on its first member's context. Dropping this member's context frees it and
+        // what hangs off it (Pothos' per-request auth caches, scope loaders): ~3 KB per subscribed socket.
+        args.contextValue = undefined;
+        args.rootValue = undefined;
+        return onEnd(stream, decrementActive);
       },
       onNext(ctx, _id, _payload, args) {
         const { socket } = ctx.extra;
@@ -206,6 +213,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     wss,
     deps.keepAliveMs,
   );
+
+  /**
+   * Drops what graphql-ws would otherwise keep for the socket's whole life but Herald no longer needs
+   * once the token is read: the HTTP upgrade request (its headers and buffers, ~1.5 KB per socket) and
+   * the `connection_init` payload (the token itself). The viewer is kept in the socket's state.
+   */
+  function forgetHandshake(ctx: { extra: Extra; connectionParams?: unknown }) {
+    (ctx.extra as { request?: unknown }).request = undefined;
+    ctx.connectionParams = undefined;
+  }
 
   /**
    * Credentials sent with one operation rather than at `connection_init`: Yoga's GraphiQL puts its
@@ -277,39 +294,53 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
 /**
  * Calls `onEndOnce` when the stream ends for any reason (done, error, or `return()` from the client's
  * `complete` or a closed socket). A plain iterator rather than an async generator: a generator's
- * `return()` would wait for the pending `next()`, i.e. for the next event.
+ * `return()` would wait for the pending `next()`, i.e. for the next event. A class with a non-async
+ * `next`, so an idle subscription holds no suspended async function (see bench/results/PROFILE.md).
  */
 function onEnd<T>(iterable: AsyncIterable<T>, onEndOnce: () => void): AsyncIterableIterator<T> {
-  const iterator = iterable[Symbol.asyncIterator]();
-  let ended = false;
-  const end = () => {
-    if (!ended) {
-      ended = true;
-      onEndOnce();
-    }
-  };
-  return {
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-    async next() {
-      try {
-        const result = await iterator.next();
-        if (result.done) end();
+  return new EndWatcher(iterable[Symbol.asyncIterator](), onEndOnce);
+}
+
+class EndWatcher<T> implements AsyncIterableIterator<T> {
+  private ended = false;
+
+  constructor(
+    private readonly iterator: AsyncIterator<T>,
+    private readonly onEndOnce: () => void,
+  ) {}
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    return this.iterator.next().then(
+      (result) => {
+        if (result.done) this.end();
         return result;
-      } catch (error) {
-        end();
+      },
+      (error: unknown) => {
+        this.end();
         throw error;
-      }
-    },
-    async return(value?: unknown) {
-      end();
-      return iterator.return ? iterator.return(value) : { done: true, value: value as T };
-    },
-    async throw(error?: unknown) {
-      end();
-      if (iterator.throw) return iterator.throw(error);
-      throw error;
-    },
-  };
+      },
+    );
+  }
+
+  async return(value?: unknown): Promise<IteratorResult<T>> {
+    this.end();
+    return this.iterator.return ? this.iterator.return(value) : { done: true, value: value as T };
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<T>> {
+    this.end();
+    if (this.iterator.throw) return this.iterator.throw(error);
+    throw error;
+  }
+
+  private end() {
+    if (!this.ended) {
+      this.ended = true;
+      this.onEndOnce();
+    }
+  }
 }

@@ -108,7 +108,11 @@ export function redisClientConfig(url: string, options: RedisOptions = {}): Redi
  * cluster, the node-level ones apply to every node (see {@link redisClientConfig}).
  * @throws InvalidRedisUrlError naming REDIS_URL when the URL is not one of the accepted forms
  */
-export function createRedisClient(url: string, options: RedisOptions = {}): RedisClient {
+export function createRedisClient(
+  url: string,
+  options: RedisOptions = {},
+  clusterOptions: ClusterOnlyOptions = {},
+): RedisClient {
   const config = redisClientConfig(url, options);
   switch (config.kind) {
     case 'standalone':
@@ -116,8 +120,23 @@ export function createRedisClient(url: string, options: RedisOptions = {}): Redi
     case 'sentinel':
       return new Redis(config.options);
     case 'cluster':
-      return new Cluster(config.nodes, config.options);
+      return new Cluster(config.nodes, { ...config.options, ...clusterOptions });
   }
+}
+
+/** Options only a Redis Cluster client has, applied when `REDIS_URL` names a cluster (ignored otherwise). */
+export interface ClusterOnlyOptions {
+  /**
+   * One subscriber connection per master for `SSUBSCRIBE` (sharded pub/sub, Redis ≥ 7), so each channel is
+   * served by the shard owning its slot instead of every message being broadcast to every node.
+   * @default false
+   */
+  shardedSubscribers?: boolean;
+}
+
+/** True when `client` talks to a Redis Cluster (`redis+cluster://`). */
+export function isCluster(client: RedisClient): client is Cluster {
+  return client instanceof Cluster;
 }
 
 function defined<T extends Record<string, unknown>>(record: T): Partial<T> {

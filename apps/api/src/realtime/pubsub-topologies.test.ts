@@ -53,8 +53,12 @@ function service(redisUrl: string): PubSubService {
  * Publishes on `from` until `to` receives the event (subscribing is asynchronous, and after a failover
  * the clients take a moment to reconnect), for at most `timeoutMs`.
  */
-async function deliver(from: PubSubService, to: PubSubService, timeoutMs = 5_000): Promise<unknown> {
-  const orgId = `org-${randomUUID()}`;
+async function deliver(
+  from: PubSubService,
+  to: PubSubService,
+  timeoutMs = 5_000,
+  orgId = `org-${randomUUID()}`,
+): Promise<unknown> {
   const iterator = to.pubsub.subscribe(POST_PUBLISHED_TOPIC, orgId)[Symbol.asyncIterator]();
   const first = iterator.next();
   let event: IteratorResult<unknown> | undefined;
@@ -116,6 +120,60 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
     expect(await deliver(podA, podB)).toMatchObject({ title: 'Across the topology' });
     expect(await deliver(podB, podA)).toMatchObject({ title: 'Across the topology' });
   });
+
+  it('uses sharded pub/sub: the channel is a shard channel of the node owning its slot, never a plain channel', async () => {
+    const [podA, podB] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    const orgId = `org-${randomUUID()}`;
+    const iterator = podB.pubsub.subscribe(POST_PUBLISHED_TOPIC, orgId)[Symbol.asyncIterator]();
+    const first = iterator.next();
+    const channel = `${POST_PUBLISHED_TOPIC}:${orgId}`;
+    const nodes = cluster.ports.map((port) => new Redis({ port, host: '127.0.0.1', password: cluster.password }));
+    try {
+      const owner = Number(await nodes[0]!.cluster('KEYSLOT', channel));
+      const shardChannels = async () =>
+        Promise.all(nodes.map(async (node) => (await node.call('PUBSUB', 'SHARDCHANNELS')) as string[]));
+      for (const deadline = Date.now() + 5_000; !(await shardChannels()).flat().includes(channel); ) {
+        if (Date.now() > deadline) throw new Error(`${channel} never became a shard channel`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const holders = (await shardChannels()).flatMap((channels, i) => (channels.includes(channel) ? [i] : []));
+      expect(holders).toHaveLength(1);
+      const holderPort = cluster.ports[holders[0]!];
+      const slots = (await nodes[0]!.cluster('SLOTS')).filter(([, , master]) => master?.[1] === holderPort);
+      expect(slots.some(([start, end]) => start <= owner && owner <= end)).toBe(true);
+      for (const node of nodes) expect(await node.pubsub('CHANNELS')).not.toContain(channel);
+
+      podA.publishPostPublished(post(orgId));
+      expect((await first).value).toMatchObject({ title: 'Across the topology', org_id: orgId });
+    } finally {
+      await iterator.return?.();
+      for (const node of nodes) node.disconnect();
+    }
+  });
+
+  it('delivers again after a master is restarted, without restarting the pods', async () => {
+    const [podA, podB] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    const restarted = cluster.ports[1]!;
+    const node = new Redis({ port: restarted, host: '127.0.0.1', password: cluster.password });
+    // An organisation whose channel lives on the master that will be restarted.
+    let orgId = '';
+    try {
+      const owned = (await node.cluster('SLOTS')).filter(([, , master]) => master?.[1] === restarted);
+      for (let i = 0; !orgId; i++) {
+        const candidate = `org-restart-${i}-${randomUUID()}`;
+        const slot = Number(await node.cluster('KEYSLOT', `${POST_PUBLISHED_TOPIC}:${candidate}`));
+        if (owned.some(([start, end]) => start <= slot && slot <= end)) orgId = candidate;
+      }
+    } finally {
+      node.disconnect();
+    }
+    expect(await deliver(podA, podB, 5_000, orgId)).toMatchObject({ title: 'Across the topology' });
+    await cluster.restartNode(restarted);
+    expect(await deliver(podA, podB, 20_000, orgId)).toMatchObject({ title: 'Across the topology' });
+    expect(await deliver(podA, podB, 20_000)).toMatchObject({ title: 'Across the topology' });
+  }, 90_000);
 
   it('refuses to become ready when no node answers', async () => {
     await expect(service('redis+cluster://127.0.0.1:1').ready(300)).rejects.toThrow(/REDIS_URL/);

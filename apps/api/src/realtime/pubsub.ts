@@ -1,5 +1,5 @@
 import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
-import { createRedisClient, type RedisClient } from '@herald/config/redis';
+import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
 import type { Post } from '@herald/db';
 import { createPubSub } from 'graphql-yoga';
 import type { Redis } from 'ioredis';
@@ -53,7 +53,8 @@ export interface PubSubDeps {
 /**
  * Yoga's in-memory pub/sub (one process), or with `REDIS_URL` the Redis event target over two ioredis
  * clients so every pod sees every event. Behind a Sentinel URL both clients follow the master across
- * failovers; on Redis Cluster, PUBLISH reaches every node, so any node serves the subscriber.
+ * failovers; on Redis Cluster organisation channels use sharded pub/sub (SPUBLISH/SSUBSCRIBE), served
+ * by the shard owning the channel's slot, and ioredis moves the subscriptions when slots move.
  *
  * Redis outages: the subscriber connection reconnects by itself and ioredis re-subscribes its channels
  * (`autoResubscribe`), so later events arrive again. Events published while Redis is unreachable fail
@@ -79,12 +80,20 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     maxRetriesPerRequest: 1,
     connectionName: 'herald-api-publish',
   });
-  const subscriber = createRedisClient(deps.redisUrl, {
-    // Subscriptions made during an outage wait for the reconnect instead of failing.
-    maxRetriesPerRequest: null,
-    autoResubscribe: true,
-    connectionName: 'herald-api-subscribe',
-  });
+  const subscriber = createRedisClient(
+    deps.redisUrl,
+    {
+      // Subscriptions made during an outage wait for the reconnect instead of failing.
+      maxRetriesPerRequest: null,
+      autoResubscribe: true,
+      connectionName: 'herald-api-subscribe',
+    },
+    { shardedSubscribers: true },
+  );
+  // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). A channel lives on the shard that
+  // owns its slot, so an organisation's events cross one shard instead of being broadcast over the
+  // cluster bus to every node; organisations spread over the shards by their channel's slot.
+  const sharded = isCluster(subscriber);
   for (const [name, client] of [
     ['publish', publisher],
     ['subscribe', subscriber],
@@ -97,22 +106,24 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   // logged and counted instead of becoming an unhandled rejection.
   const publishClient = {
     publish: (channel: string, message: string) =>
-      publisher.publish(channel, message).catch((error: Error) => {
+      (sharded ? publisher.spublish(channel, message) : publisher.publish(channel, message)).catch((error: Error) => {
         metrics.deliveryErrors.inc({ reason: 'publish_failed' });
         logger.error({ err: error, channel }, 'event not published: redis unavailable (not replayed)');
         return 0;
       }),
   };
   const subscribeClient = {
-    on: subscriber.on.bind(subscriber),
+    // The event target listens for `message`; sharded channels deliver `smessage` (same arguments).
+    on: (event: string, listener: (...args: any[]) => void) =>
+      subscriber.on(sharded && event === 'message' ? 'smessage' : event, listener),
     subscribe: (channel: string) =>
-      subscriber
-        .subscribe(channel)
-        .catch((error: Error) => logger.error({ err: error, channel }, 'redis subscribe failed')),
+      (sharded ? subscriber.ssubscribe(channel) : subscriber.subscribe(channel)).catch((error: Error) =>
+        logger.error({ err: error, channel }, 'redis subscribe failed'),
+      ),
     unsubscribe: (channel: string) =>
-      subscriber
-        .unsubscribe(channel)
-        .catch((error: Error) => logger.warn({ err: error, channel }, 'redis unsubscribe failed')),
+      (sharded ? subscriber.sunsubscribe(channel) : subscriber.unsubscribe(channel)).catch((error: Error) =>
+        logger.warn({ err: error, channel }, 'redis unsubscribe failed'),
+      ),
   };
   const pubsub = createTypedPubSub(
     createRedisEventTarget({

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
+import { capacityMarkdown } from './capacity.js';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
 import { peersMarkdown } from './peers.js';
@@ -140,6 +141,7 @@ export function markdown(results: BenchResults): string {
     '',
   );
   lines.push(...peersMarkdown(results.fanout));
+  lines.push(...capacityMarkdown(results.fanout));
   lines.push('Details per scenario:', '');
   lines.push(
     '| scenario | sockets | connect s | fixed rate events/s | saturation window (events in flight) | trials: deliveries/s | one event p99 per trial ms | client CPU µs/delivery | publish CPU µs/event (no sockets) | server CPU µs/delivery minus publish | RSS idle → loaded MiB | heap/socket KB | frames checked | not byte-identical but right |',

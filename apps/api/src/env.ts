@@ -1,6 +1,7 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
 import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
+import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import type { DatabaseConfig } from '@herald/db';
 import { z } from 'zod';
 
@@ -58,6 +59,10 @@ const EnvSchema = z.object({
     .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
     .default(12_000),
   WS_SHARED_EXECUTION: z.stringbool().default(true),
+  /** Cluster mode: pods report socket counts to Redis and shed the excess over their fair share (1012). */
+  WS_REBALANCE: z.stringbool().default(true),
+  /** Prefix of every Redis key the API writes (as the dispatcher's). */
+  HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -96,7 +101,9 @@ export interface ApiConfig {
     maxAliases: number;
     maxTokens: number;
   };
-  ws: { keepAliveMs: number; sharedExecution: boolean };
+  ws: { keepAliveMs: number; sharedExecution: boolean; rebalance: boolean };
+  /** `HERALD_REDIS_PREFIX`. */
+  redisPrefix: string;
   webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
 }
 
@@ -144,7 +151,12 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxAliases: parsed.MAX_QUERY_ALIASES,
       maxTokens: parsed.MAX_QUERY_TOKENS,
     },
-    ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
+    ws: {
+      keepAliveMs: parsed.WS_KEEPALIVE_MS,
+      sharedExecution: parsed.WS_SHARED_EXECUTION,
+      rebalance: parsed.WS_REBALANCE,
+    },
+    redisPrefix: parsed.HERALD_REDIS_PREFIX,
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,

@@ -68,3 +68,24 @@ describe('memory held per subscribed socket', () => {
     }
   });
 });
+
+describe('shedding sockets to rebalance pods', () => {
+  it('closes exactly the asked number of open sockets with 1012 and keeps the others', async () => {
+    const sockets = await Promise.all([1, 2, 3].map(() => openAckedSocket(wsUrl, { authToken: alice })));
+    try {
+      expect(api.app.webSockets.shed(2)).toBe(2);
+      const outcomes = await Promise.all(
+        sockets.map((raw) =>
+          Promise.race([raw.closed, new Promise<'open'>((resolve) => setTimeout(() => resolve('open'), 1_000))]),
+        ),
+      );
+      expect(outcomes.filter((outcome) => outcome !== 'open')).toEqual([
+        { code: 1012, reason: 'Service Restart: rebalancing' },
+        { code: 1012, reason: 'Service Restart: rebalancing' },
+      ]);
+      expect(outcomes.filter((outcome) => outcome === 'open')).toHaveLength(1);
+    } finally {
+      for (const raw of sockets) raw.socket.close();
+    }
+  });
+});

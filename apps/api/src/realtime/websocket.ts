@@ -57,6 +57,11 @@ export interface HeraldWebSocketServer {
   close(): Promise<void>;
   /** Drops every socket at once (end of the shutdown grace period). */
   terminate(): void;
+  /**
+   * Closes up to `count` open sockets with 1012 "Service Restart" (rebalancing: clients reconnect through
+   * the load balancer, to a less loaded pod). Returns how many it closed.
+   */
+  shed(count: number): number;
   /** Sockets currently open. */
   readonly size: number;
   /** Groups of subscriptions currently sharing execution. */
@@ -281,6 +286,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     },
     terminate() {
       for (const socket of wss.clients) socket.terminate();
+    },
+    shed(count) {
+      let closed = 0;
+      for (const socket of wss.clients) {
+        if (closed >= count) break;
+        if (socket.readyState !== socket.OPEN) continue;
+        socket.close(SERVICE_RESTART_CLOSE_CODE, 'Service Restart: rebalancing');
+        closed++;
+      }
+      return closed;
     },
     get size() {
       return wss.clients.size;

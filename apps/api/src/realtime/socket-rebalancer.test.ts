@@ -74,6 +74,17 @@ describe('socket rebalancing across pods (Redis)', () => {
     expect(await redis.exists(rebalanceKey(prefix))).toBe(0);
   });
 
+  it('leaves a small excess alone (under 50 sockets over the fair share)', async () => {
+    const prefix = `herald_test_${randomUUID()}:`;
+    const { pods, add } = cluster(prefix, () => 9_000_000);
+    add(60);
+    add(20);
+    for (const pod of pods) await pod.rebalancer.tick();
+    for (const pod of pods) await pod.rebalancer.tick();
+    expect(pods.map((pod) => pod.sockets)).toEqual([60, 20]);
+    await Promise.all(pods.map((pod) => pod.rebalancer.stop()));
+  });
+
   it('ignores a pod that stopped reporting, and a pod alone never sheds', async () => {
     const prefix = `herald_test_${randomUUID()}:`;
     let clock = 5_000_000;

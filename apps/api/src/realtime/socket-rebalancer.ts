@@ -8,7 +8,7 @@ import type { Logger } from '../logger.js';
  * 1. writes its open-socket count and the time into one Redis hash (`<prefix>{rebalance}:pods`, field = pod
  *    id; hash-tagged like every Herald key), and drops fields older than `staleMs` (pods that died);
  * 2. reads every live pod's count: the fair share is ⌈total ÷ pods⌉;
- * 3. if it holds more than the fair share × (1 + `tolerance`), closes the excess with 1012 "Service
+ * 3. if it holds more than the fair share × (1 + `tolerance`) and at least `minExcess` over it, closes the excess with 1012 "Service
  *    Restart", at most `maxShedPerSecond` per second, so clients reconnect through the load balancer to
  *    a less loaded pod (and resume from their cursor) rather than all at once.
  *
@@ -21,6 +21,11 @@ export const REBALANCE_INTERVAL_MS = 1_000;
 export const REBALANCE_STALE_MS = 3 * REBALANCE_INTERVAL_MS;
 /** A pod sheds only above fair share × (1 + this). */
 export const REBALANCE_TOLERANCE = 0.1;
+/**
+ * A pod sheds only when it holds at least this many sockets over its fair share: small clusters (tests,
+ * a connect storm's transient unevenness) are left alone.
+ */
+export const REBALANCE_MIN_EXCESS = 50;
 /** Sockets one pod closes per second at most, so reconnects don't stampede. */
 export const REBALANCE_MAX_SHED_PER_SECOND = 200;
 
@@ -48,6 +53,8 @@ export interface SocketRebalancerDeps {
   tolerance?: number;
   /** @default REBALANCE_MAX_SHED_PER_SECOND */
   maxShedPerSecond?: number;
+  /** @default REBALANCE_MIN_EXCESS */
+  minExcess?: number;
   /** @default Date.now */
   now?: () => number;
 }
@@ -70,6 +77,7 @@ export function createSocketRebalancer(deps: SocketRebalancerDeps): SocketRebala
     Math.floor(((deps.maxShedPerSecond ?? REBALANCE_MAX_SHED_PER_SECOND) * intervalMs) / 1000),
   );
   const now = deps.now ?? Date.now;
+  const minExcess = deps.minExcess ?? REBALANCE_MIN_EXCESS;
   const key = rebalanceKey(deps.prefix);
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<number> | undefined;
@@ -94,7 +102,7 @@ export function createSocketRebalancer(deps: SocketRebalancerDeps): SocketRebala
     if (stale.length > 0) await deps.redis.hdel(key, ...stale);
     if (pods <= 1) return 0;
     const fair = Math.ceil(total / pods);
-    if (own <= fair * (1 + tolerance)) return 0;
+    if (own <= fair * (1 + tolerance) || own - fair < minExcess) return 0;
     const shed = deps.shed(Math.min(own - fair, perTick));
     if (shed > 0) deps.logger.info({ shed, own, fair, pods }, 'shedding sockets to rebalance pods');
     return shed;

@@ -14,12 +14,11 @@ const NGINX_BINARY = process.env.NGINX_BINARY ?? 'nginx';
 /** Fills the template's placeholders (what envsubst does in the official nginx image). */
 export async function renderHeraldNginxConf(listen: number, upstreamPorts: number[]): Promise<string> {
   const template = await readFile(NGINX_TEMPLATE, 'utf8');
-  return template
-    .replaceAll(placeholder('HERALD_LISTEN'), `127.0.0.1:${listen}`)
-    .replaceAll(
-      placeholder('HERALD_UPSTREAM_SERVERS'),
-      upstreamPorts.map((port) => `server 127.0.0.1:${port} max_fails=1 fail_timeout=2s;`).join('\n    '),
-    );
+  return template.replaceAll(placeholder('HERALD_LISTEN'), `127.0.0.1:${listen}`).replaceAll(
+    placeholder('HERALD_UPSTREAM_SERVERS'),
+    // As deploy/docker-compose.yml: max_fails=0 (see there), refused connects go to the next pod.
+    upstreamPorts.map((port) => `server 127.0.0.1:${port} max_fails=0;`).join('\n    '),
+  );
 }
 
 /** `${NAME}`, the envsubst placeholder syntax the template uses. */

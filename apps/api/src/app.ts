@@ -54,7 +54,14 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   }
   const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
   const metrics = createApiMetrics();
-  const pubsub = createPubSubService({ redisUrl: config.redisUrl, logger, metrics });
+  const pubsub = createPubSubService({
+    redisUrl: config.redisUrl,
+    redisPrefix: config.redisPrefix,
+    limits: config.subscriptionHistory,
+    db: database.db,
+    logger,
+    metrics,
+  });
   try {
     await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
   } catch (error) {

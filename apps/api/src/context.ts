@@ -25,10 +25,23 @@ export interface Context extends YogaInitialContext {
   /** Webhook settings resolvers apply (the receiver URL policy). */
   webhooks: ApiConfig['webhooks'];
   /**
-   * Subscriptions: when the event being delivered was published (ms since epoch), for the
-   * event-to-send latency metric. Set per event; a subscription's events are executed one at a time.
+   * Subscriptions: the event being delivered, set by the resolver per event (a subscription's events
+   * are executed one at a time) and read by the socket layer for `extensions.cursor`, the switch from
+   * catch-up to a shared group, and the event-to-send latency metric.
    */
-  eventEmittedAt?: number;
+  event?: SubscriptionEventInfo;
+}
+
+/** The subscription event being delivered (see {@link Context.event}). */
+export interface SubscriptionEventInfo {
+  /** When it entered the history (ms since epoch). */
+  emittedAt: number;
+  epoch: string;
+  position: number;
+  /** `payload.extensions.cursor` of the `next` message; absent when resuming is off. */
+  cursor: string | undefined;
+  /** From the history (catch-up after `after`) rather than live. */
+  replayed: boolean;
 }
 
 /** What the transport hands the context builder besides Yoga's own initial context. */

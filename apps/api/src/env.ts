@@ -61,8 +61,11 @@ const EnvSchema = z.object({
   WS_SHARED_EXECUTION: z.stringbool().default(true),
   /** Cluster mode: pods report socket counts to Redis and shed the excess over their fair share (1012). */
   WS_REBALANCE: z.stringbool().default(true),
-  /** Prefix of every Redis key the API writes (as the dispatcher's). */
+
+  // subscriptions (SPEC §6.1)
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+  SUBSCRIPTION_HISTORY_SIZE: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
+  SUBSCRIPTION_HISTORY_TTL: durationMs().default(3_600_000),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -86,6 +89,14 @@ export interface ApiConfig {
    * undefined keeps pub/sub in memory (one process).
    */
   redisUrl: string | undefined;
+  /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
+  redisPrefix: string;
+  /**
+   * Resumable subscriptions (SPEC §6.1): events kept per organisation (`SUBSCRIPTION_HISTORY_SIZE`, 0
+   * turns resuming off, @default 1000) and for how long after its last event (`SUBSCRIPTION_HISTORY_TTL`,
+   * @default 1h). A bad value stops the process at start.
+   */
+  subscriptionHistory: { size: number; ttlMs: number };
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -102,8 +113,6 @@ export interface ApiConfig {
     maxTokens: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean; rebalance: boolean };
-  /** `HERALD_REDIS_PREFIX`. */
-  redisPrefix: string;
   webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
 }
 
@@ -132,6 +141,8 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
+    redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    subscriptionHistory: { size: parsed.SUBSCRIPTION_HISTORY_SIZE, ttlMs: parsed.SUBSCRIPTION_HISTORY_TTL },
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET
@@ -156,7 +167,6 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       sharedExecution: parsed.WS_SHARED_EXECUTION,
       rebalance: parsed.WS_REBALANCE,
     },
-    redisPrefix: parsed.HERALD_REDIS_PREFIX,
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
       retryBaseMs: parsed.WEBHOOK_RETRY_BASE_MS,

@@ -55,3 +55,26 @@ export class InvalidCredentialsError extends HeraldError {
     });
   }
 }
+
+/**
+ * A subscription's `after` cursor can't be honoured: malformed, older than the history (trimmed or
+ * expired), from another organisation, or from an earlier history that was lost (another epoch). The
+ * client reconciles with a `posts` query and subscribes again without `after` (SPEC §6.1).
+ */
+export class CursorExpiredError extends HeraldError {
+  override readonly name = 'CursorExpiredError';
+  constructor(reason: string) {
+    super(
+      `Cursor expired: ${reason}; reconcile with a posts query and subscribe again without after`,
+      ErrorCode.CURSOR_EXPIRED,
+    );
+  }
+}
+
+/** A live subscription ended because its event source failed; the client subscribes again. */
+export class SubscriptionInterruptedError extends HeraldError {
+  override readonly name = 'SubscriptionInterruptedError';
+  constructor(message = 'Subscription interrupted on the server: subscribe again (with your last cursor)') {
+    super(message, ErrorCode.SUBSCRIPTION_INTERRUPTED);
+  }
+}

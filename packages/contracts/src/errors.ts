@@ -8,6 +8,10 @@ export const ErrorCode = {
   BAD_USER_INPUT: 'BAD_USER_INPUT',
   NOT_FOUND: 'NOT_FOUND',
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
+  /** A subscription's `after` cursor is malformed, older than the history, or foreign (SPEC §6.1). */
+  CURSOR_EXPIRED: 'CURSOR_EXPIRED',
+  /** A live subscription ended on the server's side (its event source failed): subscribe again. */
+  SUBSCRIPTION_INTERRUPTED: 'SUBSCRIPTION_INTERRUPTED',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

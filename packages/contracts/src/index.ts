@@ -1,3 +1,4 @@
 export * from './channels.js';
 export * from './errors.js';
+export * from './subscriptions.js';
 export * from './webhooks.js';

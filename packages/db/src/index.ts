@@ -3,6 +3,7 @@ export * from './create-database.js';
 export type * from './database.js';
 export * from './migrate.js';
 export * from './posts.js';
+export * from './subscription-outbox.js';
 export * from './users.js';
 export * from './webhook-attempts-loader.js';
 export * from './webhook-deliveries.js';

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { subscriptionRedisKeys } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import {
   type RedisClusterSetup,
@@ -10,7 +11,7 @@ import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiMetrics } from '../metrics.js';
-import { createPubSubService, POST_PUBLISHED_TOPIC, type PubSubService } from './pubsub.js';
+import { createPubSubService, type PubSubService } from './pubsub.js';
 
 // Pub/sub between two pods through REDIS_URL forms other than one endpoint, on real servers of the
 // test's own: a master and replica behind a sentinel, and a 3-master Redis Cluster.
@@ -43,8 +44,16 @@ const post = (orgId: string): Post => ({
   published_at: new Date('2026-11-21T07:30:00Z'),
 });
 
+/** The pods' HERALD_REDIS_PREFIX. */
+const PREFIX = 'herald-topologies:';
+
 function service(redisUrl: string): PubSubService {
-  const created = createPubSubService({ redisUrl, logger: pino({ level: 'silent' }), metrics: createApiMetrics() });
+  const created = createPubSubService({
+    redisUrl,
+    redisPrefix: PREFIX,
+    logger: pino({ level: 'silent' }),
+    metrics: createApiMetrics(),
+  });
   opened.push(Object.assign(created, { redisUrl }));
   return created;
 }
@@ -59,15 +68,16 @@ async function deliver(
   timeoutMs = 5_000,
   orgId = `org-${randomUUID()}`,
 ): Promise<unknown> {
-  const iterator = to.pubsub.subscribe(POST_PUBLISHED_TOPIC, orgId)[Symbol.asyncIterator]();
-  const first = iterator.next();
-  let event: IteratorResult<unknown> | undefined;
-  for (const deadline = Date.now() + timeoutMs; !event && Date.now() < deadline; ) {
-    from.publishPostPublished(post(orgId));
-    event = await Promise.race([first, new Promise<undefined>((resolve) => setTimeout(resolve, 100))]);
+  let received: unknown;
+  const stop = await to.history.listen(orgId, (entry) => {
+    received ??= entry.event.post;
+  });
+  for (const deadline = Date.now() + timeoutMs; !received && Date.now() < deadline; ) {
+    await from.publishPostPublished(post(orgId));
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  await iterator.return?.();
-  return event?.value;
+  stop();
+  return received;
 }
 
 describe('REDIS_URL=redis+sentinel://… (master and replica behind a sentinel)', () => {
@@ -125,9 +135,11 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
     const [podA, podB] = [service(cluster.url), service(cluster.url)];
     await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
     const orgId = `org-${randomUUID()}`;
-    const iterator = podB.pubsub.subscribe(POST_PUBLISHED_TOPIC, orgId)[Symbol.asyncIterator]();
-    const first = iterator.next();
-    const channel = `${POST_PUBLISHED_TOPIC}:${orgId}`;
+    let received: unknown;
+    const stop = await podB.history.listen(orgId, (entry) => {
+      received ??= entry.event.post;
+    });
+    const { channel } = subscriptionRedisKeys(PREFIX, orgId);
     const nodes = cluster.ports.map((port) => new Redis({ port, host: '127.0.0.1', password: cluster.password }));
     try {
       const owner = Number(await nodes[0]!.cluster('KEYSLOT', channel));
@@ -144,10 +156,13 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
       expect(slots.some(([start, end]) => start <= owner && owner <= end)).toBe(true);
       for (const node of nodes) expect(await node.pubsub('CHANNELS')).not.toContain(channel);
 
-      podA.publishPostPublished(post(orgId));
-      expect((await first).value).toMatchObject({ title: 'Across the topology', org_id: orgId });
+      await podA.publishPostPublished(post(orgId));
+      for (const deadline = Date.now() + 5_000; !received && Date.now() < deadline; ) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(received).toMatchObject({ title: 'Across the topology' });
     } finally {
-      await iterator.return?.();
+      stop();
       for (const node of nodes) node.disconnect();
     }
   });
@@ -163,7 +178,7 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
       const owned = (await node.cluster('SLOTS')).filter(([, , master]) => master?.[1] === restarted);
       for (let i = 0; !orgId; i++) {
         const candidate = `org-restart-${i}-${randomUUID()}`;
-        const slot = Number(await node.cluster('KEYSLOT', `${POST_PUBLISHED_TOPIC}:${candidate}`));
+        const slot = Number(await node.cluster('KEYSLOT', subscriptionRedisKeys(PREFIX, candidate).channel));
         if (owned.some(([start, end]) => start <= slot && slot <= end)) orgId = candidate;
       }
     } finally {

@@ -1,150 +1,156 @@
-import { createRedisEventTarget } from '@graphql-yoga/redis-event-target';
-import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
-import type { Post } from '@herald/db';
-import { createPubSub } from 'graphql-yoga';
-import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { createRedisClient, type RedisClient } from '@herald/config/redis';
+import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import type { Database, Post } from '@herald/db';
+import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './history.js';
+import { createHistoryRelay, type HistoryRelay } from './history-relay.js';
+import { createMemoryHistory } from './memory-history.js';
+import { toPostPublishedEvent } from './post-event.js';
+import { createRedisHistory } from './redis-history.js';
 
-/** Topic of `post-published:<orgId>` (Yoga's pub/sub appends `:<id>`: see @herald/contracts). */
-export const POST_PUBLISHED_TOPIC = 'post-published';
-
+/** SPEC §3 defaults: events kept per organisation, and how long after its last event. */
+export const DEFAULT_HISTORY_LIMITS: HistoryLimits = { size: 1_000, ttlMs: 3_600_000 };
+/** A history command that takes longer than this fails (the relay retries); Redis is local and fast. */
+const REDIS_COMMAND_TIMEOUT_MS = 5_000;
 /**
- * What travels on `post-published:<orgId>`: the post row as JSON (dates as ISO strings), plus when it
- * was published to pub/sub, for the event-to-send latency metric.
+ * A mutation waits at most this long for its hand-off, so a client that publishes then reads sees its
+ * event live; a slow relay (lock held by another pod's long pass) never holds the mutation longer.
  */
-export type PostPublishedEvent = Omit<Post, 'created_at' | 'published_at' | 'seq'> & {
-  created_at: string;
-  published_at: string | null;
-  seq: string;
-  emitted_at: number;
-};
-
-export type HeraldPubSub = ReturnType<typeof createTypedPubSub>;
-
-function createTypedPubSub(eventTarget?: ReturnType<typeof createRedisEventTarget>) {
-  return createPubSub<{ [POST_PUBLISHED_TOPIC]: [orgId: string, event: PostPublishedEvent] }>(
-    eventTarget ? { eventTarget } : undefined,
-  );
-}
+export const HANDOFF_WAIT_MAX_MS = 2_000;
 
 export interface PubSubService {
-  pubsub: HeraldPubSub;
   kind: 'memory' | 'redis';
-  /** Announces a published post to its organisation's subscribers on every pod. Never throws. */
-  publishPostPublished(post: Post): void;
+  /** Each organisation's history and live channel (SPEC §6.1). */
+  history: SubscriptionHistory;
   /**
-   * Resolves once both Redis connections are ready (at once in memory). A pod starts serving only
-   * after this, so its first events are not dropped.
+   * Hand-off after a commit that recorded `post.published` outbox events: wakes the history relay,
+   * which moves them into the history and out live.
+   * @returns once that pass finished or after {@link HANDOFF_WAIT_MAX_MS}; never rejects (an event
+   *   that could not be moved stays in the outbox and the relay retries it)
+   */
+  committed(): Promise<void>;
+  /**
+   * Appends one post's event directly (for callers without an outbox row: tests, the bench).
+   * @returns the entry, or the error (Redis unreachable)
+   */
+  publishPostPublished(post: Post, eventId?: string): Promise<AppendOutcome>;
+  /**
+   * Resolves once Redis is ready (at once in memory) and starts the relay. A pod serves only after this.
    * @throws Error when Redis is not reachable within `timeoutMs`
    */
   ready(timeoutMs: number): Promise<void>;
-  /** Closes the Redis connections (no-op in memory). */
+  /** False while events can't be moved into the history (Redis or the database down). */
+  readonly readiness: boolean;
+  /** Stops the relay and closes the Redis connections. */
   close(): Promise<void>;
 }
 
 export interface PubSubDeps {
-  /** Any `REDIS_URL` form: one endpoint, Sentinel or Cluster (`@herald/config`). */
+  /** Any `REDIS_URL` form: one endpoint, Sentinel or Cluster (`@herald/config`); undefined: in memory. */
   redisUrl: string | undefined;
+  /** `HERALD_REDIS_PREFIX`. @default 'herald:' */
+  redisPrefix?: string;
+  /** `SUBSCRIPTION_HISTORY_SIZE` / `SUBSCRIPTION_HISTORY_TTL`. @default 1000 events, 1 h */
+  limits?: HistoryLimits;
+  /** The outbox the history relay reads; without it, only `publishPostPublished` feeds the history. */
+  db?: Kysely<Database>;
   logger: Logger;
   metrics: ApiMetrics;
 }
 
 /**
- * Yoga's in-memory pub/sub (one process), or with `REDIS_URL` the Redis event target over two ioredis
- * clients so every pod sees every event. Behind a Sentinel URL both clients follow the master across
- * failovers; on Redis Cluster organisation channels use sharded pub/sub (SPUBLISH/SSUBSCRIBE), served
- * by the shard owning the channel's slot, and ioredis moves the subscriptions when slots move.
+ * Realtime events of `post-published`: the history (Redis, or in process without `REDIS_URL`), the
+ * live channel every pod listens on, and the relay that feeds both from the durable outbox.
  *
- * Redis outages: the subscriber connection reconnects by itself and ioredis re-subscribes its channels
- * (`autoResubscribe`), so later events arrive again. Events published while Redis is unreachable fail
- * fast (no offline queue on the publisher) and are logged and counted: Redis pub/sub has no replay, and
- * clients reconcile with a `posts` query after reconnecting (see README).
+ * Redis outages: commands fail fast (no offline queue), so the relay keeps the events in the outbox
+ * and retries; the subscriber connection reconnects and re-subscribes by itself, then each live feed
+ * reads the events it missed from the history, so subscribers see every event once, in order.
  */
 export function createPubSubService(deps: PubSubDeps): PubSubService {
   const { logger, metrics } = deps;
+  const limits = deps.limits ?? DEFAULT_HISTORY_LIMITS;
+  let connections: RedisClient[] = [];
+  let history: SubscriptionHistory;
   if (!deps.redisUrl) {
-    const pubsub = createTypedPubSub();
-    return {
-      pubsub,
-      kind: 'memory',
-      publishPostPublished: (post) => publish(pubsub, post, metrics),
-      ready: async () => {},
-      close: async () => {},
-    };
+    history = createMemoryHistory(limits);
+  } else {
+    const commands = createRedisClient(deps.redisUrl, {
+      lazyConnect: false,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+      connectionName: 'herald-api-publish',
+    });
+    const subscriber = createRedisClient(
+      deps.redisUrl,
+      {
+        // Subscriptions made during an outage wait for the reconnect instead of failing.
+        maxRetriesPerRequest: null,
+        autoResubscribe: true,
+        connectionName: 'herald-api-subscribe',
+      },
+      // Redis Cluster: one SSUBSCRIBE connection per master (sharded pub/sub, see redis-history.ts).
+      { shardedSubscribers: true },
+    );
+    connections = [commands, subscriber];
+    for (const [name, client] of [
+      ['publish', commands],
+      ['subscribe', subscriber],
+    ] as const) {
+      client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
+      client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
+    }
+    history = createRedisHistory({
+      commands,
+      subscriber,
+      prefix: deps.redisPrefix ?? DEFAULT_REDIS_PREFIX,
+      limits,
+      logger,
+    });
   }
+  const relay: HistoryRelay | undefined = deps.db
+    ? createHistoryRelay({ db: deps.db, history, logger, metrics })
+    : undefined;
 
-  const publisher = createRedisClient(deps.redisUrl, {
-    lazyConnect: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    connectionName: 'herald-api-publish',
-  });
-  const subscriber = createRedisClient(
-    deps.redisUrl,
-    {
-      // Subscriptions made during an outage wait for the reconnect instead of failing.
-      maxRetriesPerRequest: null,
-      autoResubscribe: true,
-      connectionName: 'herald-api-subscribe',
-    },
-    { shardedSubscribers: true },
-  );
-  // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). A channel lives on the shard that
-  // owns its slot, so an organisation's events cross one shard instead of being broadcast over the
-  // cluster bus to every node; organisations spread over the shards by their channel's slot.
-  const sharded = isCluster(subscriber);
-  for (const [name, client] of [
-    ['publish', publisher],
-    ['subscribe', subscriber],
-  ] as const) {
-    client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
-    client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
-  }
-
-  // The event target fires publish/subscribe without awaiting them; catch here so a failed command is
-  // logged and counted instead of becoming an unhandled rejection.
-  const publishClient = {
-    publish: (channel: string, message: string) =>
-      (sharded ? publisher.spublish(channel, message) : publisher.publish(channel, message)).catch((error: Error) => {
-        metrics.deliveryErrors.inc({ reason: 'publish_failed' });
-        logger.error({ err: error, channel }, 'event not published: redis unavailable (not replayed)');
-        return 0;
-      }),
-  };
-  const subscribeClient = {
-    // The event target listens for `message`; sharded channels deliver `smessage` (same arguments).
-    on: (event: string, listener: (...args: any[]) => void) =>
-      subscriber.on(sharded && event === 'message' ? 'smessage' : event, listener),
-    subscribe: (channel: string) =>
-      (sharded ? subscriber.ssubscribe(channel) : subscriber.subscribe(channel)).catch((error: Error) =>
-        logger.error({ err: error, channel }, 'redis subscribe failed'),
-      ),
-    unsubscribe: (channel: string) =>
-      (sharded ? subscriber.sunsubscribe(channel) : subscriber.unsubscribe(channel)).catch((error: Error) =>
-        logger.warn({ err: error, channel }, 'redis unsubscribe failed'),
-      ),
-  };
-  const pubsub = createTypedPubSub(
-    createRedisEventTarget({
-      publishClient: publishClient as unknown as Redis,
-      subscribeClient: subscribeClient as unknown as Redis,
-    }),
-  );
   return {
-    pubsub,
-    kind: 'redis',
-    publishPostPublished: (post) => publish(pubsub, post, metrics),
+    kind: deps.redisUrl ? 'redis' : 'memory',
+    history,
+    async committed() {
+      if (!relay) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        relay.wake(),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, HANDOFF_WAIT_MAX_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+    },
+    async publishPostPublished(post, eventId = `evt_${randomUUID().replaceAll('-', '')}`) {
+      const [outcome] = await history.append([toPostPublishedEvent(post, eventId)]);
+      if (!outcome) throw new Error('unreachable: one outcome per event');
+      if (outcome.ok) metrics.eventsPublished.inc();
+      else metrics.deliveryErrors.inc({ reason: 'publish_failed' });
+      return outcome;
+    },
     async ready(timeoutMs) {
-      await Promise.all([untilReady(publisher, timeoutMs), untilReady(subscriber, timeoutMs)]);
+      await Promise.all(connections.map((client) => untilReady(client, timeoutMs)));
+      relay?.start();
+    },
+    get readiness() {
+      return relay?.readiness ?? true;
     },
     async close() {
+      await relay?.stop();
+      await history.close();
       // QUIT lets pending replies arrive; a connection that never came up is just dropped.
       await Promise.allSettled(
-        [publisher, subscriber].map((client) => (client.status === 'ready' ? client.quit() : client.disconnect())),
+        connections.map((client) => (client.status === 'ready' ? client.quit() : client.disconnect())),
       );
-      publisher.disconnect();
-      subscriber.disconnect();
+      for (const client of connections) client.disconnect();
     },
   };
 }
@@ -162,24 +168,4 @@ function untilReady(client: RedisClient, timeoutMs: number): Promise<void> {
     };
     client.once('ready', onReady);
   });
-}
-
-function publish(pubsub: HeraldPubSub, post: Post, metrics: ApiMetrics): void {
-  metrics.eventsPublished.inc();
-  pubsub.publish(POST_PUBLISHED_TOPIC, post.org_id, toPostPublishedEvent(post));
-}
-
-/** The JSON-safe event for a post (bigint and Date become strings). */
-export function toPostPublishedEvent(post: Post): PostPublishedEvent {
-  return {
-    ...post,
-    seq: String(post.seq),
-    created_at: toIso(post.created_at),
-    published_at: post.published_at == null ? null : toIso(post.published_at),
-    emitted_at: Date.now(),
-  };
-}
-
-function toIso(value: Date | string): string {
-  return value instanceof Date ? value.toISOString() : new Date(value).toISOString();
 }

@@ -1,11 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { buildSchema, parse } from 'graphql';
+import { buildSchema, type ExecutionResult, parse } from 'graphql';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
+import type { Context } from '../context.js';
+import { createApiMetrics } from '../metrics.js';
 import { schema as heraldSchema } from '../schema/index.js';
 import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
-import { SHARED_ACROSS_VIEWERS, selectionIsViewerIndependent } from './subscription-groups.js';
+import {
+  createSubscriptionGroups,
+  SHARED_ACROSS_VIEWERS,
+  selectionIsViewerIndependent,
+} from './subscription-groups.js';
 
 let api: TestApi;
 let wsUrl: string;
@@ -61,7 +67,10 @@ describe('shared execution', () => {
       expect(next).toEqual({
         id,
         type: 'next',
-        payload: { data: { postPublished: { id: postId, title: 'shared', author: { name: 'Alice' } } } },
+        payload: {
+          data: { postPublished: { id: postId, title: 'shared', author: { name: 'Alice' } } },
+          extensions: { cursor: expect.any(String) },
+        },
       });
     }
     closeAll(subscribers.map((s) => s.raw));
@@ -207,5 +216,77 @@ describe('selectionIsViewerIndependent', () => {
         parse('subscription { postPublished(orgId: "o") { id title tags status publishedAt author { id name } } }'),
       ),
     ).toBe(true);
+  });
+});
+
+describe('a group on its own (fake sockets, real groups)', () => {
+  type FakeSocket = { OPEN: 1; readyState: number; bufferedAmount: number; sent: string[]; send(data: string): void };
+  const fakeSocket = (readyState = 1): FakeSocket => ({
+    OPEN: 1,
+    readyState,
+    bufferedAmount: 0,
+    sent: [],
+    send(data: string) {
+      this.sent.push(data);
+    },
+  });
+  const groupsFor = (metrics = createApiMetrics()) =>
+    createSubscriptionGroups({ schema: heraldSchema, metrics, maxBufferedBytes: 1024 });
+  const context = () => ({}) as Context;
+
+  /** A stream yielding `results`, then failing with `failure` (or ending). */
+  async function* stream(results: ExecutionResult[], failure?: Error): AsyncGenerator<ExecutionResult> {
+    for (const result of results) yield result;
+    if (failure) throw failure;
+  }
+
+  it('ends every member with an error (SUBSCRIPTION_INTERRUPTED) when its stream fails, never a plain complete', async () => {
+    const groups = groupsFor();
+    const sockets = [fakeSocket(), fakeSocket()];
+    const members = sockets.map((socket, index) =>
+      groups.join(
+        'key',
+        { socket: socket as unknown as WebSocket, id: `m${index}` },
+        stream([], new Error('redis gone')),
+        context(),
+      ),
+    );
+    for (const member of members)
+      await expect(member.next()).rejects.toMatchObject({ extensions: { code: 'SUBSCRIPTION_INTERRUPTED' } });
+    expect(groups.size).toBe(0);
+  });
+
+  it("executes without its first member's viewer", async () => {
+    const groups = groupsFor();
+    const socket = fakeSocket();
+    const first = { viewer: { id: 'alice', orgs: ['org-a'] } } as unknown as Context;
+    async function* seesViewer(): AsyncGenerator<ExecutionResult> {
+      yield { data: { viewer: first.viewer?.id ?? null } };
+    }
+    const member = groups.join('key', { socket: socket as unknown as WebSocket, id: 'a' }, seesViewer(), first);
+    await member.next();
+    expect(socket.sent.map((frame) => JSON.parse(frame).payload)).toEqual([{ data: { viewer: null } }]);
+  });
+
+  it('counts in eventsDelivered only the frames it sent', async () => {
+    const metrics = createApiMetrics();
+    const groups = groupsFor(metrics);
+    const open = fakeSocket();
+    const closed = fakeSocket(3);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    async function* gated(): AsyncGenerator<ExecutionResult> {
+      await gate;
+      yield { data: { postPublished: { title: 'one' } } };
+    }
+    const first = groups.join('key', { socket: open as unknown as WebSocket, id: 'a' }, gated(), context());
+    const second = groups.join('key', { socket: closed as unknown as WebSocket, id: 'b' }, stream([]), context());
+    release();
+    await Promise.all([first.next(), second.next()]);
+    expect(open.sent).toHaveLength(1);
+    expect(closed.sent).toHaveLength(0);
+    expect((await metrics.eventsDelivered.get()).values[0]?.value).toBe(1);
   });
 });

@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import type { TokenVerifier, Viewer } from '@herald/auth';
-import { type execute, GraphQLError, type subscribe } from 'graphql';
+import { ErrorCode } from '@herald/contracts';
+import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
 import { type Extra, useServer } from 'graphql-ws/use/ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
@@ -28,7 +29,7 @@ interface EnvelopedRoot {
   execute: typeof execute;
   subscribe: typeof subscribe;
   /** Set when this subscription may share execution with identical ones (see subscription-groups.ts). */
-  share?: { key: string; member: GroupMember };
+  share?: { key: string; member: GroupMember; resuming: boolean };
 }
 
 /** What Herald keeps per socket beside graphql-ws's own state. */
@@ -164,13 +165,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         }
         const errors = validate(schema, document);
         if (errors.length > 0) return errors;
+        const resume = resumeArgument(document, payload.variables);
         const shareKey = deps.sharedExecution
-          ? groups.keyFor(document, payload.operationName, payload.query, payload.variables)
+          ? groups.keyFor(document, payload.operationName, payload.query, resume.keyVariables)
           : undefined;
         const rootValue: EnvelopedRoot = {
           execute,
           subscribe,
-          ...(shareKey ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id } } } : {}),
+          ...(shareKey
+            ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id }, resuming: resume.resuming } }
+            : {}),
         };
         return {
           schema,
@@ -184,17 +188,22 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       execute: (args) => (args.rootValue as EnvelopedRoot).execute(args),
       subscribe: async (args) => {
         const root = args.rootValue as EnvelopedRoot;
+        const context = args.contextValue as Context;
         // The real subscribe runs for every subscriber, so authorization is never shared.
         const result = await root.subscribe(args);
-        if (!isAsyncIterable(result)) return result;
+        if (!isAsyncIterable(result)) return refusalAsError(result);
         metrics.activeSubscriptions.inc();
-        if (!root.share) return onEnd(result, decrementActive);
-        const stream = groups.join(root.share.key, root.share.member, result, args.contextValue as Context);
-        // graphql-ws keeps these args until the subscription ends, but a grouped member never executes:
-        // the group runs on its first member's context. Dropping this member's context frees it and
-        // what hangs off it (Pothos' per-request auth caches, scope loaders): ~3 KB per subscribed socket.
-        args.contextValue = undefined;
-        args.rootValue = undefined;
+        const withCursor = withCursors(result, context);
+        if (!root.share) return onEnd(withCursor, decrementActive);
+        const stream = groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming);
+        if (!root.share.resuming) {
+          // graphql-ws keeps these args until the subscription ends, but a grouped member that is not
+          // catching up never executes: the group runs on its first member's context. Dropping this
+          // member's context frees it and what hangs off it (Pothos' per-request auth caches, scope
+          // loaders): ~3 KB per subscribed socket (bench/results/PROFILE.md).
+          args.contextValue = undefined;
+          args.rootValue = undefined;
+        }
         return onEnd(stream, decrementActive);
       },
       onNext(ctx, _id, _payload, args) {
@@ -205,11 +214,8 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           return;
         }
         metrics.eventsDelivered.inc();
-        const context = args.contextValue as Context | undefined;
-        if (context?.eventEmittedAt !== undefined) {
-          metrics.eventToSendSeconds.observe((Date.now() - context.eventEmittedAt) / 1000);
-          context.eventEmittedAt = undefined;
-        }
+        const event = (args.contextValue as Context | undefined)?.event;
+        if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
       },
       onError(_ctx, _id, _payload, errors) {
         logger.debug({ errors: errors.map((error) => error.message) }, 'subscribe refused');
@@ -304,6 +310,72 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       return groups.size;
     },
   };
+}
+
+/**
+ * A subscription refused before its stream existed. graphql-ws would send that as `next` + `complete`;
+ * a refused cursor must be an `error` message (SPEC §6.1) so clients don't take it for a normal end,
+ * so it becomes a stream that fails at once (graphql-ws answers with `error`, keeping the code).
+ */
+function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterableIterator<ExecutionResult> {
+  const expired = result.errors?.find((error) => error.extensions?.code === ErrorCode.CURSOR_EXPIRED);
+  if (!expired) return result;
+  const failing: AsyncIterableIterator<ExecutionResult> = {
+    [Symbol.asyncIterator]: () => failing,
+    next: () => Promise.reject(expired),
+    return: async () => ({ done: true, value: undefined }),
+  };
+  return failing;
+}
+
+/**
+ * Adds `extensions.cursor` (SPEC §6.1) to each result: the resolver leaves the event's cursor on the
+ * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}).
+ */
+function withCursors(stream: AsyncIterable<ExecutionResult>, context: Context): AsyncIterableIterator<ExecutionResult> {
+  const iterator = stream[Symbol.asyncIterator]();
+  const mapped: AsyncIterableIterator<ExecutionResult> = {
+    [Symbol.asyncIterator]: () => mapped,
+    async next() {
+      const result = await iterator.next();
+      const cursor = context.event?.cursor;
+      if (result.done || cursor === undefined) return result;
+      return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
+    },
+    return: async (value?: unknown) =>
+      iterator.return ? iterator.return(value) : { done: true, value: value as ExecutionResult },
+    throw: async (error?: unknown) => {
+      if (iterator.throw) return iterator.throw(error);
+      throw error;
+    },
+  };
+  return mapped;
+}
+
+/**
+ * Whether the subscription resumes (`after` set on its root field), and the variables that identify
+ * its shared group: without the cursor, so resuming subscribers end up in the same group.
+ */
+export function resumeArgument(
+  document: DocumentNode,
+  variables: Record<string, unknown> | null | undefined,
+): { resuming: boolean; keyVariables: Record<string, unknown> | null | undefined } {
+  for (const definition of document.definitions) {
+    if (definition.kind !== Kind.OPERATION_DEFINITION || definition.operation !== 'subscription') continue;
+    for (const selection of definition.selectionSet.selections) {
+      if (selection.kind !== Kind.FIELD) continue;
+      const after = selection.arguments?.find((argument) => argument.name.value === 'after');
+      if (!after) continue;
+      if (after.value.kind === Kind.VARIABLE) {
+        const name = after.value.name.value;
+        const value = variables?.[name];
+        const { [name]: _cursor, ...rest } = variables ?? {};
+        return { resuming: value != null, keyVariables: rest };
+      }
+      return { resuming: after.value.kind !== Kind.NULL, keyVariables: variables };
+    }
+  }
+  return { resuming: false, keyVariables: variables };
 }
 
 /**

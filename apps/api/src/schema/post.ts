@@ -4,7 +4,9 @@ import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
 import { recordPostPublishedWebhook } from '../post-published-webhook.js';
-import { POST_PUBLISHED_TOPIC, type PostPublishedEvent } from '../realtime/pubsub.js';
+import { encodeCursor } from '../realtime/cursor.js';
+import { toPostRow } from '../realtime/post-event.js';
+import { openPostPublishedStream, type StreamedEntry } from '../realtime/post-published-stream.js';
 import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
 import { builder } from './builder.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
@@ -126,8 +128,9 @@ builder.mutationFields((t) => ({
         return outcome;
       });
       if (!result) throw new NotFoundError('Post');
-      // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post.
-      if (result.published) context.pubsub.publishPostPublished(result.post);
+      // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
+      // the history relay moves the committed outbox event into the history and out live (SPEC §6.1).
+      if (result.published) await context.pubsub.committed();
       return result.post;
     },
   }),
@@ -137,7 +140,7 @@ builder.subscriptionFields((t) => ({
   postPublished: t.field({
     type: PostRef,
     description:
-      "Posts of an organisation you belong to, as they are published. With `tags`, only posts sharing at least one of them. Events published while you're disconnected are not replayed: after reconnecting, reconcile with `posts`.",
+      "Posts of an organisation you belong to, as they are published. With `tags`, only posts sharing at least one of them. Each event carries a cursor in `extensions.cursor`; pass the last one as `after` to resume: first every later event still in the history, then live, none skipped or repeated. A cursor the server can't honour is refused with CURSOR_EXPIRED: reconcile with `posts` and subscribe again without `after`.",
     authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.orgId) }),
     // Authorized per subscriber at subscribe time; after that, what an event resolves to depends only on
     // the arguments, so identical subscriptions may share one execution per event.
@@ -145,20 +148,32 @@ builder.subscriptionFields((t) => ({
     args: {
       orgId: t.arg.id({ required: true }),
       tags: t.arg.stringList({ description: 'Deliver only posts that carry at least one of these tags.' }),
+      after: t.arg.string({
+        description: 'Resume after this cursor (`extensions.cursor` of the last event received).',
+      }),
     },
-    subscribe: (_root, { orgId, tags }, context) => {
-      const events = context.pubsub.pubsub.subscribe(POST_PUBLISHED_TOPIC, String(orgId));
+    subscribe: async (_root, { orgId, tags, after }, context) => {
+      const org = String(orgId);
+      const events = await openPostPublishedStream(context.pubsub.history, org, after);
       // Defence in depth: the channel is per organisation, but never hand over another tenant's post.
       const wanted = tags && tags.length > 0 ? new Set(tags) : undefined;
       return pipe(
         events,
-        filter((event: PostPublishedEvent) => event.org_id === String(orgId)),
-        filter((event: PostPublishedEvent) => !wanted || event.tags.some((tag) => wanted.has(tag))),
+        filter(({ entry }: StreamedEntry) => entry.event.orgId === org),
+        filter(({ entry }: StreamedEntry) => !wanted || entry.event.post.tags.some((tag) => wanted.has(tag))),
       );
     },
-    resolve: (event, _args, context) => {
-      context.eventEmittedAt = event.emitted_at;
-      return event as unknown as Post;
+    resolve: ({ entry, replayed }: StreamedEntry, _args, context) => {
+      context.event = {
+        emittedAt: entry.event.emittedAt,
+        epoch: entry.epoch,
+        position: entry.position,
+        cursor: context.pubsub.history.enabled
+          ? encodeCursor({ orgId: entry.event.orgId, epoch: entry.epoch, position: entry.position })
+          : undefined,
+        replayed,
+      };
+      return toPostRow(entry.event);
     },
   }),
 }));

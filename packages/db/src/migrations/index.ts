@@ -3,6 +3,7 @@ import * as createUsersAndPosts from './2026-11-21T07-30_create-users-and-posts.
 import * as createWebhooks from './2026-11-21T08-00_create-webhooks.js';
 import * as indexDueWebhookDeliveries from './2026-11-21T08-30_index-due-webhook-deliveries.js';
 import * as webhookEndpointHealth from './2026-11-23T11-00_webhook-endpoint-health.js';
+import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscription-history.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -14,6 +15,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-21T08-00_create-webhooks': createWebhooks,
   '2026-11-21T08-30_index-due-webhook-deliveries': indexDueWebhookDeliveries,
   '2026-11-23T11-00_webhook-endpoint-health': webhookEndpointHealth,
+  '2026-11-23T11-45_resume-subscription-history': resumeSubscriptionHistory,
 };
 
 export const migrationProvider: MigrationProvider = {

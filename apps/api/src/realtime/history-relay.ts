@@ -1,0 +1,146 @@
+import { type Database, listPendingPostEvents, markPostEventsHistoried, withHistoryRelayLock } from '@herald/db';
+import type { Kysely } from 'kysely';
+import type { Logger } from '../logger.js';
+import type { ApiMetrics } from '../metrics.js';
+import type { SubscriptionHistory } from './history.js';
+import { toPostPublishedEvent } from './post-event.js';
+
+/** Events moved per pass (one Redis round trip each, pipelined, and one UPDATE). */
+export const HISTORY_RELAY_BATCH = 200;
+/** Safety-net pass when nobody woke the relay: events another pod committed but did not hand over. */
+export const HISTORY_RELAY_IDLE_MS = 1_000;
+/** First retry delay after a failed pass (Redis or the database down); doubles up to the maximum. */
+export const HISTORY_RELAY_RETRY_MIN_MS = 100;
+export const HISTORY_RELAY_RETRY_MAX_MS = 2_000;
+
+export interface HistoryRelay {
+  start(): void;
+  /** Stops after the pass in progress. */
+  stop(): Promise<void>;
+  /**
+   * Runs a pass now: call right after committing an outbox event (the hand-off).
+   * @returns once a pass that started after this call has finished, moved or not (never rejects)
+   */
+  wake(): Promise<void>;
+  /** False while the last pass failed (Redis or the database unreachable). */
+  readonly readiness: boolean;
+}
+
+export interface HistoryRelayDeps {
+  db: Kysely<Database>;
+  history: SubscriptionHistory;
+  logger: Logger;
+  metrics: ApiMetrics;
+}
+
+/**
+ * Moves committed `post.published` outbox events into the subscription history (which also publishes
+ * them live), so that no publish is silently dropped (SPEC §6.1): a post committed while Redis is down
+ * stays pending in the outbox and enters the history, in outbox order, once Redis is back.
+ *
+ * A pass holds the schema's history-relay lock (one relay at a time across pods, each waiting its
+ * turn), reads the oldest pending events, appends them (deduplicated by event id in the history, so a
+ * crash between the append and the mark repeats nothing), and marks the appended prefix. The mutation
+ * wakes its pod's relay after commit, so an event waits for one pass, not for a polling interval.
+ */
+export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
+  const { db, history, logger, metrics } = deps;
+  let running = false;
+  let stopped = true;
+  let wanted = false;
+  let healthy = true;
+  let retryMs = HISTORY_RELAY_RETRY_MIN_MS;
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<void> | undefined;
+  /** Callers of `wake` waiting for the next pass to finish. */
+  let waiters: Array<() => void> = [];
+
+  function schedule(delayMs: number) {
+    clearTimeout(timer);
+    if (stopped) return;
+    timer = setTimeout(run, delayMs);
+    timer.unref();
+  }
+
+  function run() {
+    if (stopped) return;
+    if (running) {
+      wanted = true;
+      return;
+    }
+    running = true;
+    wanted = false;
+    const served = waiters;
+    waiters = [];
+    const release = () => {
+      for (const resolve of served) resolve();
+    };
+    current = pass().then(
+      (more) => {
+        release();
+        healthy = true;
+        retryMs = HISTORY_RELAY_RETRY_MIN_MS;
+        running = false;
+        schedule(more || wanted ? 0 : HISTORY_RELAY_IDLE_MS);
+      },
+      (error: unknown) => {
+        release();
+        if (healthy) logger.warn({ err: error }, 'history relay: pass failed, retrying (events stay in the outbox)');
+        healthy = false;
+        running = false;
+        schedule(retryMs);
+        retryMs = Math.min(retryMs * 2, HISTORY_RELAY_RETRY_MAX_MS);
+      },
+    );
+  }
+
+  /** @returns true when a full batch was moved (more may be waiting) */
+  async function pass(): Promise<boolean> {
+    const { moved, error } = await withHistoryRelayLock(db, async (trx) => {
+      const pending = await listPendingPostEvents(trx, HISTORY_RELAY_BATCH);
+      if (pending.length === 0) return { moved: 0, error: undefined };
+      const outcomes = await history.append(pending.map(({ eventId, post }) => toPostPublishedEvent(post, eventId)));
+      const appended: string[] = [];
+      let failure: Error | undefined;
+      for (const [index, outcome] of outcomes.entries()) {
+        if (!outcome.ok) {
+          failure = outcome.error;
+          break;
+        }
+        appended.push(pending[index]?.eventId as string);
+      }
+      await markPostEventsHistoried(trx, appended);
+      return { moved: appended.length, error: failure };
+    });
+    if (moved > 0) metrics.eventsPublished.inc(moved);
+    if (error) throw error;
+    return moved === HISTORY_RELAY_BATCH;
+  }
+
+  return {
+    start() {
+      if (!stopped) return;
+      stopped = false;
+      schedule(0);
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await current?.catch(() => {});
+      for (const resolve of waiters.splice(0)) resolve();
+    },
+    wake() {
+      if (stopped) return Promise.resolve();
+      const passed = new Promise<void>((resolve) => waiters.push(resolve));
+      if (running) wanted = true;
+      else {
+        clearTimeout(timer);
+        run();
+      }
+      return passed;
+    },
+    get readiness() {
+      return healthy;
+    },
+  };
+}

@@ -1,0 +1,315 @@
+import { randomUUID } from 'node:crypto';
+import { isCluster, type RedisClient } from '@herald/config/redis';
+import { type HistoryEntry, type PostPublishedEventV1, subscriptionRedisKeys } from '@herald/contracts';
+import { CursorExpiredError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './history.js';
+
+/**
+ * The subscription history in Redis. Per organisation (all keys hash-tagged `{orgId}`, one slot):
+ * - `<prefix>history:{org}`: a stream whose entry ids are `<position>-0`, capped at `size` entries;
+ * - `<prefix>history-meta:{org}`: a hash of the `epoch` and the last `position`;
+ * - `<prefix>history-ids:{org}`: a sorted set of the kept event ids (score: position), for dedup;
+ * - `<prefix>post-published:{org}`: the live channel.
+ * One Lua script appends an event (next position, XADD with exact MAXLEN, PEXPIRE of all three keys,
+ * PUBLISH of the entry, SPUBLISH on Redis Cluster), so an event is in the history exactly when it was published live, in one
+ * round trip. When the keys are gone (flushed, restarted without persistence, expired after `ttlMs`)
+ * the next append starts a new epoch at position 1, and cursors of the old epoch are refused.
+ *
+ * Live delivery per organisation goes through one local feed per pod that hands its listeners every
+ * position once, in order: a gap (a message lost while the subscriber connection was down) is filled
+ * from the stream before later entries, and after the subscriber connection comes back each feed reads
+ * what it missed.
+ */
+
+/** Entries read per XRANGE page when replaying. */
+const READ_PAGE_SIZE = 500;
+
+const APPEND_SCRIPT = `
+local known = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+if known and epoch then
+  local found = redis.call('XRANGE', KEYS[1], known .. '-0', known .. '-0')
+  if found[1] then return {epoch, tonumber(known), found[1][2][2]} end
+end
+if not epoch then
+  epoch = ARGV[5]
+  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('HSET', KEYS[2], 'epoch', epoch, 'position', 0)
+end
+local position = redis.call('HINCRBY', KEYS[2], 'position', 1)
+local size = tonumber(ARGV[3])
+if size > 0 then
+  redis.call('XADD', KEYS[1], 'MAXLEN', size, position .. '-0', 'e', ARGV[2])
+  redis.call('ZADD', KEYS[3], position, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', position - size)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call(ARGV[6], KEYS[4], '{"position":' .. position .. ',"epoch":"' .. epoch .. '","event":' .. ARGV[2] .. '}')
+return {epoch, position, false}
+`;
+
+const READ_SCRIPT = `
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+local last = redis.call('HGET', KEYS[2], 'position')
+if not epoch then return {false, false, {}} end
+return {epoch, tonumber(last), redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])}
+`;
+
+type RawEntries = Array<[string, string[]]>;
+
+interface HistoryCommands {
+  heraldHistoryAppend(
+    history: string,
+    meta: string,
+    ids: string,
+    channel: string,
+    eventId: string,
+    json: string,
+    size: number,
+    ttlMs: number,
+    newEpoch: string,
+    publishCommand: 'PUBLISH' | 'SPUBLISH',
+  ): Promise<[string, number, string | null]>;
+  heraldHistoryRead(
+    history: string,
+    meta: string,
+    after: number,
+    count: number,
+  ): Promise<[string | null, number | null, RawEntries]>;
+}
+
+export interface RedisHistoryDeps {
+  /** Commands (scripts); fails fast while Redis is down. */
+  commands: RedisClient;
+  /** Subscriber connection: re-subscribes by itself after a reconnect. */
+  subscriber: RedisClient;
+  prefix: string;
+  limits: HistoryLimits;
+  logger: Logger;
+}
+
+interface Feed {
+  orgId: string;
+  channel: string;
+  listeners: Set<(entry: HistoryEntry) => void>;
+  subscribed: Promise<unknown>;
+  last?: { epoch: string; position: number };
+  filling: boolean;
+  queue: HistoryEntry[];
+}
+
+export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory {
+  const { prefix, limits, logger } = deps;
+  for (const client of [deps.commands]) {
+    client.defineCommand('heraldHistoryAppend', { numberOfKeys: 4, lua: APPEND_SCRIPT });
+    client.defineCommand('heraldHistoryRead', { numberOfKeys: 2, lua: READ_SCRIPT });
+  }
+  const commands = deps.commands as unknown as HistoryCommands;
+  // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). The live channel carries the org's
+  // `{orgId}` hash tag like its history keys, so the script publishes on the shard that owns them and
+  // only pods subscribed there hear it, instead of every message crossing the cluster bus to every node.
+  const sharded = isCluster(deps.subscriber);
+  const subscribe = (channel: string) =>
+    sharded ? deps.subscriber.ssubscribe(channel) : deps.subscriber.subscribe(channel);
+  const unsubscribe = (channel: string) =>
+    sharded ? deps.subscriber.sunsubscribe(channel) : deps.subscriber.unsubscribe(channel);
+  const feeds = new Map<string, Feed>(); // by channel
+
+  deps.subscriber.on(sharded ? 'smessage' : 'message', (channel: string, message: string) => {
+    const feed = feeds.get(channel);
+    if (!feed) return;
+    let entry: HistoryEntry;
+    try {
+      entry = JSON.parse(message) as HistoryEntry;
+    } catch (error) {
+      logger.warn({ err: error, channel }, 'unreadable history entry on the live channel');
+      return;
+    }
+    receive(feed, entry);
+  });
+  let readyOnce = false;
+  deps.subscriber.on('ready', () => {
+    if (!readyOnce) {
+      readyOnce = true;
+      return;
+    }
+    // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
+    for (const feed of feeds.values()) {
+      feed.subscribed = subscribe(feed.channel).then(
+        () => startFill(feed),
+        (error: Error) => logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed'),
+      );
+    }
+  });
+
+  function receive(feed: Feed, entry: HistoryEntry) {
+    if (feed.filling) {
+      feed.queue.push(entry);
+      return;
+    }
+    const { last } = feed;
+    if (last && entry.epoch === last.epoch && entry.position <= last.position) return; // delivered by a fill
+    // A gap, or a new epoch that didn't start at 1 here: read what was missed first.
+    const expected = last && entry.epoch === last.epoch ? last.position + 1 : 1;
+    if (last && entry.position > expected && limits.size > 0) {
+      feed.queue.push(entry);
+      startFill(feed);
+      return;
+    }
+    deliver(feed, entry);
+  }
+
+  function deliver(feed: Feed, entry: HistoryEntry) {
+    feed.last = { epoch: entry.epoch, position: entry.position };
+    for (const listener of [...feed.listeners]) listener(entry);
+  }
+
+  function startFill(feed: Feed) {
+    if (feed.filling || !feed.last || limits.size === 0) return;
+    feed.filling = true;
+    void fill(feed).finally(() => {
+      feed.filling = false;
+      const queued = feed.queue.splice(0);
+      for (const entry of queued) receive(feed, entry);
+    });
+  }
+
+  async function fill(feed: Feed) {
+    const last = feed.last;
+    if (!last) return;
+    try {
+      let missed: HistoryEntry[];
+      try {
+        missed = await readAfter(feed.orgId, last.epoch, last.position);
+      } catch (error) {
+        if (!(error instanceof CursorExpiredError)) throw error;
+        // The history was lost meanwhile (Redis restarted empty): everything in the new one is new here.
+        const [epoch] = await commands.heraldHistoryRead(
+          subscriptionRedisKeys(prefix, feed.orgId).history,
+          subscriptionRedisKeys(prefix, feed.orgId).meta,
+          0,
+          1,
+        );
+        missed = epoch && epoch !== last.epoch ? await readAfter(feed.orgId, epoch, 0) : [];
+        if (missed.length === 0)
+          logger.warn({ orgId: feed.orgId }, 'live subscribers missed events no longer in the history');
+      }
+      for (const entry of missed) {
+        const current = feed.last;
+        if (!current || current.epoch !== entry.epoch || entry.position > current.position) deliver(feed, entry);
+      }
+    } catch (error) {
+      logger.warn({ err: error, orgId: feed.orgId }, 'could not read missed events from the history');
+    }
+  }
+
+  async function readAfter(orgId: string, epoch: string, position: number): Promise<HistoryEntry[]> {
+    const keys = subscriptionRedisKeys(prefix, orgId);
+    const entries: HistoryEntry[] = [];
+    let after = position;
+    for (;;) {
+      const [currentEpoch, last, raw] = await commands.heraldHistoryRead(
+        keys.history,
+        keys.meta,
+        after,
+        READ_PAGE_SIZE,
+      );
+      if (currentEpoch !== epoch || last === null)
+        throw new CursorExpiredError('the history this cursor belongs to is gone');
+      if (after > last) throw new CursorExpiredError('cursor is ahead of the history');
+      if (after === last && entries.length === 0) return entries;
+      const page = raw.map(([id, fields]) => parseEntry(id, fields, currentEpoch));
+      const first = page[0];
+      if (!first || first.position !== after + 1) {
+        if (entries.length === 0) throw new CursorExpiredError('cursor is older than the history');
+        return entries; // trimmed while paging: what was read is contiguous
+      }
+      entries.push(...page);
+      after = page[page.length - 1]?.position ?? after;
+      if (page.length < READ_PAGE_SIZE || after >= last) return entries;
+    }
+  }
+
+  return {
+    kind: 'redis',
+    enabled: limits.size > 0,
+    async append(events) {
+      const settled = await Promise.allSettled(
+        events.map((event) => {
+          const keys = subscriptionRedisKeys(prefix, event.orgId);
+          return commands.heraldHistoryAppend(
+            keys.history,
+            keys.meta,
+            keys.ids,
+            keys.channel,
+            event.eventId,
+            JSON.stringify(event),
+            limits.size,
+            limits.ttlMs,
+            randomUUID().slice(0, 8),
+            sharded ? 'SPUBLISH' : 'PUBLISH',
+          );
+        }),
+      );
+      let failure: Error | undefined;
+      return settled.map((result, index): AppendOutcome => {
+        if (failure) return { ok: false, error: failure };
+        if (result.status === 'rejected') {
+          failure = result.reason instanceof Error ? result.reason : new Error(String(result.reason));
+          return { ok: false, error: failure };
+        }
+        const [epoch, position, existing] = result.value;
+        const event = existing
+          ? (JSON.parse(existing) as PostPublishedEventV1)
+          : (events[index] as PostPublishedEventV1);
+        return { ok: true, entry: { epoch, position: Number(position), event } };
+      });
+    },
+    async listen(orgId, listener) {
+      const { channel } = subscriptionRedisKeys(prefix, orgId);
+      let feed = feeds.get(channel);
+      if (!feed) {
+        const created: Feed = {
+          orgId,
+          channel,
+          listeners: new Set(),
+          subscribed: subscribe(channel),
+          filling: false,
+          queue: [],
+        };
+        feeds.set(channel, created);
+        feed = created;
+      }
+      const joined = feed;
+      joined.listeners.add(listener);
+      try {
+        await joined.subscribed;
+      } catch (error) {
+        joined.listeners.delete(listener);
+        throw error;
+      }
+      return () => {
+        joined.listeners.delete(listener);
+        if (joined.listeners.size === 0 && feeds.get(channel) === joined) {
+          feeds.delete(channel);
+          unsubscribe(channel).catch((error: Error) => {
+            logger.warn({ err: error, channel }, 'redis unsubscribe failed');
+          });
+        }
+      };
+    },
+    readAfter,
+    async ready() {},
+    async close() {
+      feeds.clear();
+    },
+  };
+}
+
+function parseEntry(id: string, fields: string[], epoch: string): HistoryEntry {
+  const json = fields[fields.indexOf('e') + 1] ?? 'null';
+  return { position: Number.parseInt(id, 10), epoch, event: JSON.parse(json) as PostPublishedEventV1 };
+}

@@ -1,0 +1,175 @@
+import { type Client, createClient, type FormattedExecutionResult, type Sink } from 'graphql-ws';
+import { RECONNECT_BASE_MS, RECONNECT_MAX_MS, reconnectDelayMs } from './backoff.js';
+import { type CursorPlace, isAfter, readCursor } from './cursor.js';
+
+/** `extensions.code` of a refused `after` cursor (SPEC §6.1). */
+export const CURSOR_EXPIRED = 'CURSOR_EXPIRED';
+/** `extensions.code` of a subscription the server ended because its event source failed. */
+export const SUBSCRIPTION_INTERRUPTED = 'SUBSCRIPTION_INTERRUPTED';
+/** Name of the variable this library sets to the last cursor on every (re)subscribe. */
+export const AFTER_VARIABLE = 'after';
+
+export interface HeraldClientOptions {
+  /** The WebSocket URL of Herald's GraphQL endpoint, e.g. `wss://herald.example.com/graphql`. */
+  url: string;
+  /**
+   * Returns the bearer token. Called on every connect and reconnect (never a stale token): after the
+   * server closes with 4403 (token expired or refused), the next attempt asks again. A throw or
+   * rejection counts as a failed attempt and is retried with backoff.
+   */
+  token: () => string | Promise<string>;
+  /** A WebSocket implementation for Node (`ws`). @default globalThis.WebSocket */
+  webSocketImpl?: unknown;
+  /**
+   * Called when the server can't resume a subscription from its last cursor (CURSOR_EXPIRED: events
+   * were missed for good). Reconcile here, e.g. with a `posts` query; the library then subscribes
+   * again without a cursor. A throw is reported to the subscription's `error`.
+   */
+  onCursorExpired?: (subscription: { query: string; variables: Record<string, unknown> }) => void | Promise<void>;
+  /** Reconnect delays: full jitter up to `min(maxMs, baseMs · 2^attempt)`. @default 500 / 30000 */
+  reconnect?: { baseMs?: number; maxMs?: number };
+  /** Called on every successful (re)connect, with whether it was a reconnect. For metrics and tests. */
+  onConnected?: (reconnected: boolean) => void;
+}
+
+export interface SubscribeRequest {
+  /**
+   * A subscription document. To resume, it declares `$after: String` and passes it to the field
+   * (`postPublished(orgId: $orgId, after: $after)`); the library fills that variable in.
+   */
+  query: string;
+  variables?: Record<string, unknown>;
+  operationName?: string;
+}
+
+export interface HeraldClient {
+  /**
+   * Subscribes; `sink.next` gets each event once, in order, across reconnects. `sink.error` gets
+   * errors the server won't recover from (FORBIDDEN, a bad document); `sink.complete` a normal end.
+   * @returns a function that ends the subscription
+   */
+  subscribe<Data = Record<string, unknown>>(
+    request: SubscribeRequest,
+    sink: Sink<FormattedExecutionResult<Data, unknown>>,
+  ): () => void;
+  /** Ends every subscription and closes the socket. */
+  dispose(): Promise<void>;
+  /** The underlying graphql-ws client. */
+  readonly graphqlWs: Client;
+}
+
+/**
+ * A Herald client (SPEC §6.1) over the graphql-ws client. Each subscription remembers the cursor of
+ * the last event it delivered (`payload.extensions.cursor`) and sends it as `after` whenever
+ * graphql-ws subscribes again (after a 1012 pod restart, a 1013, a 4403 with a fresh token, a network
+ * drop), so the server replays what was missed; events at or before that cursor are dropped.
+ */
+export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
+  const baseMs = options.reconnect?.baseMs ?? RECONNECT_BASE_MS;
+  const maxMs = options.reconnect?.maxMs ?? RECONNECT_MAX_MS;
+  let connections = 0;
+  const graphqlWs = createClient({
+    url: options.url,
+    webSocketImpl: options.webSocketImpl,
+    // Asked on every connect: a reconnect after 4403 gets a new token.
+    connectionParams: async () => ({ authToken: await options.token() }),
+    lazy: true,
+    retryAttempts: Number.POSITIVE_INFINITY,
+    // 1012/1013/4403/network drops are retried; graphql-ws itself gives up on protocol errors (4400, …).
+    shouldRetry: () => true,
+    retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, reconnectDelayMs(retries, baseMs, maxMs))),
+    on: {
+      connected: () => {
+        connections += 1;
+        options.onConnected?.(connections > 1);
+      },
+    },
+  });
+
+  const active = new Set<() => void>();
+
+  function subscribe<Data>(request: SubscribeRequest, sink: Sink<FormattedExecutionResult<Data, unknown>>): () => void {
+    // graphql-ws re-sends this same payload object on every resubscribe: `after` is kept current in it.
+    const variables: Record<string, unknown> = { ...request.variables };
+    const payload = { query: request.query, variables, operationName: request.operationName };
+    let last: CursorPlace | undefined;
+    let ended = false;
+    let release: (() => void) | undefined;
+    let retryTimer: ReturnType<typeof setTimeout> | undefined;
+    let interruptions = 0;
+
+    const end = () => {
+      ended = true;
+      clearTimeout(retryTimer);
+      release?.();
+      active.delete(stop);
+    };
+    const stop = () => end();
+
+    const start = () => {
+      if (ended) return;
+      release = graphqlWs.subscribe<Data>(payload, {
+        next(result) {
+          const cursor = (result.extensions as { cursor?: unknown } | undefined)?.cursor;
+          if (typeof cursor === 'string') {
+            const place = readCursor(cursor);
+            if (!isAfter(place, last)) return; // delivered before a reconnect
+            last = place;
+            variables[AFTER_VARIABLE] = cursor;
+          }
+          interruptions = 0;
+          sink.next(result);
+        },
+        error(error) {
+          if (ended) return;
+          const code = errorCode(error);
+          if (code === CURSOR_EXPIRED) {
+            delete variables[AFTER_VARIABLE];
+            last = undefined;
+            Promise.resolve(options.onCursorExpired?.({ query: request.query, variables: { ...variables } })).then(
+              start,
+              (failure: unknown) => {
+                end();
+                sink.error(failure);
+              },
+            );
+            return;
+          }
+          if (code === SUBSCRIPTION_INTERRUPTED) {
+            retryTimer = setTimeout(start, reconnectDelayMs(interruptions++, baseMs, maxMs));
+            return;
+          }
+          end();
+          sink.error(error);
+        },
+        complete() {
+          if (ended) return;
+          end();
+          sink.complete();
+        },
+      });
+    };
+    active.add(stop);
+    start();
+    return stop;
+  }
+
+  return {
+    subscribe,
+    async dispose() {
+      for (const stop of [...active]) stop();
+      await graphqlWs.dispose();
+    },
+    graphqlWs,
+  };
+}
+
+/** The `extensions.code` of a graphql-ws `error` (an array of GraphQL errors), if any. */
+function errorCode(error: unknown): string | undefined {
+  if (!Array.isArray(error)) return undefined;
+  for (const item of error) {
+    const code = (item as { extensions?: { code?: unknown } } | null)?.extensions?.code;
+    if (typeof code === 'string') return code;
+  }
+  return undefined;
+}

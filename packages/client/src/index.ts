@@ -1,0 +1,11 @@
+export { RECONNECT_BASE_MS, RECONNECT_MAX_MS, reconnectDelayMs } from './backoff.js';
+export {
+  AFTER_VARIABLE,
+  CURSOR_EXPIRED,
+  createHeraldClient,
+  type HeraldClient,
+  type HeraldClientOptions,
+  SUBSCRIPTION_INTERRUPTED,
+  type SubscribeRequest,
+} from './client.js';
+export { type CursorPlace, isAfter, readCursor } from './cursor.js';

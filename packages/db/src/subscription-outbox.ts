@@ -1,0 +1,50 @@
+import { POST_PUBLISHED_EVENT } from '@herald/contracts';
+import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Database, Post } from './database.js';
+
+/**
+ * The subscription side of the outbox (SPEC §6.1): `post.published` events not yet in the
+ * subscription history (`webhook_outbox.historied_at`, its own marker; the webhook relay's columns are
+ * untouched). Queried with SQL rather than through the Database type, which the webhook engine owns.
+ */
+
+export interface PendingPostEvent {
+  /** The outbox event id (`evt_…`). */
+  eventId: string;
+  post: Post;
+}
+
+/**
+ * Runs `work` while holding this schema's history-relay lock (waiting for it), so one relay at a time
+ * across pods moves events into the history, in order.
+ */
+export async function withHistoryRelayLock<T>(
+  db: Kysely<Database>,
+  work: (trx: Transaction<Database>) => Promise<T>,
+): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    await sql`select pg_advisory_xact_lock(hashtext(current_schema() || ':herald-subscription-history-relay'))`.execute(
+      trx,
+    );
+    return work(trx);
+  });
+}
+
+/** The oldest `post.published` events not yet in the history, in outbox order, with their posts. */
+export async function listPendingPostEvents(db: Kysely<Database>, limit: number): Promise<PendingPostEvent[]> {
+  const { rows } = await sql<Post & { event_id: string }>`
+    select o.id as event_id, p.id, p.org_id, p.author_id, p.title, p.tags, p.status, p.created_at, p.published_at, p.seq
+    from webhook_outbox o
+    join posts p on p.id = (o.body::jsonb -> 'data' ->> 'id') and p.org_id = o.org_id
+    where o.historied_at is null and o.type = ${POST_PUBLISHED_EVENT}
+    order by o.seq
+    limit ${limit}
+  `.execute(db);
+  return rows.map(({ event_id, ...post }) => ({ eventId: event_id, post }));
+}
+
+/** Marks events as in the history. */
+export async function markPostEventsHistoried(db: Kysely<Database>, eventIds: readonly string[]): Promise<void> {
+  if (eventIds.length === 0) return;
+  await sql`update webhook_outbox set historied_at = now() where id in (${sql.join(eventIds)})`.execute(db);
+}

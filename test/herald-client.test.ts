@@ -1,0 +1,93 @@
+import { randomUUID } from 'node:crypto';
+import { signToken } from '@herald/auth';
+import { createTestSchema, type TestSchema } from '@herald/testing';
+import { freePort, waitFor } from '@herald/testing/ports';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type ApiProcess, startApiProcess } from './support/api-process.js';
+import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
+import { createAndPublish, readMetric } from './support/subscribers.js';
+
+// @herald/client against real API processes on one database and Redis: a fresh token after 4403,
+// and resuming after the pod it was connected to restarts (events published meanwhile on the other pod).
+
+const JWT_SECRET = 'herald-client-test-secret-0123456789abcdef';
+const ORG = `org-${randomUUID()}`;
+
+let schema: TestSchema;
+let env: Record<string, string>;
+let restartable: ApiProcess;
+let restartablePort: number;
+let other: ApiProcess;
+let writer: string;
+const subscribers: AppSubscriber[] = [];
+
+beforeAll(async () => {
+  schema = await createTestSchema(inject('databaseUrl'));
+  writer = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
+  env = {
+    DATABASE_URL: schema.url,
+    REDIS_URL: inject('redisUrl'),
+    HERALD_REDIS_PREFIX: `herald-client-${randomUUID()}:`,
+    JWT_SECRET,
+    SHUTDOWN_GRACE_MS: '3000',
+  };
+  restartablePort = await freePort();
+  [restartable, other] = await Promise.all([
+    startApiProcess({ ...env, PORT: String(restartablePort) }),
+    startApiProcess(env),
+  ]);
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all(subscribers.map((subscriber) => subscriber.client.dispose()));
+  await Promise.all([restartable?.stop('SIGTERM'), other?.stop('SIGTERM')]);
+  await schema?.drop();
+});
+
+const activeOn = (pod: ApiProcess) => readMetric(pod.baseUrl, 'herald_subscriptions_active');
+
+describe('@herald/client', () => {
+  it('asks for a fresh token when the server closes with 4403 at expiry, and misses nothing', async () => {
+    // Tokens that expire 2 s after they are asked for: the server closes the socket at `exp` (4403).
+    const shortLived = () =>
+      signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] }, { expiresIn: Math.floor(Date.now() / 1000) + 2 });
+    const before = await activeOn(other);
+    const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${other.port}/graphql`, shortLived, ORG);
+    subscribers.push(subscriber);
+    await waitFor('the subscription', async () => (await activeOn(other)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'token 1');
+    await waitFor('a reconnect with a new token', () => subscriber.reconnects >= 1, { timeoutMs: 15_000 });
+    await createAndPublish(other.baseUrl, writer, ORG, 'token 2');
+    await waitFor('the post after the reconnect', () => subscriber.count('token 2') === 1);
+    expect(subscriber.tokenCalls).toBeGreaterThanOrEqual(2);
+    expect(subscriber.titles).toEqual(['token 1', 'token 2']);
+    expect(subscriber.errors).toEqual([]);
+  }, 60_000);
+
+  it('resumes after its pod restarts: the posts published meanwhile, once, in order, then live', async () => {
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    const before = await activeOn(restartable);
+    const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${restartablePort}/graphql`, token, ORG);
+    subscribers.push(subscriber);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'before restart');
+    await waitFor('the first post', () => subscriber.count('before restart') === 1);
+
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `while down ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('while down 5') === 1, {
+      timeoutMs: 30_000,
+    });
+    await createAndPublish(other.baseUrl, writer, ORG, 'after restart');
+    await waitFor('the live post', () => subscriber.count('after restart') === 1);
+    expect(subscriber.titles.filter((title) => !title.startsWith('token'))).toEqual([
+      'before restart',
+      ...Array.from({ length: 5 }, (_, i) => `while down ${i + 1}`),
+      'after restart',
+    ]);
+    expect(subscriber.reconnects).toBeGreaterThanOrEqual(1);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
+  }, 90_000);
+});

@@ -1,0 +1,125 @@
+import { randomUUID } from 'node:crypto';
+import { signToken } from '@herald/auth';
+import { createTestSchema, type TestSchema } from '@herald/testing';
+import { freePorts, waitFor } from '@herald/testing/ports';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type ApiProcess, startApiProcess } from './support/api-process.js';
+import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
+import { type NginxProcess, startNginx } from './support/nginx.js';
+import { createAndPublish, readMetric } from './support/subscribers.js';
+
+// Rolling restart (SPEC §6.1): three pods behind the nginx of deploy/, 300 @herald/client
+// applications, posts published at a steady rate while each pod in turn gets SIGTERM and is started
+// again on its port. Every application must see every post exactly once, in publish order.
+
+const JWT_SECRET = 'rolling-restart-secret-0123456789abcdef';
+const ORG = `org-${randomUUID()}`;
+const CLIENTS = Number(process.env.ROLLING_CLIENTS ?? 300);
+/** One post per interval, published straight to a pod that is not restarting (no ambiguous failures). */
+const PUBLISH_INTERVAL_MS = 200;
+/** Bound on the publishing loop, whatever happens. */
+const MAX_POSTS = 400;
+
+let schema: TestSchema;
+let env: Record<string, string>;
+let ports: number[];
+let pods: ApiProcess[];
+let nginx: NginxProcess;
+let clients: AppSubscriber[] = [];
+let writer: string;
+
+beforeAll(async () => {
+  schema = await createTestSchema(inject('databaseUrl'));
+  writer = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
+  env = {
+    DATABASE_URL: schema.url,
+    REDIS_URL: inject('redisUrl'),
+    HERALD_REDIS_PREFIX: `herald-rolling-${randomUUID()}:`,
+    JWT_SECRET,
+    SHUTDOWN_GRACE_MS: '5000',
+  };
+  ports = await freePorts(3);
+  pods = await Promise.all(ports.map((port) => startApiProcess({ ...env, PORT: String(port) })));
+  nginx = await startNginx(ports);
+}, 180_000);
+
+afterAll(async () => {
+  await Promise.all(clients.map((client) => client.client.dispose()));
+  await nginx?.stop();
+  await Promise.all((pods ?? []).map((pod) => pod.stop('SIGTERM')));
+  await schema?.drop();
+});
+
+async function totalActive(): Promise<number> {
+  const counts = await Promise.all(
+    pods.map((pod) => readMetric(pod.baseUrl, 'herald_subscriptions_active').catch(() => 0)),
+  );
+  return counts.reduce((a, b) => a + b, 0);
+}
+
+describe('rolling restart behind nginx', () => {
+  it('every client receives every post exactly once, in order, while each pod restarts in turn', async () => {
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    clients = Array.from({ length: CLIENTS }, () =>
+      subscribeWithHeraldClient(`ws://127.0.0.1:${nginx.port}/graphql`, token, ORG, { baseMs: 100, maxMs: 1_000 }),
+    );
+    await waitFor('every client to subscribe', async () => (await totalActive()) === CLIENTS, { timeoutMs: 60_000 });
+    // A subscription resumes from the last event it received: give every client one before the restarts.
+    await createAndPublish(pods[0]!.baseUrl, writer, ORG, 'warm-up');
+    await waitFor('every client to have a cursor', () => clients.every((client) => client.count('warm-up') === 1), {
+      timeoutMs: 60_000,
+    });
+
+    const published: string[] = [];
+    let victim = -1;
+    let publishing = true;
+    const publisher = (async () => {
+      for (let n = 1; publishing && n <= MAX_POSTS; n++) {
+        const through = pods[(victim + 1 + (n % 2)) % 3]!; // never the pod being restarted
+        const title = `post ${n}`;
+        const result = await createAndPublish(through.baseUrl, writer, ORG, title);
+        if (result.errors) throw new Error(`publish failed: ${JSON.stringify(result.errors)}`);
+        published.push(title);
+        await new Promise((resolve) => setTimeout(resolve, PUBLISH_INTERVAL_MS));
+      }
+    })();
+
+    const figures: string[] = [];
+    for (let index = 0; index < 3; index++) {
+      victim = index;
+      const publishedBefore = published.length;
+      const stoppedAt = Date.now();
+      expect(await pods[index]!.stop('SIGTERM')).toBe(0);
+      const survivorsBack = Date.now();
+      await waitFor('the clients to resubscribe on the other pods', async () => (await totalActive()) === CLIENTS, {
+        timeoutMs: 60_000,
+        intervalMs: 100,
+      });
+      const reconnectedMs = Date.now() - stoppedAt;
+      pods[index] = await startApiProcess({ ...env, PORT: String(ports[index]) });
+      figures.push(
+        `pod ${index}: drained in ${survivorsBack - stoppedAt} ms, all ${CLIENTS} clients subscribed again ${reconnectedMs} ms after SIGTERM, ${published.length - publishedBefore} posts published meanwhile`,
+      );
+    }
+    publishing = false;
+    await publisher;
+    const last = published.at(-1)!;
+    await waitFor('every client to reach the last post', () => clients.every((client) => client.count(last) >= 1), {
+      timeoutMs: 60_000,
+    });
+
+    const reconnects = clients.reduce((sum, client) => sum + client.reconnects, 0);
+    console.log(
+      [
+        `rolling restart: ${CLIENTS} clients, ${published.length} posts, ${reconnects} reconnects in all`,
+        ...figures,
+      ].join('\n'),
+    );
+    for (const client of clients) {
+      expect(client.errors).toEqual([]);
+      expect(client.cursorExpired).toBe(0);
+      expect(client.titles).toEqual(['warm-up', ...published]);
+    }
+    expect(reconnects).toBeGreaterThanOrEqual(CLIENTS); // each pod's clients moved at least once
+  }, 400_000);
+});

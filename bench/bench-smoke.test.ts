@@ -3,6 +3,7 @@ import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
 import { PEERS } from './src/protocol.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
+import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
 // frame checked. Correctness only: no timing is asserted (the numbers come from `pnpm bench`).
@@ -120,5 +121,16 @@ describe.concurrent('pnpm bench, smoke size', () => {
       }),
     );
     expectEveryFrameRight(result);
+  });
+});
+
+describe('pnpm bench token-verify section, smoke size', () => {
+  it('runs every verifier on real tokens and renders one row each', async () => {
+    const result = await runTokenVerify({ iterations: 50, trials: 1, clients: 4 });
+    expect(result.rows.map((row) => row.label)).toHaveLength(4);
+    for (const row of result.rows) expect(row.verifiesPerSec).toBeGreaterThan(0);
+    const markdown = tokenVerifyMarkdown(result).join('\n');
+    expect(markdown).toContain('Herald verifier (verified-token cache, 4 tokens)');
+    expect(tokenVerifyMarkdown(null).join('\n')).toContain('Not run.');
   });
 });

@@ -33,6 +33,7 @@ import {
 } from './report.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
+import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
@@ -124,7 +125,7 @@ async function main() {
     'scenarios',
     profile
       ? 'raw,embedded,embedded-stock'
-      : 'raw,embedded,redis,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,webhooks',
+      : 'raw,embedded,redis,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,webhooks,token-verify',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -198,8 +199,8 @@ async function main() {
     ...peerScenarios(),
   };
   for (const id of scenarios) {
-    if (id !== 'webhooks' && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks`);
+    if (id !== 'webhooks' && id !== 'token-verify' && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify`);
   }
 
   log(
@@ -210,6 +211,7 @@ async function main() {
   const profiles: string[] = [];
   const glance: Array<{ title: string; summary: ProfileSummary; cpuUsPerDelivery: number }> = [];
   let webhooks: WebhookResult | null = null;
+  let tokenVerify: TokenVerifyResult | null = null;
   const profileDir = profile ? mkdtempSync(join(tmpdir(), 'herald-bench-prof-')) : undefined;
 
   interface Active {
@@ -323,6 +325,15 @@ async function main() {
     });
   }
 
+  if (scenarios.includes('token-verify')) {
+    log('token-verify: HS256 verification cost, raw node:crypto vs jose vs Herald (cached and not)');
+    tokenVerify = await runTokenVerify({
+      iterations: num('token-iterations', quick ? 5_000 : 20_000),
+      trials: num('token-trials', 3),
+      clients: num('token-clients', 64),
+    });
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -352,6 +363,7 @@ async function main() {
     },
     fanout: withRatios(fanout),
     webhooks,
+    tokenVerify,
     skipped,
   };
   mkdirSync(outDir, { recursive: true });

@@ -4,6 +4,7 @@ import { capacityMarkdown } from './capacity.js';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
 import { peersMarkdown } from './peers.js';
+import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
 import type { WebhookResult } from './webhooks.js';
 
 export interface RunInfo {
@@ -31,6 +32,7 @@ export interface BenchResults {
   run: RunInfo;
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
+  tokenVerify?: TokenVerifyResult | null;
   skipped: string[];
 }
 
@@ -190,6 +192,7 @@ export function markdown(results: BenchResults): string {
     }
     lines.push('', `Receiver: ${w.receiver}.`);
   }
+  lines.push(...tokenVerifyMarkdown(results.tokenVerify));
   if (results.skipped.length) {
     lines.push('', '## Skipped', '');
     for (const skipped of results.skipped) lines.push(`- ${skipped}`);

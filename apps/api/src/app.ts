@@ -52,7 +52,12 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     devSecret = loadOrCreateDevSecret(config.dataDir);
     key = { kind: 'secret', secret: devSecret };
   }
-  const verifier = createTokenVerifier({ key, issuer: config.auth.issuer, audience: config.auth.audience });
+  const verifier = createTokenVerifier({
+    key,
+    issuer: config.auth.issuer,
+    audience: config.auth.audience,
+    onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
+  });
   const metrics = createApiMetrics();
   const pubsub = createPubSubService({
     redisUrl: config.redisUrl,

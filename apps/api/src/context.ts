@@ -1,9 +1,9 @@
-import { InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth';
+import { AuthUnavailableError, InvalidTokenError, type TokenVerifier, type Viewer } from '@herald/auth';
 import { createAuthorLoader, type Database } from '@herald/db';
 import type { YogaInitialContext } from 'graphql-yoga';
 import type { Kysely } from 'kysely';
 import type { ApiConfig } from './env.js';
-import { InvalidCredentialsError } from './errors.js';
+import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
 import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
 import type { PubSubService } from './realtime/pubsub.js';
@@ -53,6 +53,8 @@ export interface TransportContext {
   socketViewer?: Viewer | null;
   /** Request-scoped logger, when a plugin made one. */
   log?: Logger;
+  /** Set by the WebSocket server; anything else is HTTP. Subscriptions run only on `websocket`. */
+  transport?: 'websocket';
 }
 
 export interface ContextDeps {
@@ -67,6 +69,7 @@ export interface ContextDeps {
  * The single context builder behind HTTP and WebSocket (seed §5.3): it reads the `authorization`
  * header of an HTTP request, or the `authToken`/`authorization` connection parameter of a socket.
  * @throws InvalidCredentialsError (HTTP 401, UNAUTHENTICATED) when credentials are present but not valid
+ * @throws AuthServiceUnavailableError (HTTP 503, AUTH_UNAVAILABLE) when the key source does not answer
  */
 export function createContextBuilder(deps: ContextDeps) {
   return async (initial: YogaInitialContext & TransportContext): Promise<Context> => {
@@ -97,6 +100,7 @@ export async function authenticate(verifier: TokenVerifier, token: string): Prom
     if (error instanceof InvalidTokenError) {
       throw new InvalidCredentialsError(error.reason === 'expired' ? 'Token expired' : capitalise(error.message));
     }
+    if (error instanceof AuthUnavailableError) throw new AuthServiceUnavailableError(error.retryAfterSec);
     throw error;
   }
 }

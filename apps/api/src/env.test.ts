@@ -14,6 +14,33 @@ function configError(env: Record<string, string>): string[] {
 
 const SECRET = 'x'.repeat(32);
 
+describe('document limits', () => {
+  it('cost and directive limits default to 5000 and 50 and can be changed', () => {
+    expect(loadApiConfig({}).graphql).toMatchObject({ maxCost: 5_000, maxDirectives: 50 });
+    const config = loadApiConfig({ MAX_QUERY_COST: '20000', MAX_QUERY_DIRECTIVES: '10' });
+    expect(config.graphql).toMatchObject({ maxCost: 20_000, maxDirectives: 10 });
+    expect(configError({ MAX_QUERY_COST: '0' })[0]).toMatch(/^MAX_QUERY_COST/);
+  });
+});
+
+describe('JWT_JWKS_URL', () => {
+  it('must be https:// outside development, with one line naming the variable', () => {
+    expect(configError({ NODE_ENV: 'production', JWT_JWKS_URL: 'http://idp.example/jwks.json' })).toEqual([
+      'JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)',
+    ]);
+    const https = loadApiConfig({ NODE_ENV: 'production', JWT_JWKS_URL: 'https://idp.example/jwks.json' });
+    expect(https.auth.key).toEqual({ kind: 'jwks', url: 'https://idp.example/jwks.json' });
+  });
+
+  it('may be http:// in development and test configurations (a local identity provider)', () => {
+    for (const NODE_ENV of ['development', 'test']) {
+      expect(loadApiConfig({ NODE_ENV, JWT_JWKS_URL: 'http://127.0.0.1:8080/jwks.json' }).auth.key).toMatchObject({
+        kind: 'jwks',
+      });
+    }
+  });
+});
+
 describe('loadApiConfig', () => {
   it('defaults to embedded mode with the SPEC §3 defaults', () => {
     const config = loadApiConfig({});

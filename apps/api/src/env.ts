@@ -53,6 +53,8 @@ const EnvSchema = z.object({
   MAX_QUERY_DEPTH: positiveInt.default(12),
   MAX_QUERY_ALIASES: positiveInt.default(15),
   MAX_QUERY_TOKENS: positiveInt.default(2_000),
+  MAX_QUERY_COST: positiveInt.default(5_000),
+  MAX_QUERY_DIRECTIVES: positiveInt.default(50),
 
   // websocket
   WS_KEEPALIVE_MS: positiveInt
@@ -111,6 +113,9 @@ export interface ApiConfig {
     maxDepth: number;
     maxAliases: number;
     maxTokens: number;
+    /** graphql-armor's cost model (objects 2, scalars 1, ×1.5 per level). */
+    maxCost: number;
+    maxDirectives: number;
   };
   ws: { keepAliveMs: number; sharedExecution: boolean; rebalance: boolean };
   webhooks: { timeoutMs: number; retryBaseMs: number; retryHorizonMs: number; allowPrivateUrls: boolean };
@@ -161,6 +166,8 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxDepth: parsed.MAX_QUERY_DEPTH,
       maxAliases: parsed.MAX_QUERY_ALIASES,
       maxTokens: parsed.MAX_QUERY_TOKENS,
+      maxCost: parsed.MAX_QUERY_COST,
+      maxDirectives: parsed.MAX_QUERY_DIRECTIVES,
     },
     ws: {
       keepAliveMs: parsed.WS_KEEPALIVE_MS,
@@ -181,6 +188,9 @@ function checkKeySources(env: z.output<typeof EnvSchema>): void {
   const keys = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name]);
   if (keys.length > 1) {
     throw new InvalidConfigError([`${keys[1]}: set only one of ${keys.join(', ')}`]);
+  }
+  if (env.JWT_JWKS_URL && env.NODE_ENV === 'production' && new URL(env.JWT_JWKS_URL).protocol !== 'https:') {
+    throw new InvalidConfigError(['JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)']);
   }
   if (keys.length === 0 && env.DATABASE_URL) {
     throw new InvalidConfigError([

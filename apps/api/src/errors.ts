@@ -78,3 +78,16 @@ export class SubscriptionInterruptedError extends HeraldError {
     super(message, ErrorCode.SUBSCRIPTION_INTERRUPTED);
   }
 }
+
+/**
+ * The token could not be checked because the key source (JWKS) does not answer: HTTP 503 with
+ * `Retry-After`, code AUTH_UNAVAILABLE, so clients back off instead of discarding a good token.
+ */
+export class AuthServiceUnavailableError extends HeraldError {
+  override readonly name = 'AuthServiceUnavailableError';
+  constructor(retryAfterSec: number) {
+    super('Authentication is temporarily unavailable: retry later with the same token', ErrorCode.AUTH_UNAVAILABLE, {
+      http: { status: 503, headers: { 'Retry-After': String(retryAfterSec) } },
+    });
+  }
+}

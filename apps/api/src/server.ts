@@ -1,20 +1,21 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
-import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
-import type { GraphQLError, ValidationContext } from 'graphql';
 import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
 import { type Context, createContextBuilder } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import type { ApiMetrics } from './metrics.js';
+import { useDocumentLimits } from './plugins/use-document-limits.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
+import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import { useTextInputGuard } from './plugins/use-text-input-guard.js';
+import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
 import { schema } from './schema/index.js';
@@ -24,15 +25,6 @@ export const HEALTH_PATH = '/health';
 export const READINESS_PATH = '/readiness';
 /** Headers of which one must be present on a GET (or other "simple") request: CSRF protection. */
 export const CSRF_HEADERS = ['x-graphql-yoga-csrf', 'apollo-require-preflight', 'graphql-require-preflight'];
-
-/**
- * graphql-armor throws a rejected limit past the validation phase by default, where it escapes the
- * error codes; reporting it as an ordinary validation error gives it GRAPHQL_VALIDATION_FAILED.
- */
-const REPORT_AS_VALIDATION_ERROR = {
-  propagateOnRejection: false,
-  onReject: [(context: ValidationContext | null, error: GraphQLError) => context?.reportError(error)],
-};
 
 export interface ServerDeps {
   config: ApiConfig;
@@ -88,17 +80,13 @@ export function createServer(deps: ServerDeps): HeraldServer {
       },
     }),
     useCSRFPrevention({ requestHeaders: CSRF_HEADERS }),
-    EnvelopArmorPlugin({
-      maxDepth: { n: config.graphql.maxDepth, ...REPORT_AS_VALIDATION_ERROR },
-      maxAliases: { n: config.graphql.maxAliases, ...REPORT_AS_VALIDATION_ERROR },
-      maxTokens: { n: config.graphql.maxTokens, ...REPORT_AS_VALIDATION_ERROR },
-      // Field suggestions ("did you mean …") would leak the schema when introspection is off.
-      blockFieldSuggestion: { enabled: !config.graphql.introspection },
-    }) as Plugin,
+    ...useDocumentLimits(config.graphql),
+    useIntrospectionPolicy(config.graphql.introspection),
+    useTextInputGuard(),
+    useWebSocketOnlySubscriptions() as Plugin,
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
   ];
-  if (!config.graphql.introspection) plugins.push(useDisableIntrospection());
 
   const yoga = createYoga<Record<string, unknown>, Context>({
     schema,

@@ -12,6 +12,14 @@ export const ErrorCode = {
   CURSOR_EXPIRED: 'CURSOR_EXPIRED',
   /** A live subscription ended on the server's side (its event source failed): subscribe again. */
   SUBSCRIPTION_INTERRUPTED: 'SUBSCRIPTION_INTERRUPTED',
+  /** The document does not parse, or a limit on its size (tokens, parser nesting) refused it. */
+  GRAPHQL_PARSE_FAILED: 'GRAPHQL_PARSE_FAILED',
+  /** The document does not validate, or a limit (depth, aliases, cost, directives) refused it. */
+  GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
+  /** A subscription sent over HTTP (SSE, multipart, plain POST): subscriptions are served over WebSocket only. */
+  WEBSOCKET_REQUIRED: 'WEBSOCKET_REQUIRED',
+  /** The token could not be checked because the key source (JWKS) is unreachable: retry later, same token. */
+  AUTH_UNAVAILABLE: 'AUTH_UNAVAILABLE',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

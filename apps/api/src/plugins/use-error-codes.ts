@@ -4,9 +4,9 @@ import { GraphQLError } from 'graphql';
 import { isAsyncIterable, type Plugin } from 'graphql-yoga';
 
 /** Code for a document that does not parse or does not validate against the schema. */
-export const GRAPHQL_VALIDATION_FAILED = 'GRAPHQL_VALIDATION_FAILED';
+export const GRAPHQL_VALIDATION_FAILED = ErrorCode.GRAPHQL_VALIDATION_FAILED;
 /** Code for a document that is not valid GraphQL syntax. */
-export const GRAPHQL_PARSE_FAILED = 'GRAPHQL_PARSE_FAILED';
+export const GRAPHQL_PARSE_FAILED = ErrorCode.GRAPHQL_PARSE_FAILED;
 
 /**
  * Makes sure every error a client sees carries `extensions.code` (SPEC §5). Resolver errors already
@@ -44,6 +44,16 @@ export function useErrorCodes(): Plugin {
       };
     },
   };
+}
+
+/**
+ * What a transport answers when parsing or validating a document threw (rather than returned errors):
+ * the GraphQLError with `code` added when missing, or a generic coded error for anything else, so a
+ * refused document never ends a WebSocket with 4500.
+ */
+export function documentError(error: unknown, code: typeof GRAPHQL_PARSE_FAILED | typeof GRAPHQL_VALIDATION_FAILED) {
+  if (error instanceof GraphQLError) return withCode(error, code);
+  return new GraphQLError('Document could not be processed', { extensions: { code } });
 }
 
 /** Variable coercion errors come back from execute with no path and no code. */

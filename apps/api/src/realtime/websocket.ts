@@ -1,5 +1,5 @@
 import type { Server } from 'node:http';
-import type { TokenVerifier, Viewer } from '@herald/auth';
+import { AuthUnavailableError, type TokenVerifier, type Viewer } from '@herald/auth';
 import { ErrorCode } from '@herald/contracts';
 import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
@@ -9,6 +9,7 @@ import { WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '../plugins/use-error-codes.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
@@ -21,6 +22,8 @@ export const MAX_SUBSCRIPTIONS_PER_SOCKET = 50;
 export const SERVICE_RESTART_CLOSE_CODE = 1012;
 /** A socket with more than this waiting in its send buffer when an event is due is closed (1013). */
 export const MAX_BUFFERED_BYTES = 512 * 1024;
+/** The token could not be checked (key source down): "Try Again Later", so the client backs off. */
+export const AUTH_UNAVAILABLE_CLOSE_CODE = 1013;
 /** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -127,7 +130,11 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         }
         try {
           state.viewer = await verifier.verify(token);
-        } catch {
+        } catch (error) {
+          if (error instanceof AuthUnavailableError) {
+            // Closed first, so graphql-ws's own 4403 for `false` finds the socket closing and is dropped.
+            ctx.extra.socket.close(AUTH_UNAVAILABLE_CLOSE_CODE, 'Try Again Later: authentication unavailable');
+          }
           return false; // graphql-ws closes with 4403 Forbidden
         }
         scheduleExpiry(ctx.extra, state, state.viewer.expiresAt);
@@ -155,15 +162,22 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           socketViewer: viewer,
+          transport: 'websocket',
           params: payload,
         });
+        // A refused document is an `error` message with a code, never a 4500 close (SPEC §6).
         let document: ReturnType<typeof parse>;
+        let errors: readonly GraphQLError[];
         try {
           document = parse(payload.query);
         } catch (error) {
-          return [error instanceof GraphQLError ? error : new GraphQLError('Syntax Error: could not parse the query')];
+          return [documentError(error, GRAPHQL_PARSE_FAILED)];
         }
-        const errors = validate(schema, document);
+        try {
+          errors = validate(schema, document);
+        } catch (error) {
+          return [documentError(error, GRAPHQL_VALIDATION_FAILED)];
+        }
         if (errors.length > 0) return errors;
         const resume = resumeArgument(document, payload.variables);
         const shareKey = deps.sharedExecution
@@ -248,7 +262,12 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     try {
       const token = readConnectionToken(headers as Record<string, unknown>);
       return token === undefined ? undefined : await verifier.verify(token);
-    } catch {
+    } catch (error) {
+      if (error instanceof AuthUnavailableError) {
+        return new GraphQLError('Authentication is temporarily unavailable: retry later with the same token', {
+          extensions: { code: ErrorCode.AUTH_UNAVAILABLE },
+        });
+      }
       return new GraphQLError('Invalid, expired or malformed token in the operation headers', {
         extensions: { code: 'UNAUTHENTICATED' },
       });

@@ -232,6 +232,9 @@ export function createSubscriptionGroups(deps: {
           membership = enter(key, startGroup(key, own, context), member, undefined);
         }
         own = undefined;
+        // A member that is not catching up never reads its own context again (the group runs on its first
+        // member's): drop it, or the closures below would keep it and its auth caches per socket.
+        context = undefined as unknown as Context;
       }
 
       /** A resuming member joins once its own stream delivered what the group last broadcast. */

@@ -3,8 +3,9 @@ import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
 import { runFootprint } from './src/footprint.js';
 import { type HttpConfig, runHttp } from './src/http.js';
+import { PEERS } from './src/protocol.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
-import { startHeraldTarget, startRawTarget, type Target } from './src/targets.js';
+import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
 
@@ -73,6 +74,11 @@ describe.concurrent('pnpm bench, smoke size', () => {
     const result = await measure(() => startRawTarget(), { ...config, workers: 1 });
     expectEveryFrameRight(result);
     expect(result.correctness.noncanonical).toBe(0);
+  });
+
+  it.each(PEERS)('peer %s: every socket gets every event once, checked frame by frame', async (peer) => {
+    const result = await measure(() => startPeerTarget(peer), { ...config, workers: 1 });
+    expectEveryFrameRight(result);
   });
 
   it("counts a frame carrying another socket's subscription id as wrong, and its event as missing", async () => {

@@ -122,7 +122,7 @@ interface Waiter {
 }
 
 /** The load-client processes (bench/src/worker.ts) and the bookkeeping of which events they all got. */
-class LoadClients {
+export class LoadClients {
   readonly workers: ChildProcess[];
   private readonly waiters = new Map<number, Waiter>();
   private readonly oneOff = new Map<ChildProcess, (reply: WorkerReply) => void>();

@@ -7,7 +7,12 @@ import { median, procSample, sleep } from './common.js';
  * socket compares live memory rather than whatever garbage the last phase left. No domain is enabled,
  * so nothing is instrumented while the server is being measured.
  */
-export async function inspectorCall(url: string, method: string, params: Record<string, unknown> = {}): Promise<any> {
+export async function inspectorCall(
+  url: string,
+  method: string,
+  params: Record<string, unknown> = {},
+  timeoutMs = 30_000,
+): Promise<any> {
   const ws = new WebSocket(url, { perMessageDeflate: false });
   try {
     await new Promise<void>((resolve, reject) => {
@@ -15,7 +20,7 @@ export async function inspectorCall(url: string, method: string, params: Record<
       ws.once('error', reject);
     });
     return await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`inspector ${method}: no answer`)), 30_000);
+      const timer = setTimeout(() => reject(new Error(`inspector ${method}: no answer in ${timeoutMs} ms`)), timeoutMs);
       ws.on('message', (data: Buffer) => {
         const message = JSON.parse(data.toString('utf8'));
         if (message.id !== 1) return;

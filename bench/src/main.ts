@@ -30,6 +30,7 @@ import {
   runHttp,
 } from './http.js';
 import type { HttpOperation } from './http-sql.js';
+import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
   type BenchResults,
@@ -135,7 +136,7 @@ async function main() {
     'scenarios',
     profile
       ? 'raw,embedded,embedded-stock'
-      : 'raw,embedded,redis,redis-history-off,embedded-stock,webhooks,token-verify,resume,http,footprint',
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,webhooks,token-verify,resume,http,footprint',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -214,6 +215,7 @@ async function main() {
       'redis',
       stock,
     ),
+    ...peerScenarios(),
   };
   for (const id of scenarios) {
     if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint'].includes(id) && !specs[id])

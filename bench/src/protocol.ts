@@ -15,6 +15,13 @@ export interface BenchEvent {
 export const SUBSCRIPTION_QUERY =
   'subscription PostPublished($orgId: ID!) { postPublished(orgId: $orgId) { id title tags author { name } } }';
 
+/** The peers of peer-server.ts (`mercurius`: with its JIT; `mercurius-nojit`: without). */
+export const PEERS = ['apollo', 'mercurius', 'mercurius-nojit', 'yoga'] as const;
+export type Peer = (typeof PEERS)[number];
+
+/** The organisation every socket of a peer subscribes to (the peers publish every event there). */
+export const PEER_ORG_ID = 'bench';
+
 export const BENCH_TAGS = ['bench', 'realtime', 'fan-out'];
 export const BENCH_AUTHOR = { id: 'bench-writer', name: 'Bench Writer' };
 

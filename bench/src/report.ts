@@ -1,9 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
+import { capacityMarkdown } from './capacity.js';
 import { median, round } from './common.js';
 import type { FanoutResult } from './fanout.js';
 import { type FootprintResult, footprintMarkdown } from './footprint.js';
 import { type HttpResult, httpMarkdown } from './http.js';
+import { peersMarkdown } from './peers.js';
 import { type ResumeResult, resumeMarkdown } from './resume.js';
 import { type TokenVerifyResult, tokenVerifyMarkdown } from './token-verify.js';
 import { renderWebhookEngineNotes, renderWebhookEngineRows, type WebhookResult } from './webhooks.js';
@@ -149,6 +151,8 @@ export function markdown(results: BenchResults): string {
     `RSS per socket is (RSS loaded − RSS idle) ÷ sockets after a forced GC; at 1k sockets that difference is a few MiB and moves by ±4 KB/socket between runs, so the ratio to raw is only given where raw's RSS grew by ${MIN_RSS_DELTA_MIB} MiB or more (10k sockets). CPU µs per delivery is the figure least disturbed by other load on the machine.`,
     '',
   );
+  lines.push(...peersMarkdown(results.fanout));
+  lines.push(...capacityMarkdown(results.fanout));
   lines.push('Details per scenario:', '');
   lines.push(
     '| scenario | sockets | connect s | fixed rate events/s | saturation window (events in flight) | trials: deliveries/s | one event p99 per trial ms | client CPU µs/delivery | publish CPU µs/event (no sockets) | server CPU µs/delivery minus publish | RSS idle → loaded MiB | heap/socket KB | frames checked | not byte-identical but right |',

@@ -9,7 +9,7 @@ import { freePort } from '@herald/testing/ports';
 import { Pool } from 'undici';
 import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
 import { inspectorUrlFrom } from './inspector.js';
-import { BENCH_AUTHOR, BENCH_TAGS, type BenchEvent, benchTitle } from './protocol.js';
+import { BENCH_AUTHOR, BENCH_TAGS, type BenchEvent, benchTitle, PEER_ORG_ID, type Peer } from './protocol.js';
 import { createBenchSchema } from './schema.js';
 
 /** Something the load clients subscribe to and the coordinator publishes through. */
@@ -42,10 +42,57 @@ export interface Target {
 // Raw ws baseline
 
 /** @param fault a deliberate error for the smoke test (see raw-server.ts); never in a measurement. */
-export async function startRawTarget(
+export function startRawTarget(
   fault?: 'wrong-id' | 'wrong-title' | 'drop' | 'duplicate',
   cpuProfDir?: string,
 ): Promise<Target> {
+  return startScriptTarget({
+    script: 'bench/src/raw-server.ts',
+    env: fault ? { RAW_FAULT: fault } : {},
+    label: 'raw ws broadcast',
+    orgId: 'raw',
+    cpuProfDir,
+    notes: [
+      'ws 8.23 server; payload serialised once per event, per-socket frame = pre-built `{"id":…,"type":"next","payload":` head + payload (Buffer.concat), publish = HTTP POST /publish',
+    ],
+  });
+}
+
+/** What each peer is, for the report. */
+const PEER_NOTES: Record<Peer, string> = {
+  apollo:
+    'Apollo Server 5.5 + graphql-ws 6.4 `useServer({ schema })` on one node:http server (the Apollo docs recipe), makeExecutableSchema, graphql-subscriptions 3 PubSub',
+  mercurius: 'Fastify 5.12 + Mercurius 16.10, `subscription: true` (graphql-transport-ws), mqemitter pub/sub, `jit: 1`',
+  'mercurius-nojit':
+    'Fastify 5.12 + Mercurius 16.10, `subscription: true` (graphql-transport-ws), mqemitter pub/sub, no JIT',
+  yoga: 'stock graphql-yoga 5.24 + graphql-ws 6.4 `useServer` through `yoga.getEnveloped` (the Yoga docs recipe), Yoga createPubSub',
+};
+
+/** A peer (see peer-server.ts), publish = HTTP POST /publish straight into its in-memory pub/sub. */
+export function startPeerTarget(peer: Peer, cpuProfDir?: string): Promise<Target> {
+  return startScriptTarget({
+    script: 'bench/src/peer-server.ts',
+    env: { PEER: peer, NODE_ENV: 'production' },
+    label: peer,
+    orgId: PEER_ORG_ID,
+    cpuProfDir,
+    notes: [`${PEER_NOTES[peer]}; publish = HTTP POST /publish into the in-memory pub/sub`],
+  });
+}
+
+interface ScriptTargetOptions {
+  /** Relative to the repository root; prints `listening <port>`, serves POST /publish and GET /stats. */
+  script: string;
+  env: Record<string, string>;
+  label: string;
+  orgId: string;
+  cpuProfDir: string | undefined;
+  notes: string[];
+}
+
+/** A one-process server that takes events on `POST /publish` (the raw baseline and the peers). */
+async function startScriptTarget(options: ScriptTargetOptions): Promise<Target> {
+  const { cpuProfDir } = options;
   const child = spawnTracked(
     process.execPath,
     [
@@ -53,11 +100,11 @@ export async function startRawTarget(
       ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
       '--import',
       TSX_IMPORT,
-      'bench/src/raw-server.ts',
+      options.script,
     ],
     {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', PORT: '0', ...(fault ? { RAW_FAULT: fault } : {}) },
+      env: { PATH: process.env.PATH ?? '', PORT: '0', ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
@@ -72,20 +119,26 @@ export async function startRawTarget(
       const match = /listening (\d+)/.exec(buffered);
       if (match) resolve(Number(match[1]));
     });
-    child.once('exit', (code) => reject(new Error(`raw server exited with ${code}: ${stderr}`)));
+    child.once('exit', (code) => reject(new Error(`${options.label} server exited with ${code}: ${stderr}`)));
   });
   const inspector = inspectorUrlFrom(stderr);
-  if (!inspector) throw new Error(`raw server: no inspector URL in ${stderr}`);
+  if (!inspector) throw new Error(`${options.label} server: no inspector URL in ${stderr}`);
   const base = `http://127.0.0.1:${port}`;
   const pool = new Pool(base, { connections: 8 });
+  let stopping = false;
+  const deaths: string[] = [];
+  child.once('exit', (code, signal) => {
+    if (!stopping)
+      deaths.push(`${options.label} server exited by itself (code ${code}, signal ${signal}): ${stderr.slice(-1500)}`);
+  });
   return {
-    label: 'raw ws broadcast',
+    label: options.label,
     wsUrls: [`ws://127.0.0.1:${port}/graphql`],
     pids: [child.pid!],
     inspectors: [inspector],
-    deaths: [],
+    deaths,
     token: 'unused',
-    orgId: 'raw',
+    orgId: options.orgId,
     async prepareEvents(count) {
       return Array.from({ length: count }, (_, index) => ({
         postId: randomUUID(),
@@ -102,7 +155,7 @@ export async function startRawTarget(
         body: JSON.stringify(event),
       });
       await response.body.dump();
-      if (response.statusCode !== 204) throw new Error(`raw publish: HTTP ${response.statusCode}`);
+      if (response.statusCode !== 204) throw new Error(`${options.label} publish: HTTP ${response.statusCode}`);
     },
     async subscribed() {
       const response = await pool.request({ path: '/stats', method: 'GET' });
@@ -112,12 +165,11 @@ export async function startRawTarget(
       return {};
     },
     async stop() {
+      stopping = true;
       await pool.close();
       await stopChild(child);
     },
-    notes: [
-      'ws 8.23 server; payload serialised once per event, per-socket frame = pre-built `{"id":…,"type":"next","payload":` head + payload (Buffer.concat), publish = HTTP POST /publish',
-    ],
+    notes: options.notes,
   };
 }
 

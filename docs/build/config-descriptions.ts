@@ -56,6 +56,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Server ping interval on WebSockets; a socket that does not answer within it is dropped. At most 30000, below common proxy idle timeouts.',
   WS_SHARED_EXECUTION:
     'Execute each published event once per group of subscriptions that get the same result and send it to every member, instead of once per socket.',
+  WS_REBALANCE:
+    'Cluster mode: each pod publishes its socket count in Redis and one above its fair share closes the excess gradually with 1012, so clients reconnect (and resume) on less loaded pods. See docs/scaling.md.',
   SUBSCRIPTION_HISTORY_SIZE:
     'Events kept per organisation channel for resuming subscriptions with `after`; `0` turns resuming off.',
   SUBSCRIPTION_HISTORY_TTL: "How long a channel's history is kept after its last event.",

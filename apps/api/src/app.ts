@@ -1,5 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
+import { createRedisClient } from '@herald/config/redis';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
 import { createEmbeddedDispatcher } from '@herald/webhook-engine';
 import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
@@ -8,6 +11,7 @@ import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { type ApiMetrics, createApiMetrics } from './metrics.js';
 import { createPubSubService, type PubSubService } from './realtime/pubsub.js';
+import { createSocketRebalancer, type SocketRebalancer } from './realtime/socket-rebalancer.js';
 import { createServer, type HeraldServer } from './server.js';
 
 /** How long start-up waits for Redis (cluster mode) before giving up. */
@@ -107,6 +111,33 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   await webhookDispatcher?.start();
   // --- end webhooks -------------------------------------------------------------------------------
 
+  // Cluster mode: even out sockets across pods (issue 14; see realtime/socket-rebalancer.ts).
+  let rebalancer: SocketRebalancer | undefined;
+  if (config.redisUrl && config.ws.rebalance) {
+    const redis = createRedisClient(config.redisUrl, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      connectionName: 'herald-api-rebalance',
+    });
+    redis.on('error', (error: Error) => logger.debug({ err: error }, 'rebalance redis connection error'));
+    const rebalancing = createSocketRebalancer({
+      redis,
+      prefix: config.redisPrefix,
+      podId: `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
+      openSockets: () => server.webSockets.size,
+      shed: (count) => server.webSockets.shed(count),
+      logger,
+    });
+    rebalancer = {
+      ...rebalancing,
+      async stop() {
+        await rebalancing.stop();
+        redis.disconnect();
+      },
+    };
+    rebalancer.start();
+  }
+
   let stopping: Promise<void> | undefined;
   return {
     yoga: server.yoga,
@@ -137,6 +168,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
           logger.info({ drainDelayMs: config.http.drainDelayMs }, 'draining: /readiness answers 503, still serving');
           await new Promise((resolve) => setTimeout(resolve, config.http.drainDelayMs));
         }
+        await rebalancer?.stop();
         const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
         // Keep-alive connections become idle as their in-flight request finishes: close them as they do.
         httpServer.closeIdleConnections();

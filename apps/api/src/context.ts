@@ -4,7 +4,7 @@ import type { YogaInitialContext } from 'graphql-yoga';
 import type { Kysely } from 'kysely';
 import type { ApiConfig } from './env.js';
 import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
-import type { Loaders } from './loaders.js';
+import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
 import type { PubSubService } from './realtime/pubsub.js';
 
@@ -85,7 +85,7 @@ export function createContextBuilder(deps: ContextDeps) {
       viewer,
       db: deps.db,
       pubsub: deps.pubsub,
-      loaders: { author: createAuthorLoader(deps.db) },
+      loaders: createLoaders(() => createAuthorLoader(deps.db)),
       log: initial.log ?? deps.logger,
       webhooks: deps.webhooks,
     };

@@ -68,6 +68,8 @@ export const EnvSchema = z.object({
     .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
     .default(12_000),
   WS_SHARED_EXECUTION: z.stringbool().default(true),
+  /** Cluster mode: pods report socket counts to Redis and shed the excess over their fair share (1012). */
+  WS_REBALANCE: z.stringbool().default(true),
 
   // subscriptions (SPEC §6.1)
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
@@ -147,7 +149,7 @@ export interface ApiConfig {
     maxCost: number;
     maxDirectives: number;
   };
-  ws: { keepAliveMs: number; sharedExecution: boolean };
+  ws: { keepAliveMs: number; sharedExecution: boolean; rebalance: boolean };
   /** The operators' console at /console (apps/console). */
   console: {
     /**
@@ -220,7 +222,11 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       maxCost: parsed.MAX_QUERY_COST,
       maxDirectives: parsed.MAX_QUERY_DIRECTIVES,
     },
-    ws: { keepAliveMs: parsed.WS_KEEPALIVE_MS, sharedExecution: parsed.WS_SHARED_EXECUTION },
+    ws: {
+      keepAliveMs: parsed.WS_KEEPALIVE_MS,
+      sharedExecution: parsed.WS_SHARED_EXECUTION,
+      rebalance: parsed.WS_REBALANCE,
+    },
     console: { dir: parsed.HERALD_CONSOLE_DIR },
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,

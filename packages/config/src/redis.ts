@@ -113,27 +113,46 @@ export function redisClientConfig(url: string, options: RedisOptions = {}): Redi
  * its own (add one to log through your logger); either way the client keeps reconnecting.
  * @throws InvalidRedisUrlError naming REDIS_URL when the URL is not one of the accepted forms
  */
-export function createRedisClient(url: string, options: RedisOptions = {}): RedisClient {
-  const client = newClient(redisClientConfig(url, options));
+export function createRedisClient(
+  url: string,
+  options: RedisOptions = {},
+  clusterOptions: ClusterOnlyOptions = {},
+): RedisClient {
+  const client = newClient(redisClientConfig(url, options), clusterOptions);
   client.on('error', (error: Error) => {
     if (client.listenerCount('error') === 1) logRedisError(error);
   });
   return client;
 }
 
-function newClient(config: RedisClientConfig): RedisClient {
+function newClient(config: RedisClientConfig, clusterOptions: ClusterOnlyOptions): RedisClient {
   switch (config.kind) {
     case 'standalone':
       return new Redis(config.url, config.options);
     case 'sentinel':
       return new Redis(config.options);
     case 'cluster':
-      return new Cluster(config.nodes, config.options);
+      return new Cluster(config.nodes, { ...config.options, ...clusterOptions });
   }
 }
 
 function logRedisError(error: Error): void {
   process.stderr.write(`herald: redis connection error (reconnecting): ${error.message}\n`);
+}
+
+/** Options only a Redis Cluster client has, applied when `REDIS_URL` names a cluster (ignored otherwise). */
+export interface ClusterOnlyOptions {
+  /**
+   * One subscriber connection per master for `SSUBSCRIBE` (sharded pub/sub, Redis ≥ 7), so each channel is
+   * served by the shard owning its slot instead of every message being broadcast to every node.
+   * @default false
+   */
+  shardedSubscribers?: boolean;
+}
+
+/** True when `client` talks to a Redis Cluster (`redis+cluster://`). */
+export function isCluster(client: RedisClient): client is Cluster {
+  return client instanceof Cluster;
 }
 
 function defined<T extends Record<string, unknown>>(record: T): Partial<T> {

@@ -43,13 +43,13 @@ export const DEFAULT_REDIS_PREFIX = 'herald:';
  * event out to the organisation's endpoints) or `delivery` (make one attempt of one delivery). The
  * database stays the source of truth; this stream only distributes work among dispatchers.
  */
-export const WEBHOOK_WORK_STREAM = 'webhooks:work';
+export const WEBHOOK_WORK_STREAM = '{webhooks}:work';
 
 /**
  * Stream where deliveries that ran out of retries are parked for operators (suffix of the prefixed
  * key). One entry per delivery that went DEAD; `dlq replay` removes it.
  */
-export const WEBHOOK_DEAD_LETTER_STREAM = 'webhooks:dead-letters';
+export const WEBHOOK_DEAD_LETTER_STREAM = '{webhooks}:dead-letters';
 
 /**
  * Stream where work entries that kept failing are parked after a bounded number of receives (suffix
@@ -61,9 +61,13 @@ export const WEBHOOK_PARKED_STREAM = 'webhooks:parked';
 export const WEBHOOK_CONSUMER_GROUP = 'webhook-dispatchers';
 
 export interface WebhookRedisKeys {
-  /** The work stream, `<prefix>webhooks:work`. */
+  /**
+   * The work stream, `<prefix>{webhooks}:work`. The `{webhooks}` hash tag puts both streams in one Redis
+   * Cluster slot, so a command or script touching both stays legal (no CROSSSLOT); a prefix must not
+   * contain braces of its own (the first `{…}` of a key is its tag).
+   */
   workStream: string;
-  /** The dead-letter stream, `<prefix>webhooks:dead-letters`. */
+  /** The dead-letter stream, `<prefix>{webhooks}:dead-letters` (same slot as the work stream). */
   deadLetterStream: string;
   /** Work entries parked after too many receives, `<prefix>webhooks:parked`. */
   parkedStream: string;

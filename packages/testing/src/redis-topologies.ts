@@ -44,6 +44,11 @@ export interface RedisClusterSetup {
   url: string;
   password: string;
   ports: number[];
+  /**
+   * Stops the master on `port` (SIGTERM: it drops every connection), starts it again with the same
+   * configuration and cluster state, and resolves once every node reports `cluster_state:ok`.
+   */
+  restartNode(port: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -154,19 +159,30 @@ export async function startRedisCluster(): Promise<RedisClusterSetup> {
   try {
     const ports = await freePorts(6);
     const dataPorts = ports.slice(0, 3);
+    const argsOf = new Map<number, string[]>();
+    const nodes = new Map<number, ChildProcess>();
     for (const [index, port] of dataPorts.entries()) {
       const nodeDir = join(dir, String(port));
       await mkdir(nodeDir);
-      processes.push(
-        spawnRedis([
-          ...['--port', String(port), '--bind', HOST, '--dir', nodeDir, '--logfile', join(dir, `${port}.log`)],
-          ...['--save', '', '--appendonly', 'no', '--requirepass', password, '--masterauth', password],
-          // An explicit bus port: the default (port + 10000) may be taken, or above 65535.
-          ...['--cluster-enabled', 'yes', '--cluster-port', String(ports[3 + index])],
-          ...['--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'],
-        ]),
-      );
+      const args = [
+        ...['--port', String(port), '--bind', HOST, '--dir', nodeDir, '--logfile', join(dir, `${port}.log`)],
+        ...['--save', '', '--appendonly', 'no', '--requirepass', password, '--masterauth', password],
+        // An explicit bus port: the default (port + 10000) may be taken, or above 65535.
+        ...['--cluster-enabled', 'yes', '--cluster-port', String(ports[3 + index])],
+        ...['--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'],
+      ];
+      argsOf.set(port, args);
+      const child = spawnRedis(args);
+      nodes.set(port, child);
+      processes.push(child);
     }
+    const clusterOk = async () => {
+      for (const port of dataPorts) {
+        await waitUntil(`cluster_state:ok on ${port}`, dir, () =>
+          probe(port, password, ['CLUSTER', 'INFO'], (text) => text.includes('cluster_state:ok')),
+        );
+      }
+    };
     for (const port of dataPorts) {
       await waitUntil(`cluster node ${port}`, dir, () =>
         probe(port, password, ['PING'], (text) => text.includes('+PONG')),
@@ -180,12 +196,21 @@ export async function startRedisCluster(): Promise<RedisClusterSetup> {
       ],
       STEP_TIMEOUT_MS,
     );
-    for (const port of dataPorts) {
-      await waitUntil(`cluster_state:ok on ${port}`, dir, () =>
-        probe(port, password, ['CLUSTER', 'INFO'], (text) => text.includes('cluster_state:ok')),
-      );
-    }
+    await clusterOk();
     return {
+      async restartNode(port) {
+        const args = argsOf.get(port);
+        const old = nodes.get(port);
+        if (!args || !old) throw new Error(`no cluster node on port ${port}`);
+        await stopProcess(old);
+        const child = spawnRedis(args);
+        nodes.set(port, child);
+        processes.push(child);
+        await waitUntil(`cluster node ${port} after restart`, dir, () =>
+          probe(port, password, ['PING'], (text) => text.includes('+PONG')),
+        );
+        await clusterOk();
+      },
       url: `redis+cluster://:${encodeURIComponent(password)}@${dataPorts.map((port) => `${HOST}:${port}`).join(',')}`,
       password,
       ports: dataPorts,

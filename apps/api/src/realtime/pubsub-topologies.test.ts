@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { subscriptionRedisKeys } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import {
   type RedisClusterSetup,
@@ -43,10 +44,13 @@ const post = (orgId: string): Post => ({
   published_at: new Date('2026-11-21T07:30:00Z'),
 });
 
+/** The pods' HERALD_REDIS_PREFIX. */
+const PREFIX = 'herald-topologies:';
+
 function service(redisUrl: string): PubSubService {
   const created = createPubSubService({
     redisUrl,
-    redisPrefix: 'herald-topologies:',
+    redisPrefix: PREFIX,
     logger: pino({ level: 'silent' }),
     metrics: createApiMetrics(),
   });
@@ -58,8 +62,12 @@ function service(redisUrl: string): PubSubService {
  * Publishes on `from` until `to` receives the event (subscribing is asynchronous, and after a failover
  * the clients take a moment to reconnect), for at most `timeoutMs`.
  */
-async function deliver(from: PubSubService, to: PubSubService, timeoutMs = 5_000): Promise<unknown> {
-  const orgId = `org-${randomUUID()}`;
+async function deliver(
+  from: PubSubService,
+  to: PubSubService,
+  timeoutMs = 5_000,
+  orgId = `org-${randomUUID()}`,
+): Promise<unknown> {
   let received: unknown;
   const stop = await to.history.listen(orgId, (entry) => {
     received ??= entry.event.post;
@@ -122,6 +130,65 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
     expect(await deliver(podA, podB)).toMatchObject({ title: 'Across the topology' });
     expect(await deliver(podB, podA)).toMatchObject({ title: 'Across the topology' });
   });
+
+  it('uses sharded pub/sub: the channel is a shard channel of the node owning its slot, never a plain channel', async () => {
+    const [podA, podB] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    const orgId = `org-${randomUUID()}`;
+    let received: unknown;
+    const stop = await podB.history.listen(orgId, (entry) => {
+      received ??= entry.event.post;
+    });
+    const { channel } = subscriptionRedisKeys(PREFIX, orgId);
+    const nodes = cluster.ports.map((port) => new Redis({ port, host: '127.0.0.1', password: cluster.password }));
+    try {
+      const owner = Number(await nodes[0]!.cluster('KEYSLOT', channel));
+      const shardChannels = async () =>
+        Promise.all(nodes.map(async (node) => (await node.call('PUBSUB', 'SHARDCHANNELS')) as string[]));
+      for (const deadline = Date.now() + 5_000; !(await shardChannels()).flat().includes(channel); ) {
+        if (Date.now() > deadline) throw new Error(`${channel} never became a shard channel`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const holders = (await shardChannels()).flatMap((channels, i) => (channels.includes(channel) ? [i] : []));
+      expect(holders).toHaveLength(1);
+      const holderPort = cluster.ports[holders[0]!];
+      const slots = (await nodes[0]!.cluster('SLOTS')).filter(([, , master]) => master?.[1] === holderPort);
+      expect(slots.some(([start, end]) => start <= owner && owner <= end)).toBe(true);
+      for (const node of nodes) expect(await node.pubsub('CHANNELS')).not.toContain(channel);
+
+      await podA.publishPostPublished(post(orgId));
+      for (const deadline = Date.now() + 5_000; !received && Date.now() < deadline; ) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(received).toMatchObject({ title: 'Across the topology' });
+    } finally {
+      stop();
+      for (const node of nodes) node.disconnect();
+    }
+  });
+
+  it('delivers again after a master is restarted, without restarting the pods', async () => {
+    const [podA, podB] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    const restarted = cluster.ports[1]!;
+    const node = new Redis({ port: restarted, host: '127.0.0.1', password: cluster.password });
+    // An organisation whose channel lives on the master that will be restarted.
+    let orgId = '';
+    try {
+      const owned = (await node.cluster('SLOTS')).filter(([, , master]) => master?.[1] === restarted);
+      for (let i = 0; !orgId; i++) {
+        const candidate = `org-restart-${i}-${randomUUID()}`;
+        const slot = Number(await node.cluster('KEYSLOT', subscriptionRedisKeys(PREFIX, candidate).channel));
+        if (owned.some(([start, end]) => start <= slot && slot <= end)) orgId = candidate;
+      }
+    } finally {
+      node.disconnect();
+    }
+    expect(await deliver(podA, podB, 5_000, orgId)).toMatchObject({ title: 'Across the topology' });
+    await cluster.restartNode(restarted);
+    expect(await deliver(podA, podB, 20_000, orgId)).toMatchObject({ title: 'Across the topology' });
+    expect(await deliver(podA, podB, 20_000)).toMatchObject({ title: 'Across the topology' });
+  }, 90_000);
 
   it('refuses to become ready when no node answers', async () => {
     await expect(service('redis+cluster://127.0.0.1:1').ready(300)).rejects.toThrow(/REDIS_URL/);

@@ -84,12 +84,17 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
       connectionName: 'herald-api-publish',
     });
-    const subscriber = createRedisClient(deps.redisUrl, {
-      // Subscriptions made during an outage wait for the reconnect instead of failing.
-      maxRetriesPerRequest: null,
-      autoResubscribe: true,
-      connectionName: 'herald-api-subscribe',
-    });
+    const subscriber = createRedisClient(
+      deps.redisUrl,
+      {
+        // Subscriptions made during an outage wait for the reconnect instead of failing.
+        maxRetriesPerRequest: null,
+        autoResubscribe: true,
+        connectionName: 'herald-api-subscribe',
+      },
+      // Redis Cluster: one SSUBSCRIBE connection per master (sharded pub/sub, see redis-history.ts).
+      { shardedSubscribers: true },
+    );
     connections = [commands, subscriber];
     for (const [name, client] of [
       ['publish', commands],

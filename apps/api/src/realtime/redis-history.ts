@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { RedisClient } from '@herald/config/redis';
+import { isCluster, type RedisClient } from '@herald/config/redis';
 import { type HistoryEntry, type PostPublishedEventV1, subscriptionRedisKeys } from '@herald/contracts';
 import { CursorExpiredError } from '../errors.js';
 import type { Logger } from '../logger.js';
@@ -12,7 +12,7 @@ import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './histor
  * - `<prefix>history-ids:{org}`: a sorted set of the kept event ids (score: position), for dedup;
  * - `<prefix>post-published:{org}`: the live channel.
  * One Lua script appends an event (next position, XADD with exact MAXLEN, PEXPIRE of all three keys,
- * PUBLISH of the entry), so an event is in the history exactly when it was published live, in one
+ * PUBLISH of the entry, SPUBLISH on Redis Cluster), so an event is in the history exactly when it was published live, in one
  * round trip. When the keys are gone (flushed, restarted without persistence, expired after `ttlMs`)
  * the next append starts a new epoch at position 1, and cursors of the old epoch are refused.
  *
@@ -47,7 +47,7 @@ if size > 0 then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('PUBLISH', ARGV[6], '{"position":' .. position .. ',"epoch":"' .. epoch .. '","event":' .. ARGV[2] .. '}')
+redis.call(ARGV[6], KEYS[4], '{"position":' .. position .. ',"epoch":"' .. epoch .. '","event":' .. ARGV[2] .. '}')
 return {epoch, position, false}
 `;
 
@@ -65,12 +65,13 @@ interface HistoryCommands {
     history: string,
     meta: string,
     ids: string,
+    channel: string,
     eventId: string,
     json: string,
     size: number,
     ttlMs: number,
     newEpoch: string,
-    channel: string,
+    publishCommand: 'PUBLISH' | 'SPUBLISH',
   ): Promise<[string, number, string | null]>;
   heraldHistoryRead(
     history: string,
@@ -103,13 +104,21 @@ interface Feed {
 export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory {
   const { prefix, limits, logger } = deps;
   for (const client of [deps.commands]) {
-    client.defineCommand('heraldHistoryAppend', { numberOfKeys: 3, lua: APPEND_SCRIPT });
+    client.defineCommand('heraldHistoryAppend', { numberOfKeys: 4, lua: APPEND_SCRIPT });
     client.defineCommand('heraldHistoryRead', { numberOfKeys: 2, lua: READ_SCRIPT });
   }
   const commands = deps.commands as unknown as HistoryCommands;
+  // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). The live channel carries the org's
+  // `{orgId}` hash tag like its history keys, so the script publishes on the shard that owns them and
+  // only pods subscribed there hear it, instead of every message crossing the cluster bus to every node.
+  const sharded = isCluster(deps.subscriber);
+  const subscribe = (channel: string) =>
+    sharded ? deps.subscriber.ssubscribe(channel) : deps.subscriber.subscribe(channel);
+  const unsubscribe = (channel: string) =>
+    sharded ? deps.subscriber.sunsubscribe(channel) : deps.subscriber.unsubscribe(channel);
   const feeds = new Map<string, Feed>(); // by channel
 
-  deps.subscriber.on('message', (channel: string, message: string) => {
+  deps.subscriber.on(sharded ? 'smessage' : 'message', (channel: string, message: string) => {
     const feed = feeds.get(channel);
     if (!feed) return;
     let entry: HistoryEntry;
@@ -129,7 +138,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     }
     // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
     for (const feed of feeds.values()) {
-      feed.subscribed = deps.subscriber.subscribe(feed.channel).then(
+      feed.subscribed = subscribe(feed.channel).then(
         () => startFill(feed),
         (error: Error) => logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed'),
       );
@@ -235,12 +244,13 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
             keys.history,
             keys.meta,
             keys.ids,
+            keys.channel,
             event.eventId,
             JSON.stringify(event),
             limits.size,
             limits.ttlMs,
             randomUUID().slice(0, 8),
-            keys.channel,
+            sharded ? 'SPUBLISH' : 'PUBLISH',
           );
         }),
       );
@@ -266,7 +276,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
           orgId,
           channel,
           listeners: new Set(),
-          subscribed: deps.subscriber.subscribe(channel),
+          subscribed: subscribe(channel),
           filling: false,
           queue: [],
         };
@@ -285,7 +295,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         joined.listeners.delete(listener);
         if (joined.listeners.size === 0 && feeds.get(channel) === joined) {
           feeds.delete(channel);
-          deps.subscriber.unsubscribe(channel).catch((error: Error) => {
+          unsubscribe(channel).catch((error: Error) => {
             logger.warn({ err: error, channel }, 'redis unsubscribe failed');
           });
         }

@@ -84,7 +84,8 @@ export interface SubscriptionGroups {
 }
 
 interface Membership {
-  prefix: string;
+  /** `{"id":<subscription id>` as bytes: the only part of a `next` frame that differs per member. */
+  prefix: Buffer;
   /** Events at or before this were delivered to the member before it joined. */
   skipThrough: Position | undefined;
   done: (value: IteratorResult<never>) => void;
@@ -100,6 +101,14 @@ interface Group {
   last: Position | undefined;
 }
 
+/** ws send options of every `next` frame: a text frame (the bytes are UTF-8 JSON), not compressed. */
+const TEXT_FRAME = { binary: false, compress: false } as const;
+
+/** One function for every frame (ws calls it only on a failed write): no closure per send. */
+function countSendError(this: ApiMetrics, error?: Error) {
+  if (error) this.deliveryErrors.inc({ reason: 'send_failed' });
+}
+
 export function createSubscriptionGroups(deps: {
   schema: GraphQLSchema;
   metrics: ApiMetrics;
@@ -108,6 +117,7 @@ export function createSubscriptionGroups(deps: {
   const { metrics } = deps;
   const groups = new Map<string, Group>();
   const shareable = new WeakMap<DocumentNode, boolean>();
+  const onSendError = countSendError.bind(metrics);
 
   function isShareable(document: DocumentNode): boolean {
     let known = shareable.get(document);
@@ -141,7 +151,9 @@ export function createSubscriptionGroups(deps: {
 
   function broadcast(group: Group, result: ExecutionResult) {
     // graphql-ws's `next` message, serialized once; only the leading id differs per member.
-    const suffix = `,"type":"next","payload":${JSON.stringify(result)}}`;
+    // Serialized and UTF-8 encoded once per event; each member's frame is one Buffer of its prefix and
+    // this suffix (a copy, no per-socket string concatenation and encoding).
+    const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
     const event = group.context.event;
     group.context.event = undefined;
     const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
@@ -157,9 +169,7 @@ export function createSubscriptionGroups(deps: {
         socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
         continue;
       }
-      socket.send(membership.prefix + suffix, (error) => {
-        if (error) metrics.deliveryErrors.inc({ reason: 'send_failed' });
-      });
+      socket.send(Buffer.concat([membership.prefix, suffix]), TEXT_FRAME, onSendError);
       sent += 1;
     }
     group.last = position;
@@ -189,7 +199,7 @@ export function createSubscriptionGroups(deps: {
     });
     // Nobody may be waiting when the group fails after the member left: keep that from being unhandled.
     finished.catch(() => {});
-    group.members.set(member, { prefix: `{"id":${JSON.stringify(member.id)}`, skipThrough, done, fail });
+    group.members.set(member, { prefix: Buffer.from(`{"id":${JSON.stringify(member.id)}`), skipThrough, done, fail });
     const leave = () => {
       const membership = group.members.get(member);
       if (!membership) return;
@@ -225,6 +235,9 @@ export function createSubscriptionGroups(deps: {
           membership = enter(key, startGroup(key, own, context), member, undefined);
         }
         own = undefined;
+        // A member that is not catching up never reads its own context again (the group runs on its first
+        // member's): drop it, or the closures below would keep it and its auth caches per socket.
+        context = undefined as unknown as Context;
       }
 
       /** A resuming member joins once its own stream delivered what the group last broadcast. */

@@ -61,6 +61,11 @@ export interface HeraldWebSocketServer {
   close(): Promise<void>;
   /** Drops every socket at once (end of the shutdown grace period). */
   terminate(): void;
+  /**
+   * Closes up to `count` open sockets with 1012 "Service Restart" (rebalancing: clients reconnect through
+   * the load balancer, to a less loaded pod). Returns how many it closed.
+   */
+  shed(count: number): number;
   /** Sockets currently open. */
   readonly size: number;
   /** Groups of subscriptions currently sharing execution. */
@@ -105,6 +110,8 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     });
   });
 
+  const decrementActive = () => metrics.activeSubscriptions.dec();
+
   const server = useServer<Record<string, unknown>>(
     {
       connectionInitWaitTimeout: CONNECTION_INIT_TIMEOUT_MS,
@@ -116,6 +123,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         } catch {
           return false;
         }
+        forgetHandshake(ctx);
         if (token === undefined) {
           state.viewer = null;
           return true;
@@ -200,10 +208,17 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         if (!isAsyncIterable(result)) return refusalAsError(result);
         metrics.activeSubscriptions.inc();
         const withCursor = withCursors(result, context);
-        const stream = root.share
-          ? groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming)
-          : withCursor;
-        return onEnd(stream, () => metrics.activeSubscriptions.dec());
+        if (!root.share) return onEnd(withCursor, decrementActive);
+        const stream = groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming);
+        if (!root.share.resuming) {
+          // graphql-ws keeps these args until the subscription ends, but a grouped member that is not
+          // catching up never executes: the group runs on its first member's context. Dropping this
+          // member's context frees it and what hangs off it (Pothos' per-request auth caches, scope
+          // loaders): ~3 KB per subscribed socket (bench/results/PROFILE.md).
+          args.contextValue = undefined;
+          args.rootValue = undefined;
+        }
+        return onEnd(stream, decrementActive);
       },
       onNext(ctx, _id, _payload, args) {
         const { socket } = ctx.extra;
@@ -224,6 +239,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     wss,
     deps.keepAliveMs,
   );
+
+  /**
+   * Drops what graphql-ws would otherwise keep for the socket's whole life but Herald no longer needs
+   * once the token is read: the HTTP upgrade request (its headers and buffers, ~1.5 KB per socket) and
+   * the `connection_init` payload (the token itself). The viewer is kept in the socket's state.
+   */
+  function forgetHandshake(ctx: { extra: Extra; connectionParams?: unknown }) {
+    (ctx.extra as { request?: unknown }).request = undefined;
+    ctx.connectionParams = undefined;
+  }
 
   /**
    * Credentials sent with one operation rather than at `connection_init`: Yoga's GraphiQL puts its
@@ -287,6 +312,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     },
     terminate() {
       for (const socket of wss.clients) socket.terminate();
+    },
+    shed(count) {
+      let closed = 0;
+      for (const socket of wss.clients) {
+        if (closed >= count) break;
+        if (socket.readyState !== socket.OPEN) continue;
+        socket.close(SERVICE_RESTART_CLOSE_CODE, 'Service Restart: rebalancing');
+        closed++;
+      }
+      return closed;
     },
     get size() {
       return wss.clients.size;
@@ -366,39 +401,53 @@ export function resumeArgument(
 /**
  * Calls `onEndOnce` when the stream ends for any reason (done, error, or `return()` from the client's
  * `complete` or a closed socket). A plain iterator rather than an async generator: a generator's
- * `return()` would wait for the pending `next()`, i.e. for the next event.
+ * `return()` would wait for the pending `next()`, i.e. for the next event. A class with a non-async
+ * `next`, so an idle subscription holds no suspended async function (see bench/results/PROFILE.md).
  */
 function onEnd<T>(iterable: AsyncIterable<T>, onEndOnce: () => void): AsyncIterableIterator<T> {
-  const iterator = iterable[Symbol.asyncIterator]();
-  let ended = false;
-  const end = () => {
-    if (!ended) {
-      ended = true;
-      onEndOnce();
-    }
-  };
-  return {
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-    async next() {
-      try {
-        const result = await iterator.next();
-        if (result.done) end();
+  return new EndWatcher(iterable[Symbol.asyncIterator](), onEndOnce);
+}
+
+class EndWatcher<T> implements AsyncIterableIterator<T> {
+  private ended = false;
+
+  constructor(
+    private readonly iterator: AsyncIterator<T>,
+    private readonly onEndOnce: () => void,
+  ) {}
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    return this.iterator.next().then(
+      (result) => {
+        if (result.done) this.end();
         return result;
-      } catch (error) {
-        end();
+      },
+      (error: unknown) => {
+        this.end();
         throw error;
-      }
-    },
-    async return(value?: unknown) {
-      end();
-      return iterator.return ? iterator.return(value) : { done: true, value: value as T };
-    },
-    async throw(error?: unknown) {
-      end();
-      if (iterator.throw) return iterator.throw(error);
-      throw error;
-    },
-  };
+      },
+    );
+  }
+
+  async return(value?: unknown): Promise<IteratorResult<T>> {
+    this.end();
+    return this.iterator.return ? this.iterator.return(value) : { done: true, value: value as T };
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<T>> {
+    this.end();
+    if (this.iterator.throw) return this.iterator.throw(error);
+    throw error;
+  }
+
+  private end() {
+    if (!this.ended) {
+      this.ended = true;
+      this.onEndOnce();
+    }
+  }
 }

@@ -91,6 +91,44 @@ describe.each([
   });
 });
 
+describe('the keys Herald writes on redis+cluster://', () => {
+  it('are all hash-tagged into one slot, listed from every master', async () => {
+    const prefix = `herald-test:${randomUUID()}:`;
+    const keys = webhookRedisKeys(prefix);
+    const queue = createRedisStreamQueue({ redisUrl: cluster.url, keys, logger });
+    const client = createRedisClient(cluster.url);
+    cleanups.push(async () => {
+      await queue.close();
+      await Promise.all([client.del(keys.workStream), client.del(keys.deadLetterStream)]);
+      await client.quit();
+    });
+    await queue.init();
+    await queue.enqueue([event, delivery]);
+    await queue.read('dispatcher-1', 10, 1_000);
+    await queue.deadLetter(letter);
+
+    // Every key with this installation's prefix, wherever it lives.
+    const written: string[] = [];
+    for (const port of cluster.ports) {
+      const node = createRedisClient(`redis://:${encodeURIComponent(cluster.password)}@127.0.0.1:${port}`);
+      try {
+        let cursor = '0';
+        do {
+          const [next, found] = await node.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+          written.push(...found);
+          cursor = next;
+        } while (cursor !== '0');
+      } finally {
+        node.disconnect();
+      }
+    }
+    expect(written.sort()).toEqual([keys.deadLetterStream, keys.workStream].sort());
+    for (const key of written) expect(key).toMatch(/\{[^{}]+\}/);
+    const slots = await Promise.all(written.map(async (key) => Number(await client.cluster('KEYSLOT', key))));
+    expect(new Set(slots).size).toBe(1);
+  });
+});
+
 describe('the Redis stream queue on redis+sentinel:// when the master crashes', () => {
   it('carries on with the promoted replica: the stream, the group and pending entries survive', async () => {
     const queue = queueOn(sentinel.url);

@@ -1,0 +1,91 @@
+import type { IncomingMessage } from 'node:http';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
+import { startTestApi, type TestApi } from '../testing/test-api.js';
+
+// What a subscribed socket keeps alive on the server (issue 14: memory per socket). Checked with WeakRefs
+// and a forced GC, never with sizes or timings.
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+const SUBSCRIBE = 'subscription($orgId: ID!) { postPublished(orgId: $orgId) { id title tags author { name } } }';
+
+let api: TestApi;
+let wsUrl: string;
+let alice: string;
+
+beforeAll(async () => {
+  api = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
+  wsUrl = `${api.baseUrl!.replace('http', 'ws')}/graphql`;
+  alice = await api.token({ sub: 'alice', name: 'Alice', orgs: ['org-a'] });
+});
+
+afterAll(() => api.close());
+
+/** Forces GCs until `released()` holds, for at most 5 s (WeakRefs clear only between tasks). */
+async function untilCollected(released: () => boolean): Promise<boolean> {
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    gc();
+    if (released()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return false;
+}
+
+describe('memory held per subscribed socket', () => {
+  it('releases the HTTP upgrade request of each socket once connection_init is handled', async () => {
+    const requests: Array<WeakRef<IncomingMessage>> = [];
+    const remember = (request: IncomingMessage) => requests.push(new WeakRef(request));
+    api.app.httpServer.on('upgrade', remember);
+    const sockets: RawSocket[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const raw = await openAckedSocket(wsUrl, { authToken: alice });
+        raw.send({ id: `s${i}`, type: 'subscribe', payload: { query: SUBSCRIBE, variables: { orgId: 'org-a' } } });
+        sockets.push(raw);
+      }
+      const deadline = Date.now() + 5_000;
+      while (((await api.app.metrics.activeSubscriptions.get()).values[0]?.value ?? 0) < 3) {
+        if (Date.now() > deadline) throw new Error('the 3 subscriptions never became active');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      // The sockets stay subscribed: the event below still reaches every one of them.
+      const title = `memory ${Date.now()}`;
+      await api.createAndPublish(alice, 'org-a', title);
+      for (const raw of sockets) {
+        const next = await raw.next('next');
+        expect(next.payload.data.postPublished.title).toBe(title);
+      }
+      expect(requests).toHaveLength(3);
+      expect(await untilCollected(() => requests.every((ref) => ref.deref() === undefined))).toBe(true);
+    } finally {
+      api.app.httpServer.off('upgrade', remember);
+      for (const raw of sockets) raw.socket.close();
+    }
+  });
+});
+
+describe('shedding sockets to rebalance pods', () => {
+  it('closes exactly the asked number of open sockets with 1012 and keeps the others', async () => {
+    const sockets = await Promise.all([1, 2, 3].map(() => openAckedSocket(wsUrl, { authToken: alice })));
+    try {
+      expect(api.app.webSockets.shed(2)).toBe(2);
+      const outcomes = await Promise.all(
+        sockets.map((raw) =>
+          Promise.race([raw.closed, new Promise<'open'>((resolve) => setTimeout(() => resolve('open'), 1_000))]),
+        ),
+      );
+      expect(outcomes.filter((outcome) => outcome !== 'open')).toEqual([
+        { code: 1012, reason: 'Service Restart: rebalancing' },
+        { code: 1012, reason: 'Service Restart: rebalancing' },
+      ]);
+      expect(outcomes.filter((outcome) => outcome === 'open')).toHaveLength(1);
+    } finally {
+      for (const raw of sockets) raw.socket.close();
+    }
+  });
+});

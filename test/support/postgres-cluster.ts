@@ -1,11 +1,23 @@
 import { execFile } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
-const PG_BIN = process.env.POSTGRES_BIN_DIR ?? '/usr/lib/postgresql/15/bin';
+const PG_BIN = process.env.POSTGRES_BIN_DIR ?? debianPostgresBinDir();
+
+/** Debian installs each major version under /usr/lib/postgresql/<major>/bin: take the newest. */
+function debianPostgresBinDir(): string {
+  const majors = readdirSync('/usr/lib/postgresql', { withFileTypes: true })
+    .filter((entry) => entry.isDirectory() && /^\d+$/.test(entry.name))
+    .map((entry) => Number(entry.name))
+    .sort((a, b) => b - a);
+  if (majors.length === 0)
+    throw new Error('no PostgreSQL server binaries in /usr/lib/postgresql; set POSTGRES_BIN_DIR');
+  return `/usr/lib/postgresql/${majors[0]}/bin`;
+}
 /** PostgreSQL refuses to run as root; tests here run as root, so the cluster runs as this user. */
 const CLUSTER_USER = 'postgres';
 /** initdb and a start on a busy 2-core machine. */

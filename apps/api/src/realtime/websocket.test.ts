@@ -1,5 +1,5 @@
 import { type Client, createClient } from 'graphql-ws';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { openAckedSocket, openRawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
@@ -287,8 +287,15 @@ describe('auth on sockets', () => {
 
 describe('postPublished delivery (real graphql-ws client)', () => {
   const clients: Client[] = [];
-  afterAll(async () => {
-    await Promise.all(clients.map((client) => client.dispose()));
+  // Each test starts from no live subscription, so "wait for N active" means this test's N, never a
+  // previous test's streams still counted (which would let a publish race ahead of the subscribe).
+  afterEach(async () => {
+    await Promise.all(clients.splice(0).map((client) => client.dispose()));
+    const deadline = Date.now() + 5_000;
+    while (((await api.app.metrics.activeSubscriptions.get()).values[0]?.value ?? 0) > 0) {
+      if (Date.now() > deadline) throw new Error('subscriptions of the previous test are still active');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   });
 
   function subscribe(token: string, variables: Record<string, unknown>, query = SUBSCRIBE) {

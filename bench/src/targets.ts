@@ -347,6 +347,12 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
   if (options.pubsub === 'redis') {
     if (!options.redisUrl) throw new Error('Redis pub/sub needs REDIS_URL');
     env.REDIS_URL = options.redisUrl;
+    // Each target is its own installation on the shared Redis (scenarios run side by side): with one
+    // prefix, the socket rebalancer would count another scenario's pods as peers and shed sockets.
+    env.HERALD_REDIS_PREFIX ??= `herald-bench-${orgId}:`;
+    // The load clients never reconnect, so a socket shed with 1012 would count as missed deliveries;
+    // sockets are spread evenly by the bench itself.
+    env.WS_REBALANCE ??= 'false';
   } else if (options.pods !== 1) {
     throw new Error('in-memory pub/sub serves one pod only');
   }

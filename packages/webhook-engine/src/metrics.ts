@@ -25,6 +25,8 @@ export interface MetricSources {
   deadDeliveries?(): Promise<number>;
   /** DISABLED endpoints now (`herald_webhook_disabled_endpoints`). */
   disabledEndpoints?(): Promise<number>;
+  /** Age in seconds of the oldest outbox event not yet fanned out (`herald_webhook_outbox_lag_seconds`). */
+  outboxLagSeconds?(): Promise<number>;
 }
 
 /**
@@ -70,6 +72,11 @@ export function createDispatcherMetrics(
       sources.deadDeliveries,
     ],
     ['herald_webhook_disabled_endpoints', 'Webhook endpoints that are DISABLED now', sources.disabledEndpoints],
+    [
+      'herald_webhook_outbox_lag_seconds',
+      'Age of the oldest outbox event not yet turned into deliveries (0 when none waits)',
+      sources.outboxLagSeconds,
+    ],
   ] as const) {
     if (!source) continue;
     new Gauge({

@@ -90,4 +90,18 @@ describe('@herald/client', () => {
     expect(subscriber.cursorExpired).toBe(0);
     expect(subscriber.errors).toEqual([]);
   }, 90_000);
+
+  it('disposes cleanly while it is reconnecting to a server that is gone', async () => {
+    // Nothing listens on this port: the client keeps retrying, and dispose() lands mid-retry, where
+    // graphql-ws 6 rejects its own dispose() with the "All Subscriptions Gone" close event.
+    const port = await freePort();
+    const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${port}/graphql`, () => writer, ORG, {
+      baseMs: 20,
+      maxMs: 50,
+    });
+    // Let it fail to connect a few times (20–50 ms apart), so dispose() finds it between attempts.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await expect(subscriber.client.dispose()).resolves.toBeUndefined();
+    expect(subscriber.titles).toEqual([]);
+  });
 });

@@ -158,10 +158,20 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
     subscribe,
     async dispose() {
       for (const stop of [...active]) stop();
-      await graphqlWs.dispose();
+      // graphql-ws 6 rejects dispose() with the close event when the socket it was (re)connecting ends
+      // first ("All Subscriptions Gone" after the last release): the connection is gone, which is what
+      // disposing asks for. Anything else is a real failure and is passed on.
+      await graphqlWs.dispose().catch((error: unknown) => {
+        if (!isCloseEvent(error)) throw error;
+      });
     },
     graphqlWs,
   };
+}
+
+/** A WebSocket close event (or graphql-ws's stand-in for one): `{ code, reason }`. */
+function isCloseEvent(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && 'code' in value && 'reason' in value;
 }
 
 /** The `extensions.code` of a graphql-ws `error` (an array of GraphQL errors), if any. */

@@ -161,7 +161,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
       // graphql-ws 6 rejects dispose() with the close event when the socket it was (re)connecting ends
       // first ("All Subscriptions Gone" after the last release): the connection is gone, which is what
       // disposing asks for. Anything else is a real failure and is passed on.
-      await graphqlWs.dispose().catch((error: unknown) => {
+      await Promise.resolve(graphqlWs.dispose()).catch((error: unknown) => {
         if (!isCloseEvent(error)) throw error;
       });
     },

@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -6,10 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { waitFor } from '@herald/testing/ports';
-import { type BrowserContext, chromium, type Locator, type Page, type Route } from 'playwright-core';
+import type { BrowserContext, Locator, Page, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
+import { launchChromium } from '../support/chromium.js';
 import { type NginxProcess, startNginx } from '../support/nginx.js';
 
 // The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API
@@ -18,19 +18,8 @@ import { type NginxProcess, startNginx } from '../support/nginx.js';
 // and the dead letter, replays it once the receiver answers 200, disables and enables the endpoint and
 // sends test events. Every step is checked on the page and on the receiver.
 
-const CHROMIUM = '/usr/bin/chromium';
 /** Upper bound of every single wait in this file. */
 const WAIT_MS = 30_000;
-/** Same flags as test/browser/graphiql.test.ts: no phoning home, no sandbox or GPU in the container. */
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 /** `HERALD_UPDATE_SCREENSHOTS=1` writes the screenshots into docs/ (committed, shown in the README). */
 const SCREENSHOT_DIR = process.env.HERALD_UPDATE_SCREENSHOTS
   ? fileURLToPath(new URL('../../docs/console', import.meta.url))
@@ -99,20 +88,9 @@ afterAll(async () => {
 });
 
 async function launchBrowser(): Promise<BrowserContext> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `${CHROMIUM} not found: this test drives a real browser; install Debian's chromium (apt-get install -y chromium)`,
-    );
-  }
-  profileDir = await mkdtemp(join(tmpdir(), 'herald-chromium-'));
-  const context = await chromium.launchPersistentContext(profileDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-    viewport: { width: 1280, height: 800 },
-    timeout: WAIT_MS,
-  });
-  context.setDefaultTimeout(WAIT_MS);
+  const launched = await launchChromium({ timeoutMs: WAIT_MS, viewport: { width: 1280, height: 800 } });
+  profileDir = launched.profileDir;
+  const { context } = launched;
   await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, async (route: Route) => {
     unansweredRequests.push(route.request().url());
     await route.abort('internetdisconnected');

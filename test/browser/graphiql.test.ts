@@ -1,16 +1,15 @@
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type BrowserContext, chromium, type Page, type Route } from 'playwright-core';
+import type { BrowserContext, Page, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
+import { launchChromium } from '../support/chromium.js';
 
 // The GraphiQL that Herald serves on GET /graphql, driven in a real (headless) Chromium: a user pastes
 // the development token into the Headers tab, runs a `postPublished` subscription, and sees a post that
 // is published meanwhile appear in the result pane.
 
-const CHROMIUM = '/usr/bin/chromium';
 /** Upper bound of every single wait in this file. */
 const WAIT_MS = 30_000;
 const SCREENSHOT = join(tmpdir(), 'herald-graphiql.png');
@@ -19,15 +18,6 @@ const SCREENSHOT = join(tmpdir(), 'herald-graphiql.png');
  * The closed network must not make Chromium phone home (it would flood refused connections), and the
  * container has no sandbox or GPU.
  */
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 let dataDir: string | undefined;
 let profileDir: string | undefined;
@@ -55,21 +45,9 @@ afterAll(async () => {
 
 /** A fresh headless Chromium profile whose requests never leave the machine. */
 async function launchBrowser(): Promise<BrowserContext> {
-  // In the test rather than a hook, so a missing browser reports this test failed (not skipped).
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `${CHROMIUM} not found: this test drives a real browser; install Debian's chromium (apt-get install -y chromium)`,
-    );
-  }
-  profileDir = await mkdtemp(join(tmpdir(), 'herald-chromium-'));
-  const context = await chromium.launchPersistentContext(profileDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-    viewport: { width: 1440, height: 900 },
-    timeout: WAIT_MS,
-  });
-  context.setDefaultTimeout(WAIT_MS);
+  const launched = await launchChromium({ timeoutMs: WAIT_MS, viewport: { width: 1440, height: 900 } });
+  profileDir = launched.profileDir;
+  const { context } = launched;
   await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, answerOutsideRequest);
   return context;
 }

@@ -1,34 +1,21 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rm } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { build } from 'esbuild';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
+import { launchChromium } from '../support/chromium.js';
 import { createAndPublish } from '../support/subscribers.js';
 
 // @herald/client in a real (headless) Chromium, bundled with esbuild as an application would: it
 // connects, takes a fresh token after the server closes with 4403 at expiry, and resumes after the
 // server restarts, receiving the posts published meanwhile (through another pod) once, in order.
 
-const CHROMIUM = '/usr/bin/chromium';
 const WAIT_MS = 30_000;
-/** As test/browser/graphiql.test.ts: no phoning home, no sandbox or GPU in the container. */
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const CLIENT_ENTRY = fileURLToPath(new URL('../../packages/client/src/index.ts', import.meta.url));
 const JWT_SECRET = 'browser-client-secret-0123456789abcdef';
 const ORG = `org-${randomUUID()}`;
@@ -70,7 +57,6 @@ const received = (): Promise<string[]> => page.evaluate(() => (window as any).re
 
 describe('@herald/client in Chromium', () => {
   it('connects, refreshes its token on 4403, and resumes after the server restarts', async () => {
-    if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} not found: apt-get install -y chromium`);
     const bundle = await build({
       entryPoints: [CLIENT_ENTRY],
       bundle: true,
@@ -80,14 +66,7 @@ describe('@herald/client in Chromium', () => {
       target: 'chrome120',
       write: false,
     });
-    profileDir = await mkdtemp(join(tmpdir(), 'herald-chromium-client-'));
-    browser = await chromium.launchPersistentContext(profileDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: CHROMIUM_ARGS,
-      timeout: WAIT_MS,
-    });
-    browser.setDefaultTimeout(WAIT_MS);
+    ({ context: browser, profileDir } = await launchChromium({ timeoutMs: WAIT_MS }));
     page = browser.pages()[0] ?? (await browser.newPage());
     // The first two tokens expire 2 s after they are handed out; later ones last an hour.
     await page.exposeFunction('heraldToken', () => {

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import { chown, mkdtemp, rm } from 'node:fs/promises';
+import { chown, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -33,6 +33,12 @@ export interface OwnPostgres {
   start(): Promise<void>;
   /** `pg_ctl stop -m fast`: connections are terminated, as in a restart or failover. */
   stop(): Promise<void>;
+  /**
+   * SIGSTOP to the server and every backend: connections stay open and nothing answers (a hung host, a
+   * partition that drops packets). {@link thaw} resumes them.
+   */
+  freeze(): Promise<void>;
+  thaw(): Promise<void>;
   cleanup(): Promise<void>;
 }
 
@@ -51,6 +57,15 @@ export async function ownPostgres(port: number): Promise<OwnPostgres> {
   const data = join(dir, 'data');
   await exec('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '--no-instructions']);
   let running = false;
+  /** The postmaster and its children (backends, background workers). */
+  const signalServer = async (signal: NodeJS.Signals) => {
+    if (!running) return;
+    const postmaster = Number((await readFile(join(data, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    const { stdout } = await run('pgrep', ['-P', String(postmaster)]).catch(() => ({ stdout: '' }));
+    const pids = [postmaster, ...stdout.split('\n').filter(Boolean).map(Number)];
+    // Stop the parent first so it cannot fork a fresh child meanwhile; resume children first.
+    for (const pid of signal === 'SIGSTOP' ? pids : pids.reverse()) process.kill(pid, signal);
+  };
   const server: OwnPostgres = {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     async start() {
@@ -74,7 +89,10 @@ export async function ownPostgres(port: number): Promise<OwnPostgres> {
       await exec('pg_ctl', ['-D', data, '-m', 'fast', '-t', String(PG_CTL_TIMEOUT_S), '-w', 'stop']);
       running = false;
     },
+    freeze: () => signalServer('SIGSTOP'),
+    thaw: () => signalServer('SIGCONT'),
     async cleanup() {
+      await signalServer('SIGCONT').catch(() => {});
       if (running) {
         await exec('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => {});
         running = false;

@@ -2,7 +2,7 @@ import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
 import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
-import type { DatabaseConfig } from '@herald/db';
+import { type DatabaseConfig, DEFAULT_QUERY_TIMEOUT_MS } from '@herald/db';
 import { z } from 'zod';
 
 /** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
@@ -43,6 +43,7 @@ export const EnvSchema = z.object({
   // storage
   DATABASE_URL: postgresUrl.optional(),
   DATABASE_POOL_MAX: positiveInt.default(10),
+  DATABASE_QUERY_TIMEOUT_MS: z.coerce.number().int().min(0).default(DEFAULT_QUERY_TIMEOUT_MS),
   REDIS_URL: redisUrl().optional(),
   HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
   HERALD_CONSOLE_DIR: z.string().min(1).optional(),
@@ -195,7 +196,12 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       drainDelayMs: parsed.SHUTDOWN_DRAIN_DELAY_MS ?? (mode === 'embedded' ? 0 : DEFAULT_DRAIN_DELAY_MS),
     },
     database: parsed.DATABASE_URL
-      ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
+      ? {
+          kind: 'postgres',
+          url: parsed.DATABASE_URL,
+          poolMax: parsed.DATABASE_POOL_MAX,
+          queryTimeoutMs: parsed.DATABASE_QUERY_TIMEOUT_MS,
+        }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,

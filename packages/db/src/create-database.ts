@@ -6,6 +6,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { poolWithQueryTimeout } from './query-timeout.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -18,12 +19,27 @@ const POOL_CONNECT_TIMEOUT_MS = 5_000;
 const POOL_IDLE_TIMEOUT_MS = 30_000;
 /** TCP keep-alive probes start after this much silence, so a connection to a vanished host is noticed. */
 const TCP_KEEPALIVE_INITIAL_DELAY_MS = 10_000;
+/**
+ * A query unanswered for this long fails as "database unavailable" (see query-timeout.ts) instead of
+ * hanging while a frozen server keeps its connections open. Generous: no request of Herald's takes
+ * seconds on a healthy server.
+ */
+export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 /** `ping` (the readiness probe) gives up after this long: a hung database is an unready one. */
 const PING_TIMEOUT_MS = 2_000;
 
 export type DatabaseConfig =
   /** PostgreSQL server; each query takes a pooled connection and gives it back at once. */
-  | { kind: 'postgres'; url: string; poolMax?: number }
+  | {
+      kind: 'postgres';
+      url: string;
+      poolMax?: number;
+      /**
+       * Client-side deadline per query in ms (0: none); migrations are exempt.
+       * @default DEFAULT_QUERY_TIMEOUT_MS
+       */
+      queryTimeoutMs?: number;
+    }
   /**
    * Embedded PostgreSQL (PGlite, WebAssembly) stored in `dataDir`, or in memory for `memory://`.
    * One process only: two processes must never open the same directory.
@@ -77,7 +93,9 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    dialect = new PostgresDialect({ pool });
+    dialect = new PostgresDialect({
+      pool: poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool,
+    });
   } else {
     dialect = new PGliteDialect(embedded!);
   }

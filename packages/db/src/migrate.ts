@@ -1,5 +1,6 @@
 import { type Kysely, type MigrationResult, Migrator, sql } from 'kysely';
 import { migrationProvider } from './migrations/index.js';
+import { withoutQueryTimeout } from './query-timeout.js';
 
 /** Raised when a migration fails; carries the per-migration results so the caller can log them. */
 export class MigrationFailedError extends Error {
@@ -16,9 +17,14 @@ export class MigrationFailedError extends Error {
  * Brings the database to the latest schema. Safe to run from several pods at once: Kysely's
  * Migrator takes a lock table so only one applies migrations.
  * @returns what ran (empty when already up to date)
+ * Runs without the per-query deadline (it may wait for another pod's migration lock).
  * @throws MigrationFailedError when a migration fails; the failing one's transaction is rolled back
  */
-export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResult[]> {
+export function migrateToLatest(db: Kysely<any>): Promise<MigrationResult[]> {
+  return withoutQueryTimeout(() => migrate(db));
+}
+
+async function migrate(db: Kysely<any>): Promise<MigrationResult[]> {
   // Keep Kysely's bookkeeping tables in the schema the connection works in (search_path). Without this,
   // Kysely looks for its table in every schema, sees another schema's copy and never creates its own.
   const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);

@@ -131,19 +131,28 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     receive(feed, entry);
   });
   let readyOnce = false;
-  deps.subscriber.on('ready', () => {
-    if (!readyOnce) {
-      readyOnce = true;
-      return;
-    }
-    // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
+  // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
+  const resubscribeAll = () => {
     for (const feed of feeds.values()) {
       feed.subscribed = subscribe(feed.channel).then(
         () => startFill(feed),
         (error: Error) => logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed'),
       );
     }
+  };
+  deps.subscriber.on('ready', () => {
+    if (!readyOnce) {
+      readyOnce = true;
+      return;
+    }
+    resubscribeAll();
   });
+  // Redis Cluster: a master's SSUBSCRIBE connection can drop and come back (a restart, a failover, slots
+  // moving) while the Cluster itself stays `ready`. ioredis re-creates the shard subscribers and emits
+  // `subscribersReady`; subscribe every feed again (a no-op where still subscribed; it waits behind
+  // ioredis's own re-subscribe on that connection) and fill what was published before it took effect,
+  // rather than waiting for the organisation's next event to reveal the gap.
+  if (sharded) deps.subscriber.on('subscribersReady', resubscribeAll);
 
   function receive(feed: Feed, entry: HistoryEntry) {
     if (feed.filling) {

@@ -22,6 +22,8 @@ const JWT_SECRET = 'redis-cluster-test-secret-0123456789abcdef';
 const PREFIX = `herald-rc-${randomUUID().slice(0, 8)}:`;
 const CLIENTS_PER_POD = 3;
 const POSTS_PER_PHASE = 6;
+/** Published while the master is down: the outbox keeps them, and they must come out in commit order. */
+const DOWN_POSTS = 4;
 
 let cluster: RedisClusterSetup;
 let schema: TestSchema;
@@ -47,7 +49,7 @@ beforeAll(async () => {
   // An organisation whose channel and history live on the master that also holds the webhook streams.
   const node = new Redis({ port: cluster.ports[0], host: '127.0.0.1', password: cluster.password });
   try {
-    owner = await masterOf(node, webhookRedisKeys(PREFIX).work);
+    owner = await masterOf(node, webhookRedisKeys(PREFIX).workStream);
     for (let i = 0; !org; i++) {
       const candidate = `org-rc-${i}-${randomUUID().slice(0, 8)}`;
       if ((await masterOf(node, subscriptionRedisKeys(PREFIX, candidate).channel)) === owner) org = candidate;
@@ -183,7 +185,7 @@ describe('Redis Cluster: two API pods and the dispatcher on a 3-master cluster',
           return (await fetch(`${pod.baseUrl}/readiness`)).status === 503;
         });
       }
-      for (; downPublished < 2; downPublished++) {
+      for (; downPublished < DOWN_POSTS; downPublished++) {
         const title = `down ${downPublished}`;
         const id = await publish(pods[downPublished % 2]!, title);
         expect(id, `publishing "${title}" while the master is down`).toBeDefined();

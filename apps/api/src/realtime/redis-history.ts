@@ -246,21 +246,33 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     kind: 'redis',
     enabled: limits.size > 0,
     async append(events) {
+      const appendOne = (event: PostPublishedEventV1) => {
+        const keys = subscriptionRedisKeys(prefix, event.orgId);
+        return commands.heraldHistoryAppend(
+          keys.history,
+          keys.meta,
+          keys.ids,
+          keys.channel,
+          event.eventId,
+          JSON.stringify(event),
+          limits.size,
+          limits.ttlMs,
+          randomUUID().slice(0, 8),
+          sharded ? 'SPUBLISH' : 'PUBLISH',
+        );
+      };
+      // Redis Cluster: one organisation's events one after another, the next only once the previous
+      // succeeded (organisations still concurrently). Sent all at once, a command that the cluster client
+      // retries (CLUSTERDOWN, TRYAGAIN, a reconnect while a master comes back) can land after a later one
+      // of the same organisation, and the history would hold them out of order (test/redis-cluster.test.ts).
+      // One endpoint: all at once, pipelined on the one connection, which keeps them in order.
+      const tails = new Map<string, Promise<unknown>>();
       const settled = await Promise.allSettled(
         events.map((event) => {
-          const keys = subscriptionRedisKeys(prefix, event.orgId);
-          return commands.heraldHistoryAppend(
-            keys.history,
-            keys.meta,
-            keys.ids,
-            keys.channel,
-            event.eventId,
-            JSON.stringify(event),
-            limits.size,
-            limits.ttlMs,
-            randomUUID().slice(0, 8),
-            sharded ? 'SPUBLISH' : 'PUBLISH',
-          );
+          const previous = sharded ? tails.get(event.orgId) : undefined;
+          const appended = previous ? previous.then(() => appendOne(event)) : appendOne(event);
+          tails.set(event.orgId, appended);
+          return appended;
         }),
       );
       let failure: Error | undefined;

@@ -109,6 +109,11 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
       client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
     }
+    // Redis Cluster: ioredis (re)creates one SSUBSCRIBE connection per master after a topology change or a
+    // dropped shard connection, then emits this; the feeds re-subscribe and fill (redis-history.ts).
+    subscriber.on('subscribersReady', () =>
+      logger.info({ down: downShardSubscribers(subscriber) }, 'redis shard subscribers (re)created'),
+    );
     history = createRedisHistory({
       commands,
       subscriber,

@@ -143,6 +143,8 @@ describe.concurrent('pnpm bench, smoke size', () => {
       expect(spread?.min).toBeGreaterThan(0);
       expect(result.notes.join(' ')).toContain('nginx spread the sockets');
       expect(result.serverCounters.nginx_spread_pod3_sockets).toBe(spread?.perPod[2]);
+      expect(result.serverCounters.nginx_cpu_us_per_delivery).toBeGreaterThanOrEqual(0);
+      expect(result.notes.join(' ')).not.toContain('not measured');
     } finally {
       await target.stop();
     }

@@ -10,8 +10,11 @@
  * One nginx worker holds two descriptors per socket, so past ~9,000 sockets (20,000 open files) it runs out:
  * the scenario refuses sizes above {@link NGINX3_MAX_SOCKETS}.
  */
+
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { type NginxProcess, startNginx } from '../../test/support/nginx.js';
-import { onCleanup } from './common.js';
+import { onCleanup, procSampleAll, round } from './common.js';
 import { type HeraldOptions, type HeraldTarget, startHeraldTarget } from './targets.js';
 
 export const NGINX3_PODS = 3 as const;
@@ -46,6 +49,25 @@ export async function startNginxTarget(
   }
   const unregister = onCleanup(() => nginx.stop());
   let lastSpread: NginxSpread | undefined;
+  // nginx's own CPU (master and worker), from the last time the sockets were counted (set-up done) to the end.
+  const nginxPids = (): number[] => {
+    try {
+      const master = Number(readFileSync(join(nginx.dir, 'nginx.pid'), 'utf8').trim());
+      const children = readFileSync(`/proc/${master}/task/${master}/children`, 'utf8').trim().split(/\s+/);
+      return [master, ...children.filter(Boolean).map(Number)];
+    } catch {
+      return [];
+    }
+  };
+  let cpuMark: { cpuUs: number; delivered: number } | undefined;
+  let nginxCpuUsPerDelivery: number | undefined;
+  const nginxNote = () =>
+    `${NGINX3_PODS} pods behind the nginx of deploy/ (herald.conf.template, one worker, round robin, WS_REBALANCE=false); every socket connects to nginx; ${spreadNote()}; nginx's own CPU (not in the server CPU column): ${nginxCpuUsPerDelivery ?? 'not measured'} µs per delivery after set-up`;
+  const notes = [...herald.notes, ''];
+  const refreshNote = () => {
+    notes[notes.length - 1] = nginxNote();
+  };
+  const delivered = async () => (await herald.serverCounters()).herald_events_delivered_total ?? 0;
 
   const openSockets = () =>
     Promise.all(
@@ -80,22 +102,27 @@ export async function startNginxTarget(
       const min = Math.min(...perPod);
       const max = Math.max(...perPod);
       lastSpread = { perPod, min, max, evenness: max > 0 ? Math.round((min / max) * 100) / 100 : 1 };
+      cpuMark = { cpuUs: procSampleAll(nginxPids()).cpuUs, delivered: await delivered() };
+      refreshNote();
       return total;
     },
     async serverCounters() {
       const counters = await herald.serverCounters();
+      const deliveries = (counters.herald_events_delivered_total ?? 0) - (cpuMark?.delivered ?? 0);
+      if (cpuMark && deliveries > 0) {
+        nginxCpuUsPerDelivery = round((procSampleAll(nginxPids()).cpuUs - cpuMark.cpuUs) / deliveries, 2);
+        counters.nginx_cpu_us_per_delivery = nginxCpuUsPerDelivery;
+      }
+      refreshNote();
       lastSpread?.perPod.forEach((count, index) => {
         counters[`nginx_spread_pod${index + 1}_sockets`] = count;
       });
       return counters;
     },
     spread: () => lastSpread,
-    get notes() {
-      return [
-        ...herald.notes,
-        `${NGINX3_PODS} pods behind the nginx of deploy/ (herald.conf.template, one worker, round robin, WS_REBALANCE=false); every socket connects to nginx; ${spreadNote()}`,
-      ];
-    },
+    // One array, its last line updated in place: the fan-out run keeps this reference before it reads the
+    // counters (which is when nginx's CPU is known).
+    notes,
     async stop() {
       unregister();
       await nginx.stop();

@@ -3,6 +3,7 @@ import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
 import { runFootprint } from './src/footprint.js';
 import { type HttpConfig, runHttp } from './src/http.js';
+import { startNginxTarget } from './src/nginx3.js';
 import { PEERS } from './src/protocol.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
@@ -125,6 +126,28 @@ describe.concurrent('pnpm bench, smoke size', () => {
       }),
     );
     expectEveryFrameRight(result);
+  });
+
+  it("Herald three pods behind deploy/'s nginx: nginx spreads the sockets over every pod, every frame checked", async () => {
+    const target = await startNginxTarget({
+      databaseUrl: inject('databaseUrl'),
+      redisUrl: inject('redisUrl'),
+      label: 'smoke nginx3',
+    });
+    try {
+      const result = await runFanout('smoke', target, config);
+      expectEveryFrameRight(result);
+      const spread = target.spread();
+      expect(spread?.perPod).toHaveLength(3);
+      expect(spread?.perPod.reduce((a, b) => a + b, 0)).toBe(SOCKETS);
+      expect(spread?.min).toBeGreaterThan(0);
+      expect(result.notes.join(' ')).toContain('nginx spread the sockets');
+      expect(result.serverCounters.nginx_spread_pod3_sockets).toBe(spread?.perPod[2]);
+      expect(result.serverCounters.nginx_cpu_us_per_delivery).toBeGreaterThanOrEqual(0);
+      expect(result.notes.join(' ')).not.toContain('not measured');
+    } finally {
+      await target.stop();
+    }
   });
 });
 

@@ -5,6 +5,7 @@
  *   pnpm bench --quick                           # 1k sockets only, shorter trials (≈ 2 min)
  *   pnpm bench --scenarios raw,embedded --sockets 10000
  *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (the seed's path)
+ *   pnpm bench --scenarios nginx3 --sockets 6000 # 3 pods + Redis behind deploy/'s nginx: throughput, p99, spread
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
  *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md
  *   pnpm bench --compare old.json new.json       # deliveries/s, p99, CPU and RSS side by side
@@ -30,6 +31,7 @@ import {
   runHttp,
 } from './http.js';
 import type { HttpOperation } from './http-sql.js';
+import { NGINX3_MAX_SOCKETS, startNginxTarget } from './nginx3.js';
 import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
@@ -73,6 +75,8 @@ const log = (line: string) =>
 interface ScenarioSpec {
   label: string;
   needs: Array<'postgres' | 'redis'>;
+  /** Larger socket counts are skipped (with a note). */
+  maxSockets?: number;
   start(profileDir?: string): Promise<Target>;
 }
 
@@ -136,7 +140,7 @@ async function main() {
     'scenarios',
     profile
       ? 'raw,embedded,embedded-stock'
-      : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,webhooks,token-verify,resume,http,footprint',
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,nginx3,webhooks,token-verify,resume,http,footprint',
   );
 
   // What's reachable decides what can run; nothing is faked.
@@ -216,6 +220,20 @@ async function main() {
       stock,
     ),
     ...peerScenarios(),
+    // Issue 14: load through the load balancer (bench/src/nginx3.ts).
+    nginx3: {
+      label: "Herald 3 pods + Redis behind deploy/'s nginx",
+      needs: ['postgres', 'redis'],
+      maxSockets: NGINX3_MAX_SOCKETS,
+      start: (profileDir?: string) =>
+        startNginxTarget({
+          databaseUrl,
+          redisUrl,
+          env: heraldEnv,
+          ...(profileDir ? { cpuProfDir: profileDir } : {}),
+          label: "Herald 3 pods + Redis behind deploy/'s nginx",
+        }),
+    },
   };
   for (const id of scenarios) {
     if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint'].includes(id) && !specs[id])
@@ -282,6 +300,12 @@ async function main() {
       if (!spec) return false;
       const missing = spec.needs.filter((need) => (need === 'postgres' ? !postgresOk : !redisOk));
       if (missing.length) skipped.push(`${spec.label} @ ${size}: needs ${missing.join(' and ')}`);
+      if (spec.maxSockets !== undefined && size > spec.maxSockets) {
+        skipped.push(
+          `${spec.label} @ ${size}: runs at up to ${spec.maxSockets} sockets (one nginx worker's open files)`,
+        );
+        return false;
+      }
       return missing.length === 0;
     });
     const batches = args.sequential === true ? runnable.map((id) => [id]) : [runnable];

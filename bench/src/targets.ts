@@ -177,7 +177,8 @@ async function startScriptTarget(options: ScriptTargetOptions): Promise<Target> 
 // Herald
 
 export interface HeraldOptions {
-  pods: 1 | 2;
+  /** 3: the nginx3 scenario (bench/src/nginx3.ts). */
+  pods: 1 | 2 | 3;
   /** In memory (one pod only: Herald's embedded mode) or Redis (cluster mode). */
   pubsub: 'memory' | 'redis';
   /** PostgreSQL server; each run gets its own schema. Unused with `database: 'pglite'`. */

@@ -32,7 +32,7 @@ function mainConf(dir: string): string {
 worker_processes 1;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections 16384; }
 http {
   access_log off;
   client_body_temp_path ${dir}/body;
@@ -49,6 +49,11 @@ export interface NginxProcess {
   port: number;
   baseUrl: string;
   dir: string;
+  /**
+   * Points nginx at `upstreamPorts` instead (a pod joins): rewrites the config, checks it, and sends SIGHUP.
+   * New connections use the new upstreams; open ones stay on the old worker until they close.
+   */
+  reload(upstreamPorts: number[]): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -86,6 +91,11 @@ export async function startNginx(upstreamPorts: number[]): Promise<NginxProcess>
     port,
     baseUrl: `http://127.0.0.1:${port}`,
     dir,
+    async reload(upstreamPorts) {
+      await writeFile(join(dir, 'herald.conf'), await renderHeraldNginxConf(port, upstreamPorts));
+      await promisify(execFile)(NGINX_BINARY, ['-t', '-q', '-p', dir, '-c', confPath]);
+      child.kill('SIGHUP');
+    },
     async stop() {
       if (child.exitCode === null) child.kill('SIGQUIT');
       await exited;

@@ -47,8 +47,9 @@ export interface RedisClusterSetup {
   /**
    * Stops the master on `port` (SIGTERM: it drops every connection), starts it again with the same
    * configuration and cluster state, and resolves once every node reports `cluster_state:ok`.
+   * `whileDown` runs once the old process has exited and before the new one starts (bounded by the caller).
    */
-  restartNode(port: number): Promise<void>;
+  restartNode(port: number, whileDown?: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -198,11 +199,12 @@ export async function startRedisCluster(): Promise<RedisClusterSetup> {
     );
     await clusterOk();
     return {
-      async restartNode(port) {
+      async restartNode(port, whileDown) {
         const args = argsOf.get(port);
         const old = nodes.get(port);
         if (!args || !old) throw new Error(`no cluster node on port ${port}`);
         await stopProcess(old);
+        await whileDown?.();
         const child = spawnRedis(args);
         nodes.set(port, child);
         processes.push(child);

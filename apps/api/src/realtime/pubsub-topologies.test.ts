@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { subscriptionRedisKeys } from '@herald/contracts';
 import type { Post } from '@herald/db';
@@ -32,12 +33,12 @@ afterAll(async () => {
   await Promise.all([sentinel?.stop(), cluster?.stop()]);
 });
 
-const post = (orgId: string): Post => ({
+const post = (orgId: string, title = 'Across the topology'): Post => ({
   id: randomUUID(),
   seq: '1',
   org_id: orgId,
   author_id: 'u1',
-  title: 'Across the topology',
+  title,
   tags: [],
   status: 'PUBLISHED',
   created_at: new Date('2026-11-21T07:00:00Z'),
@@ -46,6 +47,7 @@ const post = (orgId: string): Post => ({
 
 /** The pods' HERALD_REDIS_PREFIX. */
 const PREFIX = 'herald-topologies:';
+const REDIS_CLI = process.env.REDIS_CLI_BINARY ?? 'redis-cli';
 
 function service(redisUrl: string): PubSubService {
   const created = createPubSubService({
@@ -167,28 +169,105 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
     }
   });
 
-  it('delivers again after a master is restarted, without restarting the pods', async () => {
-    const [podA, podB] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
-    const restarted = cluster.ports[1]!;
-    const node = new Redis({ port: restarted, host: '127.0.0.1', password: cluster.password });
-    // An organisation whose channel lives on the master that will be restarted.
-    let orgId = '';
+  /** An organisation whose channel (and every key) lives on the master listening on `port`. */
+  async function orgOnMaster(port: number): Promise<string> {
+    const node = new Redis({ port, host: '127.0.0.1', password: cluster.password });
     try {
-      const owned = (await node.cluster('SLOTS')).filter(([, , master]) => master?.[1] === restarted);
-      for (let i = 0; !orgId; i++) {
+      const owned = (await node.cluster('SLOTS')).filter(([, , master]) => master?.[1] === port);
+      for (let i = 0; ; i++) {
         const candidate = `org-restart-${i}-${randomUUID()}`;
         const slot = Number(await node.cluster('KEYSLOT', subscriptionRedisKeys(PREFIX, candidate).channel));
-        if (owned.some(([start, end]) => start <= slot && slot <= end)) orgId = candidate;
+        if (owned.some(([start, end]) => start <= slot && slot <= end)) return candidate;
       }
     } finally {
       node.disconnect();
     }
+  }
+
+  async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+    for (const deadline = Date.now() + timeoutMs; !check(); ) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it('delivers again after a master is restarted, without restarting the pods', async () => {
+    const [podA, podB] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    const restarted = cluster.ports[1]!;
+    const orgId = await orgOnMaster(restarted);
     expect(await deliver(podA, podB, 5_000, orgId)).toMatchObject({ title: 'Across the topology' });
     await cluster.restartNode(restarted);
     expect(await deliver(podA, podB, 20_000, orgId)).toMatchObject({ title: 'Across the topology' });
     expect(await deliver(podA, podB, 20_000)).toMatchObject({ title: 'Across the topology' });
   }, 90_000);
+
+  it('is not ready while the master owning a subscribed channel is down, and delivers once it is back', async () => {
+    const [publisher, listener] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([publisher.ready(5_000), listener.ready(5_000)]);
+    const restarted = cluster.ports[2]!;
+    const orgId = await orgOnMaster(restarted);
+    const titles: string[] = [];
+    const stop = await listener.history.listen(orgId, (entry) => titles.push(entry.event.post.title));
+    try {
+      await publisher.publishPostPublished(post(orgId, 'before'));
+      await until('the first event', () => titles.includes('before'));
+      expect(listener.readiness).toBe(true);
+
+      let publisherReadyWhileDown: boolean | undefined;
+      await cluster.restartNode(restarted, async () => {
+        await until('the listening pod to report not ready', () => !listener.readiness, 10_000);
+        // A pod that listens on no channel of that master has nothing to miss.
+        publisherReadyWhileDown = publisher.readiness;
+      });
+      expect(publisherReadyWhileDown).toBe(true);
+      await until('the listening pod to be ready again', () => listener.readiness);
+      for (const deadline = Date.now() + 10_000; ; ) {
+        const outcome = await publisher.publishPostPublished(post(orgId, 'after'));
+        if (outcome.ok) break;
+        if (Date.now() > deadline) throw outcome.error;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await until('the event published after the restart', () => titles.includes('after'));
+      expect(titles).toEqual(['before', 'after']);
+    } finally {
+      stop();
+    }
+  }, 90_000);
+
+  it('after a shard subscriber connection drops, delivers what was published before it re-subscribed, without a further event', async () => {
+    const [publisher, listener] = [service(cluster.url), service(cluster.url)];
+    await Promise.all([publisher.ready(5_000), listener.ready(5_000)]);
+    const port = cluster.ports[0]!;
+    const orgId = await orgOnMaster(port);
+    const titles: string[] = [];
+    const stop = await listener.history.listen(orgId, (entry) => titles.push(entry.event.post.title));
+    try {
+      await publisher.publishPostPublished(post(orgId, 'before'));
+      await until('the first event', () => titles.includes('before'));
+      // Drop the SSUBSCRIBE connections on that master from another process while this one's event loop is
+      // blocked, then write the next event before the loop turns: the listener learns of the drop only
+      // after the event went out with no subscriber there, so only a fill after re-subscribing delivers it.
+      execFileSync(REDIS_CLI, [
+        '-p',
+        String(port),
+        '-a',
+        cluster.password,
+        '--no-auth-warning',
+        'CLIENT',
+        'KILL',
+        'TYPE',
+        'pubsub',
+      ]);
+      const published = publisher.publishPostPublished(post(orgId, 'missed live'));
+      expect((await published).ok).toBe(true);
+      await until('the event published while the shard subscriber was away', () => titles.includes('missed live'));
+      expect(titles).toEqual(['before', 'missed live']);
+      expect(listener.readiness).toBe(true);
+    } finally {
+      stop();
+    }
+  }, 30_000);
 
   it('refuses to become ready when no node answers', async () => {
     await expect(service('redis+cluster://127.0.0.1:1').ready(300)).rejects.toThrow(/REDIS_URL/);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { createRedisClient, type RedisClient } from '@herald/config/redis';
+import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import type { Database, Post } from '@herald/db';
 import type { Kysely } from 'kysely';
@@ -42,7 +42,11 @@ export interface PubSubService {
    * @throws Error when Redis is not reachable within `timeoutMs`
    */
   ready(timeoutMs: number): Promise<void>;
-  /** False while a Redis connection is down (reconnecting); always true in memory. For `/readiness`. */
+  /**
+   * False while a Redis connection is down (reconnecting), including, on Redis Cluster, the sharded
+   * subscriber connection of a master that owns a channel this pod listens on (its live events would be
+   * missed); always true in memory. For `/readiness` (SPEC §8: 503 during an outage).
+   */
   readonly readiness: boolean;
   /** Stops the relay and closes the Redis connections. */
   close(): Promise<void>;
@@ -73,6 +77,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   const { logger, metrics } = deps;
   const limits = deps.limits ?? DEFAULT_HISTORY_LIMITS;
   let connections: RedisClient[] = [];
+  let subscriberClient: RedisClient | undefined;
   let history: SubscriptionHistory;
   if (!deps.redisUrl) {
     history = createMemoryHistory(limits);
@@ -96,6 +101,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       { shardedSubscribers: true },
     );
     connections = [commands, subscriber];
+    subscriberClient = subscriber;
     for (const [name, client] of [
       ['publish', commands],
       ['subscribe', subscriber],
@@ -103,6 +109,11 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
       client.on('ready', () => logger.info({ connection: name }, 'redis connection ready'));
     }
+    // Redis Cluster: ioredis (re)creates one SSUBSCRIBE connection per master after a topology change or a
+    // dropped shard connection, then emits this; the feeds re-subscribe and fill (redis-history.ts).
+    subscriber.on('subscribersReady', () =>
+      logger.info({ down: downShardSubscribers(subscriber) }, 'redis shard subscribers (re)created'),
+    );
     history = createRedisHistory({
       commands,
       subscriber,
@@ -144,7 +155,9 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       // Both Redis connections up: a pod whose subscriber is reconnecting would miss live events. A
       // relay that can't reach the database is not counted here: `/readiness` pings the database itself
       // and names that cause (events wait in the outbox meanwhile).
-      return connections.every((client) => client.status === 'ready');
+      return (
+        connections.every((client) => client.status === 'ready') && downShardSubscribers(subscriberClient).length === 0
+      );
     },
     async close() {
       await relay?.stop();
@@ -156,6 +169,40 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       for (const client of connections) client.disconnect();
     },
   };
+}
+
+/**
+ * The parts of ioredis 5's `ClusterSubscriberGroup` (`cluster.shardedSubscribers`) that tell whether each
+ * master owning a subscribed shard channel has a live SSUBSCRIBE connection. ioredis exposes no status for
+ * them: the Cluster stays `ready` while one shard subscriber is down. pubsub-topologies.test.ts pins this
+ * (readiness turns false while a master is down), so an ioredis upgrade that moves these fails there.
+ */
+interface ShardedSubscriberGroupView {
+  /** Per slot: `[masterNodeKey, …replicas]`. */
+  clusterSlots: string[][];
+  /** Per slot: the shard channels subscribed (empty after the last SUNSUBSCRIBE). */
+  channels: Map<number, string[]>;
+  /** Per master node key. */
+  shardedSubscribers: Map<string, { getInstance(): { status: string } | null }>;
+}
+
+/**
+ * Node keys (`host:port`) of the masters that own a shard channel this client subscribed to but whose
+ * subscriber connection is not ready (down, reconnecting, or not yet created after a topology change).
+ * Empty outside Redis Cluster.
+ */
+export function downShardSubscribers(client: RedisClient | undefined): string[] {
+  if (!client || !isCluster(client)) return [];
+  const group = (client as unknown as { shardedSubscribers?: Partial<ShardedSubscriberGroupView> }).shardedSubscribers;
+  if (!group?.channels || !group.clusterSlots || !group.shardedSubscribers) return [];
+  const down = new Set<string>();
+  for (const [slot, channels] of group.channels) {
+    if (channels.length === 0) continue;
+    const owner = group.clusterSlots[slot]?.[0];
+    if (!owner) down.add(`slot ${slot}`);
+    else if (group.shardedSubscribers.get(owner)?.getInstance()?.status !== 'ready') down.add(owner);
+  }
+  return [...down];
 }
 
 function untilReady(client: RedisClient, timeoutMs: number): Promise<void> {

@@ -131,19 +131,28 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     receive(feed, entry);
   });
   let readyOnce = false;
-  deps.subscriber.on('ready', () => {
-    if (!readyOnce) {
-      readyOnce = true;
-      return;
-    }
-    // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
+  // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
+  const resubscribeAll = () => {
     for (const feed of feeds.values()) {
       feed.subscribed = subscribe(feed.channel).then(
         () => startFill(feed),
         (error: Error) => logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed'),
       );
     }
+  };
+  deps.subscriber.on('ready', () => {
+    if (!readyOnce) {
+      readyOnce = true;
+      return;
+    }
+    resubscribeAll();
   });
+  // Redis Cluster: a master's SSUBSCRIBE connection can drop and come back (a restart, a failover, slots
+  // moving) while the Cluster itself stays `ready`. ioredis re-creates the shard subscribers and emits
+  // `subscribersReady`; subscribe every feed again (a no-op where still subscribed; it waits behind
+  // ioredis's own re-subscribe on that connection) and fill what was published before it took effect,
+  // rather than waiting for the organisation's next event to reveal the gap.
+  if (sharded) deps.subscriber.on('subscribersReady', resubscribeAll);
 
   function receive(feed: Feed, entry: HistoryEntry) {
     if (feed.filling) {
@@ -237,21 +246,33 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     kind: 'redis',
     enabled: limits.size > 0,
     async append(events) {
+      const appendOne = (event: PostPublishedEventV1) => {
+        const keys = subscriptionRedisKeys(prefix, event.orgId);
+        return commands.heraldHistoryAppend(
+          keys.history,
+          keys.meta,
+          keys.ids,
+          keys.channel,
+          event.eventId,
+          JSON.stringify(event),
+          limits.size,
+          limits.ttlMs,
+          randomUUID().slice(0, 8),
+          sharded ? 'SPUBLISH' : 'PUBLISH',
+        );
+      };
+      // Redis Cluster: one organisation's events one after another, the next only once the previous
+      // succeeded (organisations still concurrently). Sent all at once, a command that the cluster client
+      // retries (CLUSTERDOWN, TRYAGAIN, a reconnect while a master comes back) can land after a later one
+      // of the same organisation, and the history would hold them out of order (test/redis-cluster.test.ts).
+      // One endpoint: all at once, pipelined on the one connection, which keeps them in order.
+      const tails = new Map<string, Promise<unknown>>();
       const settled = await Promise.allSettled(
         events.map((event) => {
-          const keys = subscriptionRedisKeys(prefix, event.orgId);
-          return commands.heraldHistoryAppend(
-            keys.history,
-            keys.meta,
-            keys.ids,
-            keys.channel,
-            event.eventId,
-            JSON.stringify(event),
-            limits.size,
-            limits.ttlMs,
-            randomUUID().slice(0, 8),
-            sharded ? 'SPUBLISH' : 'PUBLISH',
-          );
+          const previous = sharded ? tails.get(event.orgId) : undefined;
+          const appended = previous ? previous.then(() => appendOne(event)) : appendOne(event);
+          tails.set(event.orgId, appended);
+          return appended;
         }),
       );
       let failure: Error | undefined;

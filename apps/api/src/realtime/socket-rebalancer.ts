@@ -19,8 +19,12 @@ import type { Logger } from '../logger.js';
 export const REBALANCE_INTERVAL_MS = 1_000;
 /** A pod whose report is older than this is considered gone (3 missed intervals). */
 export const REBALANCE_STALE_MS = 3 * REBALANCE_INTERVAL_MS;
-/** A pod sheds only above fair share × (1 + this). */
-export const REBALANCE_TOLERANCE = 0.1;
+/**
+ * A pod sheds only above fair share × (1 + this). Behind a round-robin load balancer part of what the
+ * loaded pods shed comes back to them, so they settle just under this bound and a joining pod gets the
+ * rest: with N pods it ends at least (1 − (N − 1) × this) of the fair share (3 pods: 90 %).
+ */
+export const REBALANCE_TOLERANCE = 0.05;
 /**
  * A pod sheds only when it holds at least this many sockets over its fair share: small clusters (tests,
  * a connect storm's transient unevenness) are left alone.

@@ -342,6 +342,8 @@ async function main() {
       connections: num('webhook-connections', 10),
       dispatcherEvents: num('webhook-events', quick ? 1000 : 3000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
+      twoDispatchers: args['webhook-two'] !== 'false',
+      ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       log,
     });
   }

@@ -44,6 +44,8 @@ export interface WebhookConfig {
   twoDispatchers?: boolean;
   /** Pending retries in the scheduler-pass measurement. @default 100000 */
   pendingRetries?: number;
+  /** Run the (one) dispatcher under `node --cpu-prof`, writing its profile here. */
+  cpuProfDir?: string;
   log: (line: string) => void;
 }
 
@@ -342,7 +344,8 @@ async function runDispatcher(
 
     const output: string[] = [];
     const startOne = (): { child: ChildProcess; ready: Promise<number> } => {
-      const child = spawnTracked(process.execPath, ['--import', TSX_IMPORT, DISPATCHER_MAIN], {
+      const profArgs = config.cpuProfDir && processes === 1 ? ['--cpu-prof', '--cpu-prof-dir', config.cpuProfDir] : [];
+      const child = spawnTracked(process.execPath, [...profArgs, '--import', TSX_IMPORT, DISPATCHER_MAIN], {
         cwd: ROOT,
         env: {
           PATH: process.env.PATH ?? '',

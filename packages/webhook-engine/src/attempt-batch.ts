@@ -8,7 +8,9 @@ import {
   type AttemptOutcome,
   type ClaimedDelivery,
   claimDeliveries,
+  createDurabilityBarrier,
   type DeliveryNext,
+  flushCommits,
   type QueuedDelivery,
   recordOutcomes,
 } from './lease-protocol.js';
@@ -48,15 +50,24 @@ export interface BatchResult {
   attempted: number;
   /** Endpoints that had an attempt: their slots are free again, to chain on. */
   endpoints: string[];
+  /**
+   * Resolves once the batch's claim and record are durable (the WAL is flushed past them) and its
+   * dead letters have been handed to the stream; only then may its work entries be acknowledged.
+   * Rejects when the flush failed (the entries are then reclaimed and found done or tried again).
+   */
+  settled: Promise<void>;
 }
 
 export interface BatchAttempter {
   /**
    * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
-   * them concurrently and records the outcomes: three statements for the whole batch.
-   * Rejects only when the database fails (the work entries are then reclaimed and done again).
+   * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
+   * one durability barrier (`settled`). Rejects only when the database fails (the work entries are then
+   * reclaimed and done again).
    */
   run(queued: readonly QueuedDelivery[], chainEndpoints?: readonly string[]): Promise<BatchResult>;
+  /** Resolves once every batch run so far has settled (for a clean stop). */
+  drain(): Promise<void>;
 }
 
 /**
@@ -67,6 +78,8 @@ export interface BatchAttempter {
  */
 export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   const { db, queue, deliverer, metrics, logger, retry } = deps;
+  const barrier = createDurabilityBarrier(() => flushCommits(db));
+  const settling = new Set<Promise<void>>();
 
   function decide(delivery: ClaimedDelivery, outcome: DeliveryOutcome, at: Date): AttemptOutcome {
     let next: DeliveryNext;
@@ -202,7 +215,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
         endpointCap: deps.endpointCap,
         leaseMs: deps.attemptLeaseMs,
       });
-      if (claimed.length === 0) return { attempted: 0, endpoints: [] };
+      if (claimed.length === 0) return { attempted: 0, endpoints: [], settled: Promise.resolve() };
       deps.onStep?.('after-claim');
       const outcomes = await Promise.all(claimed.map(attemptOne));
       deps.onStep?.('after-post');
@@ -214,9 +227,24 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
           'webhook endpoint disabled',
         );
       }
-      if (result.events > 0) deps.onOutboxEvents?.();
-      await afterRecord(claimed, outcomes, result.recorded);
-      return { attempted: claimed.length, endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))] };
+      // The record committed without waiting for the WAL flush: the endpoint's slots are free now, and
+      // the caller may chain on at once; the batch is done (acknowledged, dead letters streamed) once
+      // the shared barrier says it is durable.
+      const settled = barrier.wait().then(async () => {
+        if (result.events > 0) deps.onOutboxEvents?.();
+        await afterRecord(claimed, outcomes, result.recorded);
+      });
+      const tracked = settled.catch(() => {});
+      settling.add(tracked);
+      void tracked.then(() => settling.delete(tracked));
+      return {
+        attempted: claimed.length,
+        endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))],
+        settled,
+      };
+    },
+    async drain() {
+      while (settling.size > 0) await Promise.all([...settling]);
     },
   };
 }

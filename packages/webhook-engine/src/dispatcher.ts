@@ -140,7 +140,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     deps.registry,
   );
   let deliverer: Deliverer | undefined;
-  let attempter: BatchAttempter;
+  let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;
   const relay = createRelay({
     db,
@@ -170,7 +170,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
   });
   const lanes = createEndpointLanes({
-    run: (queued, chain) => attempter.run(queued, chain),
+    run: (queued, chain) => attempter!.run(queued, chain),
     running: () => state === 'running',
     logger,
   });
@@ -230,6 +230,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         state = 'stopping';
         await listener?.stop();
         await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
+        // Lanes end with the consumer; batches they chained settle (durable, dead letters streamed) here.
+        await attempter?.drain();
         await deliverer?.close();
         state = 'stopped';
         logger.info('webhook dispatcher stopped');

@@ -44,7 +44,15 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
             batch.map((entry) => entry.item),
             [endpointId],
           );
-          for (const entry of batch) entry.done();
+          // The slots are free once the batch is recorded; its entries are done once that is durable.
+          result.settled.then(
+            () => {
+              for (const entry of batch) entry.done();
+            },
+            (error: unknown) => {
+              for (const entry of batch) entry.failed(error);
+            },
+          );
           chaining = result.attempted > 0;
         } catch (error) {
           for (const entry of batch) entry.failed(error);

@@ -40,15 +40,16 @@
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
  *
- * Commits. Claims (3) and records (4) commit asynchronously (`synchronous_commit = off` for their own
- * transaction): their effects are visible to every other dispatcher at once, so an endpoint's slots
- * are free again as soon as a batch is recorded, without waiting ~1–5 ms for the WAL flush while the
- * slots sit idle. Durability comes after, from {@link flushCommits}: one synchronous commit that
+ * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
+ * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
+ * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per
+ * fan-out, while the slots and the relay would sit idle. Durability comes after, from {@link flushCommits}: one synchronous commit that
  * flushes the WAL up to itself, shared by every batch recorded before it. A batch's work entries are
  * acknowledged, and its dead letters streamed, only after that barrier. A dispatcher crash loses
- * nothing (the commits are in PostgreSQL); a PostgreSQL crash may forget the claims and records of the
- * last moments before the barrier, which only means those deliveries are attempted again (delivery is
- * at least once), never lost.
+ * nothing (the commits are in PostgreSQL); a PostgreSQL crash may forget the fan-outs, claims and
+ * records of the last moments before the barrier, which only means those events are fanned out again
+ * (new delivery rows; entries naming the forgotten ones claim nothing) or those deliveries attempted
+ * again: delivery is at least once, and nothing is lost.
  */
 import {
   WEBHOOK_DELIVERY_DEAD_EVENT,
@@ -123,7 +124,8 @@ export async function fanOutOutbox(
       on conflict (event_id, endpoint_id) do nothing
       returning id, endpoint_id, status
     )
-    select counted.events, created.id, created.endpoint_id, created.status
+    select counted.events, created.id, created.endpoint_id, created.status,
+      set_config('synchronous_commit', 'off', true) as async_commit
     from (select count(*)::int as events from event) counted left join created on true
   `.execute(db);
   const queued: QueuedDelivery[] = [];
@@ -153,7 +155,7 @@ export async function queueDueDeliveries(
       for update skip locked
     ) due
     where delivery.id = due.id
-    returning delivery.id, delivery.endpoint_id
+    returning delivery.id, delivery.endpoint_id, set_config('synchronous_commit', 'off', true) as async_commit
   `.execute(db);
   return rows.map((row) => ({ deliveryId: row.id, endpointId: row.endpoint_id, lease }));
 }

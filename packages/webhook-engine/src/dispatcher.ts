@@ -9,7 +9,7 @@ import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { createEndpointLanes } from './endpoint-lanes.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
-import { createOutboxListener, type OutboxListener } from './outbox-listener.js';
+import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
 import { createRetention, type Retention } from './retention.js';
@@ -66,7 +66,8 @@ export interface DispatcherDeps {
   random?: () => number;
   /**
    * The PostgreSQL URL, to LISTEN for outbox commits (fan-out right after commit). Without it (PGlite)
-   * the relay polls, and `notifyOutbox()` wakes it in-process.
+   * the commits' notifications are heard on the embedded database's own connection; the relay's poll
+   * is the safety net either way, and `notifyOutbox()` wakes it in-process.
    */
   databaseUrl?: string;
   /**
@@ -217,8 +218,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       retention.start();
       if (deps.databaseUrl) {
         listener = createOutboxListener({ databaseUrl: deps.databaseUrl, logger, onEvent: () => relay.wake() });
-        await listener.start();
+      } else {
+        // Embedded (PGlite): the commit's notification arrives in this process.
+        listener = await listenInProcess(db, () => relay.wake());
       }
+      await listener?.start();
       logger.info({ queue: queue.kind, concurrency, endpointConcurrency }, 'webhook dispatcher started');
     },
     stop() {

@@ -42,11 +42,6 @@ export interface DispatcherSettings {
   retentionIntervalMs?: number;
   /** How often the outbox and due retries are looked for when idle. @default 500 */
   pollIntervalMs?: number;
-  /**
-   * Kept for configuration compatibility (`WEBHOOK_REQUEUE_AFTER`); work is handed out again after the
-   * lease (`timeoutMs` × 1.5), not after this.
-   */
-  requeueAfterMs?: number;
   /** Outbox events fanned out, and due deliveries handed out, per pass. @default 200 */
   batchSize?: number;
   /** Entries claimed, POSTed and recorded together. @default 50 */

@@ -11,7 +11,7 @@
  *
  * A lease whose `leased_until` has passed is as good as none: its holder is presumed dead. Both lease
  * lengths are `WEBHOOK_TIMEOUT_MS × 1.5` (at least +1 s), so a crash at any step is recovered within
- * that bound plus one scheduler pass, never `WEBHOOK_REQUEUE_AFTER`.
+ * that bound plus one scheduler pass.
  *
  * 1. fan-out ({@link fanOutOutbox}), one statement per batch: claims undispatched outbox events
  *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already

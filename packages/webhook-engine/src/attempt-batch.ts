@@ -50,6 +50,8 @@ export interface BatchResult {
   attempted: number;
   /** Endpoints that had an attempt: their slots are free again, to chain on. */
   endpoints: string[];
+  /** Claimed by this batch's record in the slots it freed: the next batch, without a claim. */
+  handedOver: ClaimedDelivery[];
   /**
    * Resolves once the batch's claim and record are durable (the WAL is flushed past them) and its
    * dead letters have been handed to the stream; only then may its work entries be acknowledged.
@@ -62,10 +64,18 @@ export interface BatchAttempter {
   /**
    * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
    * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
-   * one durability barrier (`settled`). Rejects only when the database fails (the work entries are then
-   * reclaimed and done again).
+   * one durability barrier (`settled`). With `handedOver` (the previous batch's record claimed them),
+   * there is no claim: they are POSTed and recorded, and the named deliveries were considered by that
+   * hand-over. When every attempt of a one-endpoint batch succeeded and that endpoint is in
+   * `chainEndpoints`, the record hands its slots over to the endpoint's next due deliveries
+   * (`handedOver` of the result): two statements become one per batch while an endpoint has work.
+   * Rejects only when the database fails (the work entries are then reclaimed and done again).
    */
-  run(queued: readonly QueuedDelivery[], chainEndpoints?: readonly string[]): Promise<BatchResult>;
+  run(
+    queued: readonly QueuedDelivery[],
+    chainEndpoints?: readonly string[],
+    handedOver?: readonly ClaimedDelivery[],
+  ): Promise<BatchResult>;
   /** Resolves once every batch run so far has settled (for a clean stop). */
   drain(): Promise<void>;
 }
@@ -208,18 +218,28 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   }
 
   return {
-    async run(queued, chainEndpoints) {
-      const claimed = await claimDeliveries(db, {
-        queued,
-        chainEndpoints,
-        endpointCap: deps.endpointCap,
-        leaseMs: deps.attemptLeaseMs,
-      });
-      if (claimed.length === 0) return { attempted: 0, endpoints: [], settled: Promise.resolve() };
+    async run(queued, chainEndpoints, handedOver) {
+      const claimed =
+        handedOver && handedOver.length > 0
+          ? [...handedOver]
+          : await claimDeliveries(db, {
+              queued,
+              chainEndpoints,
+              endpointCap: deps.endpointCap,
+              leaseMs: deps.attemptLeaseMs,
+            });
+      if (claimed.length === 0) return { attempted: 0, endpoints: [], handedOver: [], settled: Promise.resolve() };
       deps.onStep?.('after-claim');
       const outcomes = await Promise.all(claimed.map(attemptOne));
       deps.onStep?.('after-post');
-      const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs });
+      const endpointId = claimed[0]!.endpointId;
+      const handOver =
+        chainEndpoints?.includes(endpointId) &&
+        claimed.every((delivery) => delivery.endpointId === endpointId) &&
+        outcomes.every((outcome) => outcome.health === 'success')
+          ? { endpointId, leaseMs: deps.attemptLeaseMs }
+          : undefined;
+      const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();
         logger.error(
@@ -240,6 +260,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
       return {
         attempted: claimed.length,
         endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))],
+        handedOver: result.handedOver,
         settled,
       };
     },

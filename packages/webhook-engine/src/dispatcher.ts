@@ -166,7 +166,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
   });
   const lanes = createEndpointLanes({
-    run: (queued, chain) => attempter!.run(queued, chain),
+    run: (queued, chain, handedOver) => attempter!.run(queued, chain, handedOver),
     running: () => state === 'running',
     logger,
   });

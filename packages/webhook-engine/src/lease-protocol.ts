@@ -259,9 +259,12 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select ranked.id from ranked left join busy using (endpoint_id)
         where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
       ), claimed as (
+        -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
+        -- meanwhile: a live a-lease is never overwritten.
         update webhook_deliveries delivery
         set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
-        from picked where delivery.id = picked.id
+        from picked where delivery.id = picked.id and delivery.status = 'PENDING'
+          and not (delivery.lease_token like 'a:%' and delivery.leased_until > now())
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
           delivery.attempt_count, delivery.horizon_from
       ), skipped as (
@@ -331,19 +334,30 @@ export interface AttemptOutcome {
 export interface RecordResult {
   /** Deliveries whose state this record set (their lease was still the claim's). */
   recorded: Set<string>;
+  /** With `handOver`: the endpoint's next due deliveries, claimed in the freed slots. */
+  handedOver: ClaimedDelivery[];
   /** Endpoints disabled by this record (410, or failing for `disableAfterMs`). */
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
   events: number;
 }
 
-/** Step 4: records a batch's outcomes, endpoint health and operational events in one statement. */
+/**
+ * Step 4: records a batch's outcomes, endpoint health and operational events in one statement.
+ *
+ * With `handOver` (the caller's batch was one endpoint's, every attempt succeeded), the same statement
+ * claims that endpoint's next due deliveries into the slots it frees: as many as the batch's leases
+ * that were still live, so the endpoint's count of live a-leases never grows and no advisory lock is
+ * needed (step 3's claims re-check each row they take, so neither overwrites the other).
+ */
 export async function recordOutcomes(
   db: Kysely<Database>,
   outcomes: readonly AttemptOutcome[],
-  options: { disableAfterMs: number },
+  options: { disableAfterMs: number; handOver?: { endpointId: string; leaseMs: number } },
 ): Promise<RecordResult> {
-  if (outcomes.length === 0) return { recorded: new Set(), disabled: [], events: 0 };
+  if (outcomes.length === 0) return { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
+  const handOver = options.handOver;
+  const handOverLease = newLease(ATTEMPT_LEASE_PREFIX);
   const health = new Map<string, { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date }>();
   for (const outcome of outcomes) {
     const entry = health.get(outcome.endpointId) ?? {
@@ -362,7 +376,11 @@ export async function recordOutcomes(
   }
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
-  const { rows } = await sql<{ kind: 'recorded' | 'disabled' | 'events'; id: string | null; reason: string | null }>`
+  const { rows } = await sql<{
+    kind: 'recorded' | 'handed' | 'disabled' | 'events';
+    id: string | null;
+    reason: string | null;
+  }>`
     with input as (
       select * from unnest(
         ${outcomes.map((o) => o.deliveryId)}::text[], ${outcomes.map((o) => o.lease)}::text[],
@@ -375,6 +393,10 @@ export async function recordOutcomes(
       insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
       select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
       from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
+    ), live as (
+      -- The batch's slots that count against the cap right now (as of this statement's snapshot).
+      select delivery.id from input join webhook_deliveries delivery on delivery.id = input.id
+      where delivery.lease_token = input.lease and delivery.leased_until > now()
     ), updated as (
       update webhook_deliveries delivery
       set status = input.next_status,
@@ -438,17 +460,57 @@ export async function recordOutcomes(
           attempt_count, error
         from updated where status = 'DEAD') event
       returning id
+    ), handed as (
+      select next.id from webhook_deliveries next
+      where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
+        and next.next_attempt_at <= now()
+        and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
+        and next.id <> all(${outcomes.map((o) => o.deliveryId)}::text[])
+        and exists (
+          select 1 from webhook_endpoints endpoint
+          where endpoint.id = next.endpoint_id and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+            and not coalesce(endpoint.paused_until > now(), false)
+        )
+      order by next.next_attempt_at, next.seq
+      limit (select count(*) from updated where updated.id in (select id from live))
+      for update skip locked
+    ), taken as (
+      update webhook_deliveries delivery
+      set lease_token = ${handOverLease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
+      from handed where delivery.id = handed.id
+      returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
+        delivery.attempt_count, delivery.horizon_from
     )
     select 'recorded' as kind, id, null as reason from updated
+    union all select 'handed', null, (
+      select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
+        'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
+        'url', endpoint.url, 'body', event.body,
+        'ageMs', extract(epoch from now() - taken.horizon_from) * 1000,
+        'secrets', (select coalesce(array_agg(secret.secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
+          where secret.endpoint_id = taken.endpoint_id and (secret.expires_at is null or secret.expires_at > now()))
+      ))::text
+      from taken
+      join webhook_endpoints endpoint on endpoint.id = taken.endpoint_id
+      join webhook_outbox event on event.id = taken.event_id
+    )
     union all select 'disabled', id, disabled_now from health where disabled_now is not null
     union all select 'events', null, ((select count(*) from disabled_event) + (select count(*) from dead_event))::text
     -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
     union all select 'async', null, set_config('synchronous_commit', 'off', true)
   `.execute(db);
-  const result: RecordResult = { recorded: new Set(), disabled: [], events: 0 };
+  const result: RecordResult = { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
-    else if (row.kind === 'disabled' && row.id) result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
+    else if (row.kind === 'handed' && row.reason) {
+      const taken = JSON.parse(row.reason) as Array<Omit<ClaimedDelivery, 'lease'>>;
+      result.handedOver = taken.map((delivery) => ({
+        ...delivery,
+        ageMs: Number(delivery.ageMs),
+        lease: handOverLease,
+      }));
+    } else if (row.kind === 'disabled' && row.id)
+      result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);
   }
   return result;

@@ -36,7 +36,11 @@
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
  *    updates endpoint health (failure streak, pause, disable) and writes the operational events
- *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically.
+ *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically. When every
+ *    attempt of a one-endpoint batch succeeded, it also hands the slots it frees over: it claims as
+ *    many of the endpoint's next due deliveries as the batch had live a-leases, so the endpoint's
+ *    count never grows and no lock is needed; step 3's update re-checks each row it takes, so a claim
+ *    never overwrites a hand-over's lease. While an endpoint has work, a batch costs one statement.
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
  *

@@ -1,6 +1,6 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { webhookRedisKeys } from '@herald/contracts';
@@ -409,8 +409,9 @@ async function runDispatcher(
           cwd: ROOT,
           env: {
             PATH: process.env.PATH ?? '',
+            ...(process.env.BENCH_PG_QUERY_LOG ? { BENCH_PG_QUERY_LOG: process.env.BENCH_PG_QUERY_LOG } : {}),
             NODE_ENV: 'production',
-            LOG_LEVEL: 'info',
+            LOG_LEVEL: process.env.BENCH_DISPATCHER_LOG_LEVEL ?? 'info',
             HOST: '127.0.0.1',
             PORT: '0',
             DATABASE_URL: dispatcherUrl.toString(),
@@ -439,6 +440,7 @@ async function runDispatcher(
               continue;
             }
             output.push(line);
+            if (process.env.BENCH_DISPATCHER_LOG) appendFileSync(process.env.BENCH_DISPATCHER_LOG, `${line}\n`);
             if (output.length > 40) output.shift();
             if (line.includes('herald webhook dispatcher ready')) {
               clearTimeout(timer);

@@ -65,8 +65,8 @@ export interface BatchAttempter {
    * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
    * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
    * one durability barrier (`settled`). With `handedOver` (the previous batch's record claimed them),
-   * there is no claim: they are POSTed and recorded, and the named deliveries were considered by that
-   * hand-over. When every attempt of a one-endpoint batch succeeded and that endpoint is in
+   * they are attempted, and a claim is made only when entries are waiting and the hand-over left room
+   * under the cap (otherwise the named deliveries were considered by that hand-over). When every attempt of a one-endpoint batch succeeded and that endpoint is in
    * `chainEndpoints`, the record hands its slots over to the endpoint's next due deliveries
    * (`handedOver` of the result): two statements become one per batch while an endpoint has work.
    * Rejects only when the database fails (the work entries are then reclaimed and done again).
@@ -219,15 +219,18 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
 
   return {
     async run(queued, chainEndpoints, handedOver) {
-      const claimed =
-        handedOver && handedOver.length > 0
-          ? [...handedOver]
-          : await claimDeliveries(db, {
-              queued,
-              chainEndpoints,
-              endpointCap: deps.endpointCap,
-              leaseMs: deps.attemptLeaseMs,
-            });
+      const claimed = [...(handedOver ?? [])];
+      // A hand-over keeps the slots a batch had; new entries with room under the cap widen it.
+      if (claimed.length === 0 || (queued.length > 0 && claimed.length < deps.endpointCap)) {
+        claimed.push(
+          ...(await claimDeliveries(db, {
+            queued,
+            chainEndpoints,
+            endpointCap: deps.endpointCap,
+            leaseMs: deps.attemptLeaseMs,
+          })),
+        );
+      }
       if (claimed.length === 0) return { attempted: 0, endpoints: [], handedOver: [], settled: Promise.resolve() };
       deps.onStep?.('after-claim');
       const outcomes = await Promise.all(claimed.map(attemptOne));

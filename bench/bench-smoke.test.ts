@@ -173,6 +173,8 @@ describe('bench smoke: webhooks (engine section)', () => {
       dispatcherEvents: 20,
       dispatcherTimeoutMs: 60_000,
       pendingRetries: 1_000,
+      steadyEventsPerSec: 50,
+      steadyMs: 400,
       log: () => {},
     });
     expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
@@ -182,11 +184,17 @@ describe('bench smoke: webhooks (engine section)', () => {
     for (const run of [result.dispatcher, result.twoDispatchers]) {
       expect(run).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
     }
+    expect(result.steady).toMatchObject({ status: 'ok', events: 20, verified: 20, duplicate: 0 });
+    expect(result.steady?.latency?.published).toBe(20);
+    expect(Number.isFinite(result.steady?.latency?.fromCommit.p99Ms)).toBe(true);
+    expect(result.dispatcher.queriesPerDelivery).toBeGreaterThan(0);
+    expect(result.dispatcher.pgCpuUsPerDelivery).toBeGreaterThan(0);
     expect(result.schedulerPass?.pendingRetries).toBe(1_000);
     expect(Number.isFinite(result.schedulerPass?.passMs.median)).toBe(true);
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
+    expect(markdown).toContain("publishPost's commit → receiver");
   }, 240_000);
 });
 

@@ -55,7 +55,6 @@ beforeAll(async () => {
     ...env,
     NODE_ENV: 'test',
     WEBHOOK_POLL_INTERVAL_MS: '100',
-    WEBHOOK_REQUEUE_AFTER: '5s',
   });
   const { port } = receiver.address() as { port: number };
   const endpoint = await postGraphql(

@@ -366,6 +366,11 @@ async function main() {
       connections: num('webhook-connections', 10),
       dispatcherEvents: num('webhook-events', quick ? 1000 : 3000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
+      twoDispatchers: args['webhook-two'] !== 'false',
+      ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
+      steadyEventsPerSec: num('webhook-steady-rate', 1000),
+      steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),
+      ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       log,
     });
   }

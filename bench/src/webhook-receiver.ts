@@ -23,7 +23,11 @@ export interface ReceiverStats {
   invalidSamples: string[];
 }
 
-type Command = { type: 'reset'; secret?: string } | { type: 'stats' };
+type Command = { type: 'reset'; secret?: string; track?: boolean } | { type: 'stats' } | { type: 'arrivals' };
+
+/** With `track`: when each post (`data.id` of the body) first arrived, for the latency trial. */
+let track = false;
+let arrivals = new Map<string, number>();
 
 let secret: string | undefined;
 let seen = new Set<string>();
@@ -58,6 +62,10 @@ const server = createServer((req, res) => {
       else {
         seen.add(event.id);
         stats.verified++;
+        if (track) {
+          const postId = (event.data as { id?: string } | undefined)?.id;
+          if (postId && !arrivals.has(postId)) arrivals.set(postId, now);
+        }
       }
     } catch (error) {
       stats.invalid++;
@@ -70,11 +78,15 @@ server.keepAliveTimeout = 60_000;
 process.on('message', (command: Command) => {
   if (command.type === 'reset') {
     secret = command.secret;
+    track = command.track ?? false;
+    arrivals = new Map();
     seen = new Set();
     stats = empty();
     process.send?.({ type: 'reset' });
   } else if (command.type === 'stats') {
     process.send?.(stats);
+  } else if (command.type === 'arrivals') {
+    process.send?.({ type: 'arrivals', arrivals: [...arrivals] });
   }
 });
 process.on('disconnect', () => process.exit(0));

@@ -1,13 +1,15 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { webhookRedisKeys } from '@herald/contracts';
-import { createDatabase, migrateToLatest } from '@herald/db';
+import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
 import { queueDueDeliveries } from '@herald/webhook-engine';
 import { signWebhook } from '@herald/webhooks';
 import { sql } from 'kysely';
+import pg from 'pg';
+import { publishPostWithWebhook } from '../../apps/api/src/post-published-webhook.js';
 import {
   procSample,
   ROOT,
@@ -27,6 +29,8 @@ import type { ReceiverStats } from './webhook-receiver.js';
 
 const RECEIVER = fileURLToPath(new URL('./webhook-receiver.ts', import.meta.url));
 const POST_LOOP = fileURLToPath(new URL('./post-loop.ts', import.meta.url));
+/** Preloaded into the dispatcher: counts its PostgreSQL round trips. */
+const QUERY_COUNTER = new URL('./pg-query-counter.ts', import.meta.url).href;
 /** The dispatcher's entry point; the scenario runs only once it exists. */
 export const DISPATCHER_MAIN = 'apps/webhook-dispatcher/src/main.ts';
 
@@ -44,6 +48,13 @@ export interface WebhookConfig {
   twoDispatchers?: boolean;
   /** Pending retries in the scheduler-pass measurement. @default 100000 */
   pendingRetries?: number;
+  /** Run the (one) dispatcher under `node --cpu-prof`, writing its profile here. */
+  cpuProfDir?: string;
+  /** `WEBHOOK_ENDPOINT_CONCURRENCY` of the dispatchers. @default connections */
+  endpointCap?: number;
+  /** The latency trial: events/s published (one dispatcher), for this long. @default 1000 for 10 s; 0 skips it */
+  steadyEventsPerSec?: number;
+  steadyMs?: number;
   log: (line: string) => void;
 }
 
@@ -69,7 +80,28 @@ export interface DispatcherRun {
   /** verified / (last delivery − dispatcher ready): includes the first poll and ramp-up. */
   endToEndPerSec?: number;
   cpuUsPerDelivery?: number;
+  /** CPU of the PostgreSQL backends serving the dispatcher(s) (found by application_name), per delivery. */
+  pgCpuUsPerDelivery?: number;
+  /** Queries the dispatcher(s) sent (BEGIN/COMMIT/LISTEN included; each a round trip), per delivery. */
+  queriesPerDelivery?: number;
+  /** `WEBHOOK_ENDPOINT_CONCURRENCY` used. */
+  endpointCap?: number;
+  /** Latency trial only: publish → receiver, ms. */
+  latency?: SteadyLatency;
   samples?: string[];
+}
+
+export interface SteadyLatency {
+  eventsPerSec: number;
+  published: number;
+  /** publishPost calls that failed (not published, so not expected at the receiver). */
+  publishFailed: number;
+  /** Achieved publish rate (the statements answered in time?). */
+  publishedPerSec: number;
+  /** From publishPost's statement returning (after its commit) to the receiver: a lower bound. */
+  fromCommit: { p50Ms: number; p99Ms: number; maxMs: number };
+  /** From just before the publishPost statement was sent: an upper bound. */
+  fromSend: { p50Ms: number; p99Ms: number; maxMs: number };
 }
 
 export interface WebhookResult {
@@ -86,6 +118,8 @@ export interface WebhookResult {
   durableRatio: number | null;
   /** Two dispatchers over one. */
   twoOverOne: number | null;
+  /** One dispatcher at a steady publish rate: publishPost's commit → receiver. */
+  steady: DispatcherRun | null;
   /** One due-scan pass (`queueDueDeliveries`) with 100,000 retries pending, none due. */
   schedulerPass: { pendingRetries: number; passMs: Spread } | null;
 }
@@ -238,6 +272,14 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     }
     const dispatcher = await runDispatcher(config, receiver, origin, 1);
     const twoDispatchers = config.twoDispatchers === false ? null : await runDispatcher(config, receiver, origin, 2);
+    const steady =
+      (config.steadyEventsPerSec ?? 1000) > 0 ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
+    if (steady?.latency) {
+      const l = steady.latency;
+      log(
+        `  steady ${l.eventsPerSec} events/s (${l.publishedPerSec} achieved): commit → receiver p50 ${l.fromCommit.p50Ms} ms, p99 ${l.fromCommit.p99Ms} ms`,
+      );
+    } else if (steady) log(`  steady: ${steady.status} ${steady.reason ?? ''}`);
     for (let trial = before; trial < config.trials; trial++) {
       await rawTrial();
       await durableTrial();
@@ -278,6 +320,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       durableLoop,
       dispatcher,
       twoDispatchers,
+      steady,
       ratio:
         dispatcher.deliveriesPerSec !== undefined
           ? round(dispatcher.deliveriesPerSec / rawLoop.deliveriesPerSec.median, 3)
@@ -302,6 +345,7 @@ async function runDispatcher(
   receiver: IpcChild,
   origin: string,
   processes: number,
+  mode: 'backlog' | 'steady' = 'backlog',
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
     return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
@@ -313,6 +357,10 @@ async function runDispatcher(
   const prefix = `herald-bench-${randomBytes(4).toString('hex')}:`;
   let herald: Awaited<ReturnType<typeof startHeraldTarget>> | undefined;
   const dispatchers: ChildProcess[] = [];
+  const endpointCap = config.endpointCap ?? config.connections;
+  const applicationName = `herald-bench-dispatcher-${randomBytes(4).toString('hex')}`;
+  let monitor: pg.Client | undefined;
+  let publisher: HeraldDatabase | undefined;
   try {
     herald = await startHeraldTarget({
       pods: 1,
@@ -327,38 +375,55 @@ async function runDispatcher(
       'mutation Endpoint($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
       { input: { orgId: herald.orgId, url: `${origin}/hook`, eventTypes: ['post.published'] } },
     );
-    await receiver.ask({ type: 'reset', secret: created.createWebhookEndpoint.secret });
+    await receiver.ask({ type: 'reset', secret: created.createWebhookEndpoint.secret, track: mode === 'steady' });
 
-    // The backlog: every event is in the outbox before the dispatcher starts.
-    const events = await herald.prepareEvents(config.dispatcherEvents);
-    const t0 = wallNow();
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: 16 }, async () => {
-        while (next < events.length) await herald!.publish(events[next++]!);
-      }),
+    const steadyRate = config.steadyEventsPerSec ?? 1000;
+    const steadyMs = config.steadyMs ?? 10_000;
+    const events = await herald.prepareEvents(
+      mode === 'steady' ? Math.round((steadyRate * steadyMs) / 1000) : config.dispatcherEvents,
     );
-    log(`  published ${events.length} posts (the dispatcher's backlog) in ${Math.round(wallNow() - t0)} ms`);
+    if (mode === 'backlog') {
+      // The backlog: every event is in the outbox before the dispatcher starts.
+      const t0 = wallNow();
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          while (next < events.length) await herald!.publish(events[next++]!);
+        }),
+      );
+      log(`  published ${events.length} posts (the dispatcher's backlog) in ${Math.round(wallNow() - t0)} ms`);
+    }
+    const dispatcherUrl = new URL(herald.env.DATABASE_URL!);
+    dispatcherUrl.searchParams.set('application_name', applicationName);
+    monitor = new pg.Client({ connectionString: config.databaseUrl });
+    await monitor.connect();
+    const queryCounts = new Map<ChildProcess, number>();
 
     const output: string[] = [];
     const startOne = (): { child: ChildProcess; ready: Promise<number> } => {
-      const child = spawnTracked(process.execPath, ['--import', TSX_IMPORT, DISPATCHER_MAIN], {
-        cwd: ROOT,
-        env: {
-          PATH: process.env.PATH ?? '',
-          NODE_ENV: 'production',
-          LOG_LEVEL: 'info',
-          HOST: '127.0.0.1',
-          PORT: '0',
-          DATABASE_URL: herald!.env.DATABASE_URL!,
-          REDIS_URL: config.redisUrl!,
-          HERALD_REDIS_PREFIX: prefix,
-          WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-          // The same concurrency as the raw loops: this many requests in flight to the one endpoint.
-          WEBHOOK_ENDPOINT_CONCURRENCY: String(config.connections),
+      const profArgs = config.cpuProfDir && processes === 1 ? ['--cpu-prof', '--cpu-prof-dir', config.cpuProfDir] : [];
+      const child = spawnTracked(
+        process.execPath,
+        [...profArgs, '--import', TSX_IMPORT, '--import', QUERY_COUNTER, DISPATCHER_MAIN],
+        {
+          cwd: ROOT,
+          env: {
+            PATH: process.env.PATH ?? '',
+            ...(process.env.BENCH_PG_QUERY_LOG ? { BENCH_PG_QUERY_LOG: process.env.BENCH_PG_QUERY_LOG } : {}),
+            NODE_ENV: 'production',
+            LOG_LEVEL: process.env.BENCH_DISPATCHER_LOG_LEVEL ?? 'info',
+            HOST: '127.0.0.1',
+            PORT: '0',
+            DATABASE_URL: dispatcherUrl.toString(),
+            REDIS_URL: config.redisUrl!,
+            HERALD_REDIS_PREFIX: prefix,
+            WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+            // The same concurrency as the raw loops: this many requests in flight to the one endpoint.
+            WEBHOOK_ENDPOINT_CONCURRENCY: String(endpointCap),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
         },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      );
       dispatchers.push(child);
       const ready = new Promise<number>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`not ready in 60 s: ${output.slice(-5).join(' ')}`)), 60_000);
@@ -369,7 +434,13 @@ async function runDispatcher(
           const lines = buffered.split('\n');
           buffered = lines.pop() ?? '';
           for (const line of lines) {
+            const counted = /^pg-queries (\d+)$/.exec(line);
+            if (counted) {
+              queryCounts.set(child, Number(counted[1]));
+              continue;
+            }
             output.push(line);
+            if (process.env.BENCH_DISPATCHER_LOG) appendFileSync(process.env.BENCH_DISPATCHER_LOG, `${line}\n`);
             if (output.length > 40) output.shift();
             if (line.includes('herald webhook dispatcher ready')) {
               clearTimeout(timer);
@@ -388,12 +459,48 @@ async function runDispatcher(
     const ready = Math.max(...(await Promise.all(started.map((one) => one.ready))));
     const child = started[0]!.child;
     const cpuNow = () => started.reduce((sum, one) => sum + procSample(one.child.pid!).cpuUs, 0);
+    // PostgreSQL backends serving the dispatchers: CPU first seen and last seen, per backend.
+    const backends = new Map<number, { first: number; last: number }>();
+    const sampleBackends = async (initial: boolean) => {
+      const { rows } = await monitor!.query<{ pid: number }>(
+        'select pid from pg_stat_activity where application_name = $1',
+        [applicationName],
+      );
+      for (const { pid } of rows) {
+        let cpu: number;
+        try {
+          cpu = procSample(pid).cpuUs;
+        } catch {
+          continue;
+        }
+        const seen = backends.get(pid);
+        if (seen) seen.last = cpu;
+        else backends.set(pid, { first: initial ? cpu : 0, last: cpu });
+      }
+    };
+    const queriesNow = () => [...queryCounts.values()].reduce((sum, n) => sum + n, 0);
+    await sleep(200);
+    await sampleBackends(true);
+    const queries0 = queriesNow();
     const cpu0 = cpuNow();
+    let publishing: Promise<SteadyPublish> | undefined;
+    if (mode === 'steady') {
+      publisher = await createDatabase({ kind: 'postgres', url: herald.env.DATABASE_URL!, poolMax: 16 });
+      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate);
+    }
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
     let lastVerified = 0;
-    while (stats.verified < events.length && wallNow() - ready < config.dispatcherTimeoutMs) {
+    let publishFailed = 0;
+    void publishing?.then((done) => {
+      publishFailed = done.failed;
+    });
+    while (
+      stats.verified < events.length - publishFailed &&
+      wallNow() - ready < config.dispatcherTimeoutMs + steadyMs
+    ) {
       await sleep(100);
+      await sampleBackends(false).catch(() => {});
       if (child.exitCode !== null) break;
       stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
       if (stats.verified > lastVerified) {
@@ -404,7 +511,33 @@ async function runDispatcher(
       }
     }
     const cpuUs = started.every((one) => one.child.exitCode === null) ? cpuNow() - cpu0 : Number.NaN;
+    await sampleBackends(false).catch(() => {});
+    await sleep(150);
+    const queries = queriesNow() - queries0;
+    const pgCpuUs = [...backends.values()].reduce((sum, one) => sum + (one.last - one.first), 0);
     const span = stats.lastAt - stats.firstAt;
+    let latency: SteadyLatency | undefined;
+    if (publishing) {
+      const published = await publishing;
+      const { arrivals } = await receiver.ask<{ arrivals: Array<[string, number]> }>({ type: 'arrivals' });
+      const arrived = new Map(arrivals);
+      const fromCommit: number[] = [];
+      const fromSend: number[] = [];
+      for (const one of published.times) {
+        const at = arrived.get(one.postId);
+        if (at === undefined) continue;
+        fromCommit.push(at - one.committedAt);
+        fromSend.push(at - one.sentAt);
+      }
+      latency = {
+        eventsPerSec: steadyRate,
+        published: published.times.length,
+        publishFailed: published.failed,
+        publishedPerSec: Math.round((published.times.length / published.durationMs) * 1000),
+        fromCommit: percentiles(fromCommit),
+        fromSend: percentiles(fromSend),
+      };
+    }
     return {
       status: stats.verified >= events.length ? 'ok' : 'incomplete',
       ...(stats.verified < events.length
@@ -417,12 +550,18 @@ async function runDispatcher(
       deliveriesPerSec: span > 0 ? Math.round((stats.verified / span) * 1000) : 0,
       endToEndPerSec: Math.round((stats.verified / (stats.lastAt - ready)) * 1000),
       cpuUsPerDelivery: round(cpuUs / Math.max(1, stats.verified), 1),
+      pgCpuUsPerDelivery: round(pgCpuUs / Math.max(1, stats.verified), 1),
+      queriesPerDelivery: round(queries / Math.max(1, stats.verified), 3),
+      endpointCap,
+      ...(latency ? { latency } : {}),
       samples: stats.invalidSamples,
     };
   } catch (error) {
     return { status: 'failed', reason: (error as Error).message.slice(0, 500) };
   } finally {
     await Promise.all(dispatchers.map((child) => stopChild(child)));
+    await monitor?.end().catch(() => {});
+    await publisher?.close().catch(() => {});
     await herald?.stop();
     const keys = webhookRedisKeys(prefix);
     if (config.redisUrl)
@@ -430,6 +569,58 @@ async function runDispatcher(
         () => {},
       );
   }
+}
+
+interface SteadyPublish {
+  durationMs: number;
+  /** publishPost calls that failed (e.g. no pooled connection in time): not counted anywhere else. */
+  failed: number;
+  times: Array<{ postId: string; sentAt: number; committedAt: number }>;
+}
+
+/**
+ * Publishes the drafts at a steady rate (open loop: each at its scheduled time, whatever the previous
+ * ones are doing) through the API's own one-statement publishPost (`publishPostWithWebhook`: the post,
+ * its outbox row and the NOTIFY commit together), called directly so the API's HTTP and GraphQL layers
+ * (priced elsewhere) do not limit the rate. `committedAt` is when the statement answered.
+ */
+async function publishSteadily(
+  database: HeraldDatabase,
+  orgId: string,
+  events: readonly { postId: string }[],
+  perSec: number,
+): Promise<SteadyPublish> {
+  const times: SteadyPublish['times'] = [];
+  let failed = 0;
+  const start = wallNow();
+  const inFlight = new Set<Promise<void>>();
+  for (let i = 0; i < events.length; i++) {
+    const due = start + (i * 1000) / perSec;
+    const wait = due - wallNow();
+    if (wait > 1) await sleep(wait);
+    const postId = events[i]!.postId;
+    const one = (async () => {
+      const sentAt = wallNow();
+      try {
+        const published = await publishPostWithWebhook(database.db, postId, [orgId]);
+        if (published) times.push({ postId, sentAt, committedAt: wallNow() });
+        else failed++;
+      } catch {
+        failed++;
+      }
+    })();
+    inFlight.add(one);
+    void one.finally(() => inFlight.delete(one));
+  }
+  await Promise.all([...inFlight]);
+  return { durationMs: wallNow() - start, times, failed };
+}
+
+function percentiles(values: number[]): { p50Ms: number; p99Ms: number; maxMs: number } {
+  if (values.length === 0) return { p50Ms: Number.NaN, p99Ms: Number.NaN, maxMs: Number.NaN };
+  const sorted = [...values].sort((a, b) => a - b);
+  const at = (q: number) => round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!, 1);
+  return { p50Ms: at(0.5), p99Ms: at(0.99), maxMs: round(sorted.at(-1)!, 1) };
 }
 
 /**
@@ -513,7 +704,24 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   lines.push(
     `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop (target ≥ 5,000/s and ≥ 0.6×); not delivered when the run stopped (lost unless the run timed out) ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
   );
+  lines.push(
+    `- one dispatcher (WEBHOOK_ENDPOINT_CONCURRENCY=${num(d.endpointCap)}): ${num(d.cpuUsPerDelivery)} µs dispatcher CPU and ${num(d.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU per delivery (the backends serving its connections, by application_name; WAL writer and checkpointer not included); ${num(d.queriesPerDelivery, 3)} PostgreSQL round trips per delivery (every query its pg clients sent, BEGIN/COMMIT included)`,
+  );
   lines.push(`- two dispatchers over one: ${num(w.twoOverOne, 2)}× (target ≥ 1.6×)`);
+  const two = w.twoDispatchers;
+  if (two?.pgCpuUsPerDelivery !== undefined)
+    lines.push(
+      `- two dispatchers: ${num(two.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU and ${num(two.queriesPerDelivery, 3)} round trips per delivery`,
+    );
+  const steady = w.steady;
+  if (steady?.latency) {
+    const l = steady.latency;
+    lines.push(
+      `- steady ${num(l.eventsPerSec)} events/s for ${num(l.published)} events (${num(l.publishedPerSec)}/s achieved, ${num(l.publishFailed)} publish calls failed), one dispatcher: publishPost's commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms, max ${num(l.fromCommit.maxMs, 1)} ms (target p50 ≤ 50, p99 ≤ 250); from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms; ${num(steady.verified)}/${num(steady.events)} verified, ${num(steady.duplicate)} duplicate; ${num(steady.cpuUsPerDelivery)} µs dispatcher CPU, ${num(steady.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(steady.queriesPerDelivery, 3)} round trips per delivery`,
+    );
+  } else if (steady) {
+    lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);
+  }
   if (w.schedulerPass) {
     const p = w.schedulerPass.passMs;
     lines.push(

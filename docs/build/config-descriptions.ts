@@ -82,6 +82,4 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   WEBHOOK_ENDPOINT_CONCURRENCY:
     'Most deliveries to one endpoint queued or in flight at once, across all dispatchers, so one slow receiver cannot take every slot.',
   WEBHOOK_POLL_INTERVAL_MS: 'How often due retries and unrelayed outbox events are looked for.',
-  WEBHOOK_REQUEUE_AFTER:
-    'A delivery handed to the work stream and neither attempted nor acknowledged within this is handed out again (a lost stream entry or a dead consumer).',
 };

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 
 // The dispatcher app SIGKILLs itself (HERALD_TEST_CRASH_AT) at each step of the straight path; a
 // fresh one delivers the event within the lease (WEBHOOK_TIMEOUT_MS × 1.5, at least +1 s) plus a
-// few seconds, never after WEBHOOK_REQUEUE_AFTER (10 minutes here, far beyond the wait).
+// few seconds.
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
@@ -49,7 +49,6 @@ function spawnDispatcher(crashAt?: string): { child: ChildProcess; ready: Promis
       WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
       WEBHOOK_RETRY_BASE_MS: '50',
       WEBHOOK_POLL_INTERVAL_MS: '100',
-      WEBHOOK_REQUEUE_AFTER: '10m',
       ...(crashAt ? { HERALD_TEST_CRASH_AT: crashAt } : {}),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -77,43 +76,40 @@ describe('a dispatcher SIGKILLed at each step of the straight path', () => {
     ['after-fan-out', 0],
     ['after-claim', 0],
     ['after-post', 1],
-  ] as const)(
-    '%s: the delivery is made again within the lease, not WEBHOOK_REQUEUE_AFTER',
-    async (step, sentBeforeKill) => {
-      const path = `/${step}`;
-      const orgId = `org-${step}`;
-      await harness.createEndpoint(orgId, receiver.url(path));
-      const crashing = spawnDispatcher(step);
-      await crashing.ready;
-      const [eventId] = await harness.publish(orgId, 1);
-      await crashing.exited;
-      expect(crashing.child.signalCode).toBe('SIGKILL');
-      const ids = () => receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']);
-      expect(ids()).toHaveLength(sentBeforeKill);
+  ] as const)('%s: the delivery is made again within the lease', async (step, sentBeforeKill) => {
+    const path = `/${step}`;
+    const orgId = `org-${step}`;
+    await harness.createEndpoint(orgId, receiver.url(path));
+    const crashing = spawnDispatcher(step);
+    await crashing.ready;
+    const [eventId] = await harness.publish(orgId, 1);
+    await crashing.exited;
+    expect(crashing.child.signalCode).toBe('SIGKILL');
+    const ids = () => receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']);
+    expect(ids()).toHaveLength(sentBeforeKill);
 
-      const fresh = spawnDispatcher();
-      await fresh.ready;
-      await receiver.waitFor(() => ids().length === sentBeforeKill + 1, RECOVERY_WAIT_MS);
-      expect(ids()).toEqual(Array(sentBeforeKill + 1).fill(eventId));
-      const delivery = await harness.db
-        .selectFrom('webhook_deliveries')
-        .select('status')
-        .where('event_id', '=', eventId!)
-        .executeTakeFirstOrThrow();
-      for (let i = 0; i < 100 && delivery.status !== 'SUCCEEDED'; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        Object.assign(
-          delivery,
-          await harness.db
-            .selectFrom('webhook_deliveries')
-            .select('status')
-            .where('event_id', '=', eventId!)
-            .executeTakeFirstOrThrow(),
-        );
-      }
-      expect(delivery.status).toBe('SUCCEEDED');
-      fresh.child.kill('SIGTERM');
-      await fresh.exited;
-    },
-  );
+    const fresh = spawnDispatcher();
+    await fresh.ready;
+    await receiver.waitFor(() => ids().length === sentBeforeKill + 1, RECOVERY_WAIT_MS);
+    expect(ids()).toEqual(Array(sentBeforeKill + 1).fill(eventId));
+    const delivery = await harness.db
+      .selectFrom('webhook_deliveries')
+      .select('status')
+      .where('event_id', '=', eventId!)
+      .executeTakeFirstOrThrow();
+    for (let i = 0; i < 100 && delivery.status !== 'SUCCEEDED'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      Object.assign(
+        delivery,
+        await harness.db
+          .selectFrom('webhook_deliveries')
+          .select('status')
+          .where('event_id', '=', eventId!)
+          .executeTakeFirstOrThrow(),
+      );
+    }
+    expect(delivery.status).toBe('SUCCEEDED');
+    fresh.child.kill('SIGTERM');
+    await fresh.exited;
+  });
 });

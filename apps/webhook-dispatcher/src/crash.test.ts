@@ -53,7 +53,6 @@ async function startDispatcherProcess(): Promise<ChildProcess> {
       WEBHOOK_POLL_INTERVAL_MS: '50',
       // A kill between the relay claiming events and its XADD leaves them relayed but never queued; the
       // relay sends them again after this (120 s by default, longer than the test waits).
-      WEBHOOK_REQUEUE_AFTER: '5s',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

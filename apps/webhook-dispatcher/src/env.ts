@@ -34,7 +34,6 @@ export const EnvSchema = z.object({
   WEBHOOK_CONCURRENCY: positiveInt.default(100),
   WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(10),
   WEBHOOK_POLL_INTERVAL_MS: positiveInt.default(500),
-  WEBHOOK_REQUEUE_AFTER: durationMs().default(120_000),
 
   // tests only: SIGKILL this very process at a step of the straight path (crash-recovery tests)
   HERALD_TEST_CRASH_AT: z.enum(['after-fan-out', 'after-claim', 'after-post']).optional(),
@@ -54,7 +53,7 @@ export interface DispatcherConfig {
   /** Tests only (`HERALD_TEST_CRASH_AT`): the step at which the process SIGKILLs itself. */
   testCrashAt: DispatcherStep | undefined;
   webhooks: DispatcherSettings &
-    Required<Pick<DispatcherSettings, 'concurrency' | 'endpointConcurrency' | 'pollIntervalMs' | 'requeueAfterMs'>>;
+    Required<Pick<DispatcherSettings, 'concurrency' | 'endpointConcurrency' | 'pollIntervalMs'>>;
 }
 
 /**
@@ -82,7 +81,6 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
       concurrency: parsed.WEBHOOK_CONCURRENCY,
       endpointConcurrency: parsed.WEBHOOK_ENDPOINT_CONCURRENCY,
       pollIntervalMs: parsed.WEBHOOK_POLL_INTERVAL_MS,
-      requeueAfterMs: parsed.WEBHOOK_REQUEUE_AFTER,
     },
   };
 }

@@ -8,7 +8,9 @@ import {
   type AttemptOutcome,
   type ClaimedDelivery,
   claimDeliveries,
+  createDurabilityBarrier,
   type DeliveryNext,
+  flushCommits,
   type QueuedDelivery,
   recordOutcomes,
 } from './lease-protocol.js';
@@ -48,15 +50,34 @@ export interface BatchResult {
   attempted: number;
   /** Endpoints that had an attempt: their slots are free again, to chain on. */
   endpoints: string[];
+  /** Claimed by this batch's record in the slots it freed: the next batch, without a claim. */
+  handedOver: ClaimedDelivery[];
+  /**
+   * Resolves once the batch's claim and record are durable (the WAL is flushed past them) and its
+   * dead letters have been handed to the stream; only then may its work entries be acknowledged.
+   * Rejects when the flush failed (the entries are then reclaimed and found done or tried again).
+   */
+  settled: Promise<void>;
 }
 
 export interface BatchAttempter {
   /**
    * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
-   * them concurrently and records the outcomes: three statements for the whole batch.
+   * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
+   * one durability barrier (`settled`). With `handedOver` (the previous batch's record claimed them),
+   * they are attempted, and a claim is made only when entries are waiting and the hand-over left room
+   * under the cap (otherwise the named deliveries were considered by that hand-over). When every attempt of a one-endpoint batch succeeded and that endpoint is in
+   * `chainEndpoints`, the record hands its slots over to the endpoint's next due deliveries
+   * (`handedOver` of the result): two statements become one per batch while an endpoint has work.
    * Rejects only when the database fails (the work entries are then reclaimed and done again).
    */
-  run(queued: readonly QueuedDelivery[], chainEndpoints?: readonly string[]): Promise<BatchResult>;
+  run(
+    queued: readonly QueuedDelivery[],
+    chainEndpoints?: readonly string[],
+    handedOver?: readonly ClaimedDelivery[],
+  ): Promise<BatchResult>;
+  /** Resolves once every batch run so far has settled (for a clean stop). */
+  drain(): Promise<void>;
 }
 
 /**
@@ -67,6 +88,8 @@ export interface BatchAttempter {
  */
 export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   const { db, queue, deliverer, metrics, logger, retry } = deps;
+  const barrier = createDurabilityBarrier(() => flushCommits(db));
+  const settling = new Set<Promise<void>>();
 
   function decide(delivery: ClaimedDelivery, outcome: DeliveryOutcome, at: Date): AttemptOutcome {
     let next: DeliveryNext;
@@ -195,18 +218,31 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   }
 
   return {
-    async run(queued, chainEndpoints) {
-      const claimed = await claimDeliveries(db, {
-        queued,
-        chainEndpoints,
-        endpointCap: deps.endpointCap,
-        leaseMs: deps.attemptLeaseMs,
-      });
-      if (claimed.length === 0) return { attempted: 0, endpoints: [] };
+    async run(queued, chainEndpoints, handedOver) {
+      const claimed = [...(handedOver ?? [])];
+      // A hand-over keeps the slots a batch had; new entries with room under the cap widen it.
+      if (claimed.length === 0 || (queued.length > 0 && claimed.length < deps.endpointCap)) {
+        claimed.push(
+          ...(await claimDeliveries(db, {
+            queued,
+            chainEndpoints,
+            endpointCap: deps.endpointCap,
+            leaseMs: deps.attemptLeaseMs,
+          })),
+        );
+      }
+      if (claimed.length === 0) return { attempted: 0, endpoints: [], handedOver: [], settled: Promise.resolve() };
       deps.onStep?.('after-claim');
       const outcomes = await Promise.all(claimed.map(attemptOne));
       deps.onStep?.('after-post');
-      const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs });
+      const endpointId = claimed[0]!.endpointId;
+      const handOver =
+        chainEndpoints?.includes(endpointId) &&
+        claimed.every((delivery) => delivery.endpointId === endpointId) &&
+        outcomes.every((outcome) => outcome.health === 'success')
+          ? { endpointId, leaseMs: deps.attemptLeaseMs }
+          : undefined;
+      const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();
         logger.error(
@@ -214,9 +250,25 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
           'webhook endpoint disabled',
         );
       }
-      if (result.events > 0) deps.onOutboxEvents?.();
-      await afterRecord(claimed, outcomes, result.recorded);
-      return { attempted: claimed.length, endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))] };
+      // The record committed without waiting for the WAL flush: the endpoint's slots are free now, and
+      // the caller may chain on at once; the batch is done (acknowledged, dead letters streamed) once
+      // the shared barrier says it is durable.
+      const settled = barrier.wait().then(async () => {
+        if (result.events > 0) deps.onOutboxEvents?.();
+        await afterRecord(claimed, outcomes, result.recorded);
+      });
+      const tracked = settled.catch(() => {});
+      settling.add(tracked);
+      void tracked.then(() => settling.delete(tracked));
+      return {
+        attempted: claimed.length,
+        endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))],
+        handedOver: result.handedOver,
+        settled,
+      };
+    },
+    async drain() {
+      while (settling.size > 0) await Promise.all([...settling]);
     },
   };
 }

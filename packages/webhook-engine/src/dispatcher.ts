@@ -9,7 +9,7 @@ import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { createEndpointLanes } from './endpoint-lanes.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
-import { createOutboxListener, type OutboxListener } from './outbox-listener.js';
+import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
 import { createRetention, type Retention } from './retention.js';
@@ -42,11 +42,6 @@ export interface DispatcherSettings {
   retentionIntervalMs?: number;
   /** How often the outbox and due retries are looked for when idle. @default 500 */
   pollIntervalMs?: number;
-  /**
-   * Kept for configuration compatibility (`WEBHOOK_REQUEUE_AFTER`); work is handed out again after the
-   * lease (`timeoutMs` × 1.5), not after this.
-   */
-  requeueAfterMs?: number;
   /** Outbox events fanned out, and due deliveries handed out, per pass. @default 200 */
   batchSize?: number;
   /** Entries claimed, POSTed and recorded together. @default 50 */
@@ -66,7 +61,8 @@ export interface DispatcherDeps {
   random?: () => number;
   /**
    * The PostgreSQL URL, to LISTEN for outbox commits (fan-out right after commit). Without it (PGlite)
-   * the relay polls, and `notifyOutbox()` wakes it in-process.
+   * the commits' notifications are heard on the embedded database's own connection; the relay's poll
+   * is the safety net either way, and `notifyOutbox()` wakes it in-process.
    */
   databaseUrl?: string;
   /**
@@ -140,7 +136,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     deps.registry,
   );
   let deliverer: Deliverer | undefined;
-  let attempter: BatchAttempter;
+  let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;
   const relay = createRelay({
     db,
@@ -170,7 +166,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
   });
   const lanes = createEndpointLanes({
-    run: (queued, chain) => attempter.run(queued, chain),
+    run: (queued, chain, handedOver) => attempter!.run(queued, chain, handedOver),
     running: () => state === 'running',
     logger,
   });
@@ -217,8 +213,11 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       retention.start();
       if (deps.databaseUrl) {
         listener = createOutboxListener({ databaseUrl: deps.databaseUrl, logger, onEvent: () => relay.wake() });
-        await listener.start();
+      } else {
+        // Embedded (PGlite): the commit's notification arrives in this process.
+        listener = await listenInProcess(db, () => relay.wake());
       }
+      await listener?.start();
       logger.info({ queue: queue.kind, concurrency, endpointConcurrency }, 'webhook dispatcher started');
     },
     stop() {
@@ -230,6 +229,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         state = 'stopping';
         await listener?.stop();
         await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
+        // Lanes end with the consumer; batches they chained settle (durable, dead letters streamed) here.
+        await attempter?.drain();
         await deliverer?.close();
         state = 'stopped';
         logger.info('webhook dispatcher stopped');

@@ -7,7 +7,7 @@ import { createDatabaseQueue } from './queue/database-queue.js';
 
 /** Embedded mode runs on one process and a small database: less work in hand than a cluster dispatcher. */
 const EMBEDDED_CONCURRENCY = 20;
-/** The outbox and due retries are looked at this often (wake-ups make new work immediate anyway). */
+/** Due retries are looked for this often; new outbox events wake the relay at commit (in-process notification), this poll is only their safety net. */
 const EMBEDDED_POLL_INTERVAL_MS = 250;
 
 export interface EmbeddedDispatcherDeps {

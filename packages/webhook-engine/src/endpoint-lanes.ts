@@ -1,10 +1,14 @@
 import type { Logger } from 'pino';
 import type { BatchResult } from './attempt-batch.js';
-import type { QueuedDelivery } from './lease-protocol.js';
+import type { ClaimedDelivery, QueuedDelivery } from './lease-protocol.js';
 
 export interface EndpointLanesOptions {
   /** Claims, POSTs and records: the named deliveries plus, chaining, the endpoint's next due ones. */
-  run(queued: readonly QueuedDelivery[], chainEndpoints: readonly string[]): Promise<BatchResult>;
+  run(
+    queued: readonly QueuedDelivery[],
+    chainEndpoints: readonly string[],
+    handedOver: readonly ClaimedDelivery[],
+  ): Promise<BatchResult>;
   /** False once the dispatcher stops: lanes finish what they hold and end. */
   running(): boolean;
   logger: Logger;
@@ -35,16 +39,30 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
 
   async function drive(endpointId: string, lane: Lane): Promise<void> {
     let chaining = true;
+    // Claimed by the last record in the slots it freed: always attempted, even when stopping.
+    let handedOver: readonly ClaimedDelivery[] = [];
     try {
       // Chains while claims find work; entries are settled batch by batch, never held by the chain.
-      while (lane.waiting.length > 0 || (chaining && options.running())) {
+      while (lane.waiting.length > 0 || handedOver.length > 0 || (chaining && options.running())) {
         const batch = lane.waiting.splice(0);
+        const previous = handedOver;
+        handedOver = [];
         try {
           const result = await options.run(
             batch.map((entry) => entry.item),
-            [endpointId],
+            options.running() ? [endpointId] : [],
+            previous,
           );
-          for (const entry of batch) entry.done();
+          handedOver = result.handedOver;
+          // The slots are free once the batch is recorded; its entries are done once that is durable.
+          result.settled.then(
+            () => {
+              for (const entry of batch) entry.done();
+            },
+            (error: unknown) => {
+              for (const entry of batch) entry.failed(error);
+            },
+          );
           chaining = result.attempted > 0;
         } catch (error) {
           for (const entry of batch) entry.failed(error);

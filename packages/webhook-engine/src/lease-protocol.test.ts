@@ -106,6 +106,52 @@ describe('fan-out', () => {
 });
 
 describe('claim', () => {
+  it('hands the slots a successful batch frees to the next due deliveries, never more than it held', async () => {
+    const endpoint = await harness.createEndpoint('org-hand', receiver.url('/hand'));
+    await harness.publish('org-hand', 6);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const claimed = await claimDeliveries(harness.db, { queued, endpointCap: 2, leaseMs: 60_000 });
+    expect(claimed).toHaveLength(2);
+    // One of the two leases has expired: it no longer counts against the cap, so it frees no slot.
+    await harness.db
+      .updateTable('webhook_deliveries')
+      .set({ leased_until: new Date(Date.now() - 1_000) })
+      .where('id', '=', claimed[1]!.id)
+      .execute();
+    const result = await recordOutcomes(
+      harness.db,
+      claimed.map((delivery) => outcome(delivery, { next: { status: 'SUCCEEDED' }, health: 'success' })),
+      { disableAfterMs: DAY_MS, handOver: { endpointId: endpoint.id, leaseMs: 60_000 } },
+    );
+    expect(result.recorded.size).toBe(2);
+    expect(result.handedOver).toHaveLength(1);
+    const [handed] = result.handedOver;
+    expect(claimed.map((delivery) => delivery.id)).not.toContain(handed!.id);
+    expect(handed).toMatchObject({ endpointId: endpoint.id, attemptCount: 0, url: receiver.url('/hand') });
+    expect(handed!.secrets).toEqual([endpoint.secret]);
+    expect(JSON.parse(handed!.body).type).toBe('post.published');
+    expect(handed!.lease.startsWith('a:')).toBe(true);
+    const rows = await deliveriesOf('org-hand');
+    expect(rows.find((row) => row.id === handed!.id)?.lease_token).toBe(handed!.lease);
+    // The cap (2) has one live attempt (the hand-over): a claim takes one more, no more.
+    const more = await claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpoint.id],
+      endpointCap: 2,
+      leaseMs: 60_000,
+    });
+    expect(more).toHaveLength(1);
+    expect(more[0]!.id).not.toBe(handed!.id);
+    // A claim never takes over a delivery a hand-over holds, even when it names it with its old q-lease.
+    const stale = await claimDeliveries(harness.db, {
+      queued: queued.filter((item) => item.deliveryId === handed!.id),
+      endpointCap: 10,
+      leaseMs: 60_000,
+    });
+    expect(stale).toEqual([]);
+    expect((await deliveriesOf('org-hand')).find((row) => row.id === handed!.id)?.lease_token).toBe(handed!.lease);
+  });
+
   it('never exceeds the per-endpoint cap, across concurrent claims with chaining', async () => {
     const endpoint = await harness.createEndpoint('org-cap', receiver.url('/cap'));
     await harness.publish('org-cap', 6);

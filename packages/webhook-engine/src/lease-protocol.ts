@@ -11,7 +11,7 @@
  *
  * A lease whose `leased_until` has passed is as good as none: its holder is presumed dead. Both lease
  * lengths are `WEBHOOK_TIMEOUT_MS × 1.5` (at least +1 s), so a crash at any step is recovered within
- * that bound plus one scheduler pass, never `WEBHOOK_REQUEUE_AFTER`.
+ * that bound plus one scheduler pass.
  *
  * 1. fan-out ({@link fanOutOutbox}), one statement per batch: claims undispatched outbox events
  *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
@@ -36,9 +36,24 @@
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
  *    updates endpoint health (failure streak, pause, disable) and writes the operational events
- *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically.
+ *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically. When every
+ *    attempt of a one-endpoint batch succeeded, it also hands the slots it frees over: it claims as
+ *    many of the endpoint's next due deliveries as the batch had live a-leases, so the endpoint's
+ *    count never grows and no lock is needed; step 3's update re-checks each row it takes, so a claim
+ *    never overwrites a hand-over's lease. While an endpoint has work, a batch costs one statement.
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
+ *
+ * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
+ * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
+ * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per
+ * fan-out, while the slots and the relay would sit idle. Durability comes after, from {@link flushCommits}: one synchronous commit that
+ * flushes the WAL up to itself, shared by every batch recorded before it. A batch's work entries are
+ * acknowledged, and its dead letters streamed, only after that barrier. A dispatcher crash loses
+ * nothing (the commits are in PostgreSQL); a PostgreSQL crash may forget the fan-outs, claims and
+ * records of the last moments before the barrier, which only means those events are fanned out again
+ * (new delivery rows; entries naming the forgotten ones claim nothing) or those deliveries attempted
+ * again: delivery is at least once, and nothing is lost.
  */
 import {
   WEBHOOK_DELIVERY_DEAD_EVENT,
@@ -113,7 +128,8 @@ export async function fanOutOutbox(
       on conflict (event_id, endpoint_id) do nothing
       returning id, endpoint_id, status
     )
-    select counted.events, created.id, created.endpoint_id, created.status
+    select counted.events, created.id, created.endpoint_id, created.status,
+      set_config('synchronous_commit', 'off', true) as async_commit
     from (select count(*)::int as events from event) counted left join created on true
   `.execute(db);
   const queued: QueuedDelivery[] = [];
@@ -143,7 +159,7 @@ export async function queueDueDeliveries(
       for update skip locked
     ) due
     where delivery.id = due.id
-    returning delivery.id, delivery.endpoint_id
+    returning delivery.id, delivery.endpoint_id, set_config('synchronous_commit', 'off', true) as async_commit
   `.execute(db);
   return rows.map((row) => ({ deliveryId: row.id, endpointId: row.endpoint_id, lease }));
 }
@@ -189,8 +205,10 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const leases = request.queued.map((item) => item.lease);
   return db.transaction().execute(async (trx) => {
     // Claims touching the same endpoint run one after the other, so each counts the others' leases.
+    // The claim commits without waiting for the WAL flush (see "Commits" above): one statement both
+    // says so and takes the locks.
     await sql`
-      select count(pg_advisory_xact_lock(key)) from (
+      select set_config('synchronous_commit', 'off', true), count(pg_advisory_xact_lock(key)) from (
         select distinct hashtextextended(current_schema() || ':herald-claim:' || endpoint_id, 0) as key
         from unnest(${endpoints}::text[]) as endpoint_id order by 1
       ) keys
@@ -245,9 +263,12 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select ranked.id from ranked left join busy using (endpoint_id)
         where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
       ), claimed as (
+        -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
+        -- meanwhile: a live a-lease is never overwritten.
         update webhook_deliveries delivery
         set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
-        from picked where delivery.id = picked.id
+        from picked where delivery.id = picked.id and delivery.status = 'PENDING'
+          and not (delivery.lease_token like 'a:%' and delivery.leased_until > now())
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
           delivery.attempt_count, delivery.horizon_from
       ), skipped as (
@@ -317,19 +338,30 @@ export interface AttemptOutcome {
 export interface RecordResult {
   /** Deliveries whose state this record set (their lease was still the claim's). */
   recorded: Set<string>;
+  /** With `handOver`: the endpoint's next due deliveries, claimed in the freed slots. */
+  handedOver: ClaimedDelivery[];
   /** Endpoints disabled by this record (410, or failing for `disableAfterMs`). */
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
   events: number;
 }
 
-/** Step 4: records a batch's outcomes, endpoint health and operational events in one statement. */
+/**
+ * Step 4: records a batch's outcomes, endpoint health and operational events in one statement.
+ *
+ * With `handOver` (the caller's batch was one endpoint's, every attempt succeeded), the same statement
+ * claims that endpoint's next due deliveries into the slots it frees: as many as the batch's leases
+ * that were still live, so the endpoint's count of live a-leases never grows and no advisory lock is
+ * needed (step 3's claims re-check each row they take, so neither overwrites the other).
+ */
 export async function recordOutcomes(
   db: Kysely<Database>,
   outcomes: readonly AttemptOutcome[],
-  options: { disableAfterMs: number },
+  options: { disableAfterMs: number; handOver?: { endpointId: string; leaseMs: number } },
 ): Promise<RecordResult> {
-  if (outcomes.length === 0) return { recorded: new Set(), disabled: [], events: 0 };
+  if (outcomes.length === 0) return { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
+  const handOver = options.handOver;
+  const handOverLease = newLease(ATTEMPT_LEASE_PREFIX);
   const health = new Map<string, { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date }>();
   for (const outcome of outcomes) {
     const entry = health.get(outcome.endpointId) ?? {
@@ -348,7 +380,11 @@ export async function recordOutcomes(
   }
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
-  const { rows } = await sql<{ kind: 'recorded' | 'disabled' | 'events'; id: string | null; reason: string | null }>`
+  const { rows } = await sql<{
+    kind: 'recorded' | 'handed' | 'disabled' | 'events';
+    id: string | null;
+    reason: string | null;
+  }>`
     with input as (
       select * from unnest(
         ${outcomes.map((o) => o.deliveryId)}::text[], ${outcomes.map((o) => o.lease)}::text[],
@@ -361,6 +397,10 @@ export async function recordOutcomes(
       insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
       select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
       from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
+    ), live as (
+      -- The batch's slots that count against the cap right now (as of this statement's snapshot).
+      select delivery.id from input join webhook_deliveries delivery on delivery.id = input.id
+      where delivery.lease_token = input.lease and delivery.leased_until > now()
     ), updated as (
       update webhook_deliveries delivery
       set status = input.next_status,
@@ -424,18 +464,102 @@ export async function recordOutcomes(
           attempt_count, error
         from updated where status = 'DEAD') event
       returning id
+    ), handed as (
+      select next.id from webhook_deliveries next
+      where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
+        and next.next_attempt_at <= now()
+        and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
+        and next.id <> all(${outcomes.map((o) => o.deliveryId)}::text[])
+        and exists (
+          select 1 from webhook_endpoints endpoint
+          where endpoint.id = next.endpoint_id and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+            and not coalesce(endpoint.paused_until > now(), false)
+        )
+      order by next.next_attempt_at, next.seq
+      limit (select count(*) from updated where updated.id in (select id from live))
+      for update skip locked
+    ), taken as (
+      update webhook_deliveries delivery
+      set lease_token = ${handOverLease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
+      from handed where delivery.id = handed.id
+      returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
+        delivery.attempt_count, delivery.horizon_from
     )
     select 'recorded' as kind, id, null as reason from updated
+    union all select 'handed', null, (
+      select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
+        'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
+        'url', endpoint.url, 'body', event.body,
+        'ageMs', extract(epoch from now() - taken.horizon_from) * 1000,
+        'secrets', (select coalesce(array_agg(secret.secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
+          where secret.endpoint_id = taken.endpoint_id and (secret.expires_at is null or secret.expires_at > now()))
+      ))::text
+      from taken
+      join webhook_endpoints endpoint on endpoint.id = taken.endpoint_id
+      join webhook_outbox event on event.id = taken.event_id
+    )
     union all select 'disabled', id, disabled_now from health where disabled_now is not null
     union all select 'events', null, ((select count(*) from disabled_event) + (select count(*) from dead_event))::text
+    -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
+    union all select 'async', null, set_config('synchronous_commit', 'off', true)
   `.execute(db);
-  const result: RecordResult = { recorded: new Set(), disabled: [], events: 0 };
+  const result: RecordResult = { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
-    else if (row.kind === 'disabled' && row.id) result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
+    else if (row.kind === 'handed' && row.reason) {
+      const taken = JSON.parse(row.reason) as Array<Omit<ClaimedDelivery, 'lease'>>;
+      result.handedOver = taken.map((delivery) => ({
+        ...delivery,
+        ageMs: Number(delivery.ageMs),
+        lease: handOverLease,
+      }));
+    } else if (row.kind === 'disabled' && row.id)
+      result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);
   }
   return result;
+}
+
+/**
+ * The durability barrier (see "Commits" above): a transaction that writes one WAL record and commits
+ * synchronously, so it returns once the WAL is flushed up to its commit, and with it every
+ * asynchronous commit made before it started (claims, records). One barrier covers every batch
+ * recorded before it, so callers share it ({@link createDurabilityBarrier}).
+ */
+export async function flushCommits(db: Kysely<Database>): Promise<void> {
+  await sql`select set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'herald-webhooks', '')`.execute(
+    db,
+  );
+}
+
+/** Coalesces {@link flushCommits}: `wait()` resolves after a flush that started after the call. */
+export interface DurabilityBarrier {
+  wait(): Promise<void>;
+}
+
+export function createDurabilityBarrier(flush: () => Promise<void>): DurabilityBarrier {
+  let running: Promise<void> | undefined;
+  let next: Promise<void> | undefined;
+  const start = (): Promise<void> => {
+    const flushing = flush().finally(() => {
+      if (running === flushing) running = undefined;
+    });
+    running = flushing;
+    return flushing;
+  };
+  return {
+    wait() {
+      if (!running) return start();
+      // A flush is running: it may have started before our commit, so wait for the one after it.
+      next ??= running
+        .catch(() => {})
+        .then(() => {
+          next = undefined;
+          return start();
+        });
+      return next;
+    },
+  };
 }
 
 /**

@@ -1,4 +1,5 @@
-import { OUTBOX_NOTIFY_CHANNEL } from '@herald/db';
+import { type Database, OUTBOX_NOTIFY_CHANNEL } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
 import pg from 'pg';
 import type { Logger } from 'pino';
 
@@ -74,4 +75,49 @@ export function createOutboxListener(options: OutboxListenerOptions): OutboxList
       await current?.end().catch(() => {});
     },
   };
+}
+
+/** What an embedded database (PGlite) offers for notifications on its own connection. */
+interface InProcessNotifier {
+  listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+}
+
+/**
+ * Embedded mode (PGlite): the writers and the dispatcher share one in-process database, so the
+ * `pg_notify` that every outbox write sends at commit (publishPost's statement, `insertOutboxEvent`)
+ * arrives in this very process. Listens for it on the database's own connection, so the relay fans an
+ * event out right after its commit instead of at the next poll.
+ * @returns undefined when the database is not one that delivers notifications in process (a pool of
+ *   PostgreSQL connections: use {@link createOutboxListener})
+ */
+export async function listenInProcess(db: Kysely<Database>, onEvent: () => void): Promise<OutboxListener | undefined> {
+  const client = await db
+    .getExecutor()
+    .provideConnection(async (connection) => (connection as { client?: unknown }).client);
+  if (!isInProcessNotifier(client)) return undefined;
+  const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
+  const schema = rows[0]?.schema ?? 'public';
+  let unlisten: (() => Promise<void>) | undefined;
+  return {
+    async start() {
+      unlisten ??= await client.listen(OUTBOX_NOTIFY_CHANNEL, (payload) => {
+        if (payload === schema) onEvent();
+      });
+      onEvent();
+    },
+    async stop() {
+      const current = unlisten;
+      unlisten = undefined;
+      await current?.().catch(() => {});
+    },
+  };
+}
+
+function isInProcessNotifier(client: unknown): client is InProcessNotifier {
+  return (
+    typeof client === 'object' &&
+    client !== null &&
+    typeof (client as { listen?: unknown }).listen === 'function' &&
+    !(client instanceof pg.Client)
+  );
 }

@@ -7,7 +7,7 @@ import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js
 
 // Redis loses the stream and its consumer group (a restart without persistence, or a deleted key):
 // the dispatcher recreates both instead of hanging, and everything the database says is not done is
-// handed out again at once (not only after WEBHOOK_REQUEUE_AFTER, which is a minute here).
+// handed out again at once (not only when their leases expire).
 
 let harness: DispatcherHarness;
 let receiver: TestReceiver;
@@ -57,7 +57,7 @@ describe('when Redis loses the stream and the group', () => {
     // Redis loses everything.
     await harness.redis.del(harness.keys.workStream);
 
-    await harness.startDispatcher({ requeueAfterMs: 60_000, endpointConcurrency: 50 });
+    await harness.startDispatcher({ endpointConcurrency: 50 });
     const all = [...relayedOnly, ...queuedOnly];
     await receiver.waitFor(() => ids('/lost').size === all.length, 20_000);
     expect(ids('/lost')).toEqual(new Set(all));

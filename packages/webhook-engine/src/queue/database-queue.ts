@@ -1,11 +1,5 @@
 import { EventEmitter, once } from 'node:events';
-import {
-  ackWebhookWork,
-  claimWebhookWork,
-  countUnclaimedWebhookWork,
-  type Database,
-  enqueueWebhookWork,
-} from '@herald/db';
+import { ackWebhookWork, countUnclaimedWebhookWork, type Database, enqueueWebhookWork } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import { decodeWorkMessage, type QueueEntry, type WebhookQueue } from './webhook-queue.js';
 
@@ -17,8 +11,8 @@ export interface DatabaseQueueOptions {
  * Embedded mode's queue: the `webhook_queue` table, claimed with `for update skip locked` (see
  * `@herald/db`'s webhook-queue.ts). Enqueues made in this process wake a waiting `read` at once; others
  * are seen within `blockMs`. Dead letters are the DEAD deliveries themselves: `deadLetter` has nothing
- * to add. Receive counts are not kept: a poison entry is reclaimed until its delivery's lease protocol
- * settles it.
+ * to add. Each claim counts a receive in the entry's own row (`message.receives`), so a poison entry is
+ * parked (dropped: the delivery stays in the database) after a bounded number of receives, as on Redis.
  */
 export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue {
   const { db } = options;
@@ -26,13 +20,36 @@ export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue
   signals.setMaxListeners(0);
 
   const toEntries = (rows: Array<{ id: string; message: unknown }>): QueueEntry[] =>
-    rows.map((row) => ({
-      id: row.id,
-      message:
-        row.message && typeof row.message === 'object'
-          ? decodeWorkMessage(row.message as Record<string, string>)
-          : undefined,
-    }));
+    rows.map((row) => {
+      const message = row.message && typeof row.message === 'object' ? (row.message as Record<string, unknown>) : {};
+      return {
+        id: row.id,
+        message: row.message ? decodeWorkMessage(message as Record<string, string>) : undefined,
+        receives: Number(message.receives ?? 1),
+      };
+    });
+  /**
+   * Claims up to `limit` entries, oldest first: unclaimed ones, or with `minIdleMs`, ones claimed longer
+   * ago than that (their consumer is presumed dead); each claim counts one receive in the row.
+   */
+  const claim = async (limit: number, minIdleMs?: number) => {
+    const claimable =
+      minIdleMs === undefined
+        ? sql`claimed_at is null`
+        : sql`claimed_at < now() - (${minIdleMs}::double precision * interval '1 millisecond')`;
+    const { rows } = await sql<{ id: string; message: unknown }>`
+      update webhook_queue
+      set claimed_at = now(),
+        message = jsonb_set(message, '{receives}', to_jsonb(coalesce((message ->> 'receives')::int, 0) + 1))
+      where id in (select id from webhook_queue where ${claimable} order by id limit ${limit} for update skip locked)
+      returning id, message
+    `.execute(db);
+    return toEntries(
+      rows
+        .map((row) => ({ id: String(row.id), message: row.message }))
+        .sort((a, b) => Number(BigInt(a.id) - BigInt(b.id))),
+    );
+  };
 
   return {
     kind: 'database',
@@ -42,8 +59,8 @@ export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue
       signals.emit('wake');
     },
     async read(_consumer, count, blockMs) {
-      const rows = await claimWebhookWork(db, { limit: count });
-      if (rows.length > 0) return toEntries(rows);
+      const entries = await claim(count);
+      if (entries.length > 0) return entries;
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(), blockMs);
       try {
@@ -53,10 +70,10 @@ export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue
       } finally {
         clearTimeout(timer);
       }
-      return toEntries(await claimWebhookWork(db, { limit: count }));
+      return claim(count);
     },
     async reclaim(_consumer, minIdleMs, count) {
-      return toEntries(await claimWebhookWork(db, { limit: count, minIdleMs }));
+      return claim(count, minIdleMs);
     },
     ack: (ids) => ackWebhookWork(db, ids),
     interrupt() {

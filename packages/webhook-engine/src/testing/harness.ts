@@ -25,7 +25,6 @@ export const FAST_SETTINGS: DispatcherSettings = {
   retryHorizonMs: 4_000,
   allowPrivateUrls: true,
   pollIntervalMs: 25,
-  requeueAfterMs: 60_000,
 };
 
 export interface StartedDispatcher extends Dispatcher {

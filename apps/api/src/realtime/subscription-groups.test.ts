@@ -324,7 +324,7 @@ describe('a group on its own (fake sockets, real groups)', () => {
       expect(received.slice(1).map((frame) => JSON.parse(frame))).toEqual(
         results.map((payload) => ({ id: 'ü-1', type: 'next', payload })),
       );
-      await member.return();
+      await member.return?.();
       await expect(ended).resolves.toEqual({ done: true, value: undefined });
     } finally {
       client.close();

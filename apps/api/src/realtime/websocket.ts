@@ -350,26 +350,38 @@ function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterabl
 
 /**
  * Adds `extensions.cursor` (SPEC §6.1) to each result: the resolver leaves the event's cursor on the
- * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}).
+ * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}), and a
+ * class, so a subscription holds no closures for it (bench/results/PROFILE.md).
  */
 function withCursors(stream: AsyncIterable<ExecutionResult>, context: Context): AsyncIterableIterator<ExecutionResult> {
-  const iterator = stream[Symbol.asyncIterator]();
-  const mapped: AsyncIterableIterator<ExecutionResult> = {
-    [Symbol.asyncIterator]: () => mapped,
-    async next() {
-      const result = await iterator.next();
-      const cursor = context.event?.cursor;
-      if (result.done || cursor === undefined) return result;
-      return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
-    },
-    return: async (value?: unknown) =>
-      iterator.return ? iterator.return(value) : { done: true, value: value as ExecutionResult },
-    throw: async (error?: unknown) => {
-      if (iterator.throw) return iterator.throw(error);
-      throw error;
-    },
-  };
-  return mapped;
+  return new CursorStream(stream[Symbol.asyncIterator](), context);
+}
+
+class CursorStream implements AsyncIterableIterator<ExecutionResult> {
+  constructor(
+    private readonly iterator: AsyncIterator<ExecutionResult>,
+    private readonly context: Context,
+  ) {}
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<ExecutionResult>> {
+    const result = await this.iterator.next();
+    const cursor = this.context.event?.cursor;
+    if (result.done || cursor === undefined) return result;
+    return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
+  }
+
+  async return(value?: unknown): Promise<IteratorResult<ExecutionResult>> {
+    return this.iterator.return ? this.iterator.return(value) : { done: true, value: value as ExecutionResult };
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<ExecutionResult>> {
+    if (this.iterator.throw) return this.iterator.throw(error);
+    throw error;
+  }
 }
 
 /**

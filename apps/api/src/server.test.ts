@@ -47,6 +47,17 @@ describe('health and readiness', () => {
   });
 });
 
+describe('GraphiQL', () => {
+  it('serves GraphiQL from the server itself (no CDN) to a browser asking for /graphql', async () => {
+    const response = await api.fetch('/graphql', { headers: { accept: 'text/html' } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toContain('text/html');
+    const page = await response.text();
+    expect(page).toContain('<title>Herald</title>');
+    expect(page).not.toMatch(/unpkg\.com|jsdelivr|esm\.sh/);
+  });
+});
+
 describe('tokens over HTTP', () => {
   const ME = JSON.stringify({ query: '{ me { id } }' });
 

@@ -1,6 +1,5 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
@@ -103,8 +102,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     healthCheckEndpoint: HEALTH_PATH,
     landingPage: false,
     graphiql: config.graphql.graphiql ? { title: 'Herald', subscriptionsProtocol: 'WS' } : false,
-    // GraphiQL bundled into the page (no CDN), so it works offline, as `pnpm start` promises.
-    renderGraphiQL,
+    // GraphiQL bundled into the page (no CDN), so it works offline, as `pnpm start` promises. Loaded on
+    // the first GraphiQL request: that page is ~30 MB of heap an idle server would otherwise carry.
+    renderGraphiQL: async (options) => (await import('@graphql-yoga/render-graphiql')).renderGraphiQL(options),
     maxRequestBodySize: config.http.maxRequestBodyBytes,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),

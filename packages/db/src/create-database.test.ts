@@ -128,7 +128,7 @@ describe('embedded PGlite footprint (issue 14)', () => {
     }
   });
 
-  it('creates a fresh data directory (in a worker thread, or in process where none can run) and opens it', async () => {
+  it('creates a fresh data directory (in a child process, or in process where its script is missing) and opens it', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'herald-pglite-'));
     const dataDir = join(dir, 'pgdata');
     try {

@@ -1,6 +1,7 @@
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
@@ -150,18 +151,21 @@ async function openEmbedded(dataDir: string): Promise<PGlite> {
 
 /**
  * Creating a data directory (initdb) grows PGlite's WebAssembly memory to ~700 MB, which a process
- * never gives back. Done in a worker thread, that memory goes away with the worker, and the API opens
- * the finished directory at its normal size. Where a worker cannot run this TypeScript (a bundle, a
- * test runner), the directory is created in this process as before.
+ * never gives back. Done in a child process, that memory (and the allocator arenas and compiled
+ * WebAssembly a worker thread left behind: ~50 MB, issue 14) goes away with it, and the API opens the
+ * finished directory at its normal size. Where the script is not beside this module (a production
+ * bundle without it), the directory is created in this process as before.
  */
 async function initEmbeddedInWorker(dataDir: string): Promise<void> {
+  const script = fileURLToPath(new URL('./init-embedded-worker.mjs', import.meta.url));
+  if (!existsSync(script)) return; // PGlite.create below initialises the directory itself.
   try {
-    const worker = new Worker(new URL('./init-embedded-worker.mjs', import.meta.url), {
-      workerData: { dataDir, startParams: EMBEDDED_START_PARAMS },
+    const child = spawn(process.execPath, [script, JSON.stringify({ dataDir, startParams: EMBEDDED_START_PARAMS })], {
+      stdio: ['ignore', 'ignore', 'inherit'],
     });
     await new Promise<void>((resolve, reject) => {
-      worker.once('error', reject);
-      worker.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`init worker exited with ${code}`))));
+      child.once('error', reject);
+      child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`init process exited with ${code}`))));
     });
   } catch {
     // Not fatal: PGlite.create below initialises the directory itself.

@@ -1,8 +1,9 @@
-// Worker thread of `createDatabase` (embedded mode): creates a PGlite data directory (initdb) and exits,
-// so the WebAssembly memory initdb needs is freed with the thread instead of staying in the API process.
-// Plain JavaScript on purpose: a worker thread does not inherit the TypeScript loader of its parent.
-import { workerData } from 'node:worker_threads';
+// Child process of `createDatabase` (embedded mode): creates a PGlite data directory (initdb) and exits,
+// so the WebAssembly memory initdb needs is freed with the process instead of staying in the API process.
+// Plain JavaScript on purpose: it runs with plain `node`, without the TypeScript loader of its parent.
+// Argument: JSON `{ dataDir, startParams }`.
 import { PGlite } from '@electric-sql/pglite';
 
-const db = await PGlite.create(workerData.dataDir, { startParams: workerData.startParams });
+const { dataDir, startParams } = JSON.parse(process.argv[2] ?? '{}');
+const db = await PGlite.create(dataDir, { startParams });
 await db.close();

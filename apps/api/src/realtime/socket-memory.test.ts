@@ -36,6 +36,15 @@ async function untilCollected(released: () => boolean): Promise<boolean> {
   return false;
 }
 
+/** Waits (at most 5 s) until exactly `count` subscriptions are active on the server. */
+async function untilActiveSubscriptions(count: number) {
+  const deadline = Date.now() + 5_000;
+  while (((await api.app.metrics.activeSubscriptions.get()).values[0]?.value ?? 0) !== count) {
+    if (Date.now() > deadline) throw new Error(`never ${count} active subscriptions`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 describe('memory held per subscribed socket', () => {
   it('releases the HTTP upgrade request of each socket once connection_init is handled', async () => {
     const requests: Array<WeakRef<IncomingMessage>> = [];
@@ -64,6 +73,53 @@ describe('memory held per subscribed socket', () => {
       expect(await untilCollected(() => requests.every((ref) => ref.deref() === undefined))).toBe(true);
     } finally {
       api.app.httpServer.off('upgrade', remember);
+      for (const raw of sockets) raw.socket.close();
+    }
+  });
+});
+
+describe('organisation listeners per shared group', () => {
+  it("keeps one listener per group, not one per member, and none once every member's socket is closed", async () => {
+    // Counts the live listeners of org-b (no other test here subscribes to it) by wrapping the real
+    // history's `listen` and the stop function it returns.
+    const history = api.app.pubsub.history;
+    const listen = history.listen;
+    let live = 0;
+    history.listen = async (orgId, listener) => {
+      const stop = await listen.call(history, orgId, listener);
+      if (orgId !== 'org-b') return stop;
+      live += 1;
+      let stopped = false;
+      return () => {
+        if (!stopped) live -= 1;
+        stopped = true;
+        stop();
+      };
+    };
+    const bob = await api.token({ sub: 'bob', name: 'Bob', orgs: ['org-b'] });
+    const sockets: RawSocket[] = [];
+    try {
+      await untilActiveSubscriptions(0);
+      for (let i = 0; i < 3; i++) {
+        const raw = await openAckedSocket(wsUrl, { authToken: bob });
+        raw.send({ id: `b${i}`, type: 'subscribe', payload: { query: SUBSCRIBE, variables: { orgId: 'org-b' } } });
+        sockets.push(raw);
+      }
+      await untilActiveSubscriptions(3);
+      const title = `listeners ${Date.now()}`;
+      await api.createAndPublish(bob, 'org-b', title);
+      for (const raw of sockets) expect((await raw.next('next')).payload.data.postPublished.title).toBe(title);
+      expect(api.app.webSockets.sharedGroups).toBeGreaterThanOrEqual(1);
+      expect(live).toBe(1);
+      for (const raw of sockets) {
+        raw.socket.close();
+        await raw.closed;
+      }
+      const deadline = Date.now() + 5_000;
+      while (live > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(live).toBe(0);
+    } finally {
+      history.listen = listen;
       for (const raw of sockets) raw.socket.close();
     }
   });

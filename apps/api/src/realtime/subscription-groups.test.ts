@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { buildSchema, type ExecutionResult, parse } from 'graphql';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { WebSocket } from 'ws';
+import { WebSocket, WebSocketServer } from 'ws';
 import type { Context } from '../context.js';
 import { createApiMetrics } from '../metrics.js';
 import { schema as heraldSchema } from '../schema/index.js';
@@ -291,5 +291,44 @@ describe('a group on its own (fake sockets, real groups)', () => {
     expect(open.sent).toHaveLength(1);
     expect(closed.sent).toHaveLength(0);
     expect((await metrics.eventsDelivered.get()).values[0]?.value).toBe(1);
+  });
+
+  it('writes frames a real ws client reads, whatever their length, never ahead of a message ws is still compressing', async () => {
+    const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: true });
+    await new Promise((resolve) => server.once('listening', resolve));
+    const accepted = new Promise<WebSocket>((resolve) => server.once('connection', resolve));
+    const client = new WebSocket(`ws://127.0.0.1:${(server.address() as { port: number }).port}`);
+    const received: string[] = [];
+    client.on('message', (data) => received.push(String(data)));
+    try {
+      const socket = await accepted;
+      // The three WebSocket length encodings (7-bit, 16-bit, 64-bit), a non-ASCII id and title.
+      const titles = ['a', 'é'.repeat(200), 'x'.repeat(70_000)];
+      const results = titles.map((title) => ({ data: { postPublished: { title } } }));
+      const compressed = 'z'.repeat(10_000);
+      async function* stream(): AsyncGenerator<ExecutionResult> {
+        // ws compresses this on the thread pool: the group's frames, written meanwhile, must wait for it.
+        socket.send(compressed, { compress: true });
+        yield* results;
+      }
+      const groups = createSubscriptionGroups({
+        schema: heraldSchema,
+        metrics: createApiMetrics(),
+        maxBufferedBytes: 2 ** 20,
+      });
+      const member = groups.join('key', { socket, id: 'ü-1' }, stream(), context());
+      const ended = member.next();
+      const deadline = Date.now() + 5_000;
+      while (received.length < titles.length + 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(received[0]).toBe(compressed);
+      expect(received.slice(1).map((frame) => JSON.parse(frame))).toEqual(
+        results.map((payload) => ({ id: 'ü-1', type: 'next', payload })),
+      );
+      await member.return?.();
+      await expect(ended).resolves.toEqual({ done: true, value: undefined });
+    } finally {
+      client.close();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });

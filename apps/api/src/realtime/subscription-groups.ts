@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
 import type { WebSocket } from 'ws';
@@ -83,17 +84,9 @@ export interface SubscriptionGroups {
   readonly size: number;
 }
 
-interface Membership {
-  /** `{"id":<subscription id>` as bytes: the only part of a `next` frame that differs per member. */
-  prefix: Buffer;
-  /** Events at or before this were delivered to the member before it joined. */
-  skipThrough: Position | undefined;
-  done: (value: IteratorResult<never>) => void;
-  fail: (error: Error) => void;
-}
-
 interface Group {
-  members: Map<GroupMember, Membership>;
+  key: string;
+  members: Set<Member>;
   stream: AsyncIterator<ExecutionResult>;
   /** The context the stream executes with: where the resolver leaves each event's position. */
   context: Context;
@@ -101,12 +94,283 @@ interface Group {
   last: Position | undefined;
 }
 
-/** ws send options of every `next` frame: a text frame (the bytes are UTF-8 JSON), not compressed. */
+/** What every member of one `createSubscriptionGroups` shares (one object, not a closure per member). */
+interface Registry {
+  groups: Map<string, Group>;
+  metrics: ApiMetrics;
+  maxBufferedBytes: number;
+  onSendError: (error?: Error | null) => void;
+}
+
+/** ws send options of a `next` frame ws frames itself: a text frame (UTF-8 JSON), not compressed. */
 const TEXT_FRAME = { binary: false, compress: false } as const;
 
-/** One function for every frame (ws calls it only on a failed write): no closure per send. */
-function countSendError(this: ApiMetrics, error?: Error) {
+/** One function for every frame (called only on a failed write): no closure per send. */
+function countSendError(this: ApiMetrics, error?: Error | null) {
   if (error) this.deliveryErrors.inc({ reason: 'send_failed' });
+}
+
+/**
+ * One subscription of a shared group, and the iterator graphql-ws waits on for it. A class with
+ * prototype methods rather than closures: tens of thousands of these live at once, one per subscribed
+ * socket (bench/results/PROFILE.md). While catching up (resuming), it yields its own stream's results;
+ * once in the group it yields nothing and completes (or fails) when the group ends or it leaves.
+ */
+class Member implements AsyncIterableIterator<ExecutionResult> {
+  /** `{"id":<subscription id>`: the only part of a `next` frame that differs per member. */
+  readonly head: string;
+  readonly headBytes: number;
+  /** The group it belongs to, once it joined; undefined again once it left. */
+  group: Group | undefined = undefined;
+  /** Events at or before this were delivered to the member before it joined. */
+  skipThrough: Position | undefined = undefined;
+  /** What `next()` returns once in the group, and how to settle it (a rejected promise: a failure). */
+  private finished: Promise<IteratorResult<never>> | undefined = undefined;
+  private settle: ((value: IteratorResult<never> | Promise<never>) => void) | undefined = undefined;
+  /** While catching up: its own stream, its context, and the last event it delivered. */
+  private own: AsyncIterator<ExecutionResult> | undefined;
+  private context: Context | undefined;
+  private lastYielded: Position | undefined = undefined;
+  private lastLive = false;
+
+  constructor(
+    private readonly registry: Registry,
+    private readonly key: string,
+    readonly socket: WebSocket,
+    id: string,
+    own: AsyncIterator<ExecutionResult>,
+    context: Context,
+  ) {
+    this.head = `{"id":${JSON.stringify(id)}`;
+    this.headBytes = Buffer.byteLength(this.head);
+    this.own = own;
+    this.context = context;
+  }
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  /** Joins the group at once (not resuming): hands over its own stream when the group is new. */
+  joinNow() {
+    const own = this.own as AsyncIterator<ExecutionResult>;
+    const existing = this.registry.groups.get(this.key);
+    // Authorized already; an existing group's stream serves this member, so its own is closed.
+    if (existing) void own.return?.();
+    this.enter(existing ?? startGroup(this.registry, this.key, own, this.context as Context), undefined);
+    // A member that is not catching up never reads its own context again (the group runs on its first
+    // member's): drop it, or it would keep the context and its auth caches per socket.
+    this.own = undefined;
+    this.context = undefined;
+  }
+
+  /** A resuming member joins once its own stream delivered what the group last broadcast. */
+  private tryJoin(): boolean {
+    const own = this.own;
+    const lastYielded = this.lastYielded;
+    // Not before its own stream is live: replayed events were never the group's to broadcast.
+    if (!own || !lastYielded || !this.lastLive) return false;
+    const group = this.registry.groups.get(this.key);
+    if (group) {
+      const last = group.last;
+      if (last && (last.epoch !== lastYielded.epoch || last.position > lastYielded.position)) return false;
+      void own.return?.();
+      this.enter(group, lastYielded);
+    } else {
+      this.enter(startGroup(this.registry, this.key, own, this.context as Context, lastYielded), undefined);
+    }
+    this.own = undefined;
+    this.context = undefined;
+    return true;
+  }
+
+  private enter(group: Group, skipThrough: Position | undefined) {
+    this.group = group;
+    this.skipThrough = skipThrough;
+    this.finished = new Promise<IteratorResult<never>>((resolve) => {
+      this.settle = resolve;
+    });
+    // Nobody may be waiting when the group fails after the member left: keep that from being unhandled.
+    this.finished.catch(() => {});
+    group.members.add(this);
+  }
+
+  /** The group ended (`error` set: it failed); called by the group, which forgets its members itself. */
+  end(error?: Error) {
+    this.group = undefined;
+    const settle = this.settle;
+    this.settle = undefined;
+    settle?.(error ? Promise.reject(error) : { done: true, value: undefined });
+  }
+
+  /** Leaves the group (client `complete`, socket closed); the group's stream stops with its last member. */
+  private leave() {
+    const group = this.group;
+    if (!group) return;
+    group.members.delete(this);
+    this.end();
+    if (group.members.size === 0) {
+      const { groups, metrics } = this.registry;
+      if (groups.get(group.key) === group) groups.delete(group.key);
+      metrics.subscriptionGroups.set(groups.size);
+      void group.stream.return?.();
+    }
+  }
+
+  next(): Promise<IteratorResult<ExecutionResult>> {
+    if (this.finished || this.tryJoin()) return this.finished as Promise<IteratorResult<never>>;
+    return this.nextOwn();
+  }
+
+  private async nextOwn(): Promise<IteratorResult<ExecutionResult>> {
+    const result = await (this.own as AsyncIterator<ExecutionResult>).next();
+    const event = this.context?.event;
+    if (!result.done && event) {
+      this.lastYielded = { epoch: event.epoch, position: event.position };
+      this.lastLive = !event.replayed;
+    }
+    return result;
+  }
+
+  async return(): Promise<IteratorResult<ExecutionResult>> {
+    this.leave();
+    const own = this.own;
+    this.own = undefined;
+    this.context = undefined;
+    await own?.return?.();
+    return { done: true, value: undefined };
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<ExecutionResult>> {
+    await this.return();
+    throw error;
+  }
+}
+
+/** Starts a group on `stream`, executing with `context` (its first member's). */
+function startGroup(
+  registry: Registry,
+  key: string,
+  stream: AsyncIterator<ExecutionResult>,
+  context: Context,
+  last?: Position,
+): Group {
+  // From now on that context serves every member: drop the member's identity so no execution for the
+  // group can act with one member's rights (shared fields never read the viewer; one that did fails loudly).
+  context.viewer = null;
+  const group: Group = { key, members: new Set(), stream, context, last };
+  registry.groups.set(key, group);
+  registry.metrics.subscriptionGroups.set(registry.groups.size);
+  void pump(registry, group);
+  return group;
+}
+
+async function pump(registry: Registry, group: Group) {
+  let failure: Error | undefined;
+  try {
+    for (;;) {
+      const { value: result, done } = await group.stream.next();
+      if (done || group.members.size === 0) break;
+      broadcast(registry, group, result);
+    }
+  } catch {
+    failure = new SubscriptionInterruptedError();
+  } finally {
+    const { groups, metrics } = registry;
+    if (groups.get(group.key) === group) groups.delete(group.key);
+    metrics.subscriptionGroups.set(groups.size);
+    const members = [...group.members];
+    group.members.clear();
+    for (const member of members) member.end(failure);
+  }
+}
+
+/**
+ * Writes the event's `next` frame to every member. graphql-ws's `next` message is serialized and UTF-8
+ * encoded once per event; only its leading `{"id":…` differs per member. Each member's WebSocket frame
+ * (header, id, shared bytes) is built in one Buffer and written straight to its TCP socket: one write
+ * and one allocation per delivery, where `ws.send` costs two option objects, a header Buffer and a
+ * corked two-buffer writev (bench/results/PROFILE.md).
+ */
+function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
+  const { metrics, maxBufferedBytes, onSendError } = registry;
+  const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
+  const event = group.context.event;
+  group.context.event = undefined;
+  const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
+  let sent = 0;
+  for (const member of group.members) {
+    const { socket } = member;
+    const skip = member.skipThrough;
+    if (skip !== undefined) {
+      if (position && skip.epoch === position.epoch && position.position <= skip.position) continue;
+      member.skipThrough = undefined;
+    }
+    if (socket.readyState !== socket.OPEN) continue;
+    if (socket.bufferedAmount > maxBufferedBytes) {
+      metrics.slowConsumersClosed.inc();
+      socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
+      continue;
+    }
+    sendNext(socket, member.head, member.headBytes, suffix, onSendError);
+    sent += 1;
+  }
+  group.last = position;
+  if (sent > 0) metrics.eventsDelivered.inc(sent);
+  if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
+}
+
+/** The parts of a server-side `ws` WebSocket that a frame written past `send` must respect. */
+interface WsInternals {
+  _socket?: Socket | null;
+  _sender?: { _state: number; _queue: unknown[]; _firstFragment: boolean } | null;
+}
+
+/** ws's Sender state when nothing is queued behind a compression or a Blob read. */
+const SENDER_IDLE = 0;
+/** First byte of an unmasked, unfragmented WebSocket text frame: FIN + opcode 1 (RFC 6455 §5.2). */
+const FIN_TEXT = 0x81;
+
+/**
+ * Sends the text message `head` + `suffix` (`headBytes`: head's UTF-8 length). When ws's sender is idle
+ * (no compression or Blob read queued, not inside a fragmented message), the complete frame is written
+ * to the TCP socket directly, byte for byte what `ws.send(data, { binary: false, compress: false })`
+ * would write; otherwise (and for anything that is not a real `ws` socket) through `ws.send`, so frames
+ * never overtake each other.
+ */
+function sendNext(
+  socket: WebSocket,
+  head: string,
+  headBytes: number,
+  suffix: Buffer,
+  onSendError: (error?: Error | null) => void,
+) {
+  const length = headBytes + suffix.length;
+  const internals = socket as unknown as WsInternals;
+  const tcp = internals._socket;
+  const sender = internals._sender;
+  if (!tcp || !sender || sender._state !== SENDER_IDLE || sender._queue.length > 0 || !sender._firstFragment) {
+    const data = Buffer.allocUnsafe(length);
+    data.write(head, 0, 'utf8');
+    data.set(suffix, headBytes);
+    socket.send(data, TEXT_FRAME, onSendError);
+    return;
+  }
+  const headerBytes = length < 126 ? 2 : length < 65_536 ? 4 : 10;
+  const frame = Buffer.allocUnsafe(headerBytes + length);
+  frame[0] = FIN_TEXT;
+  if (headerBytes === 2) frame[1] = length;
+  else if (headerBytes === 4) {
+    frame[1] = 126;
+    frame.writeUInt16BE(length, 2);
+  } else {
+    frame[1] = 127;
+    frame.writeUInt32BE(Math.floor(length / 2 ** 32), 2);
+    frame.writeUInt32BE(length >>> 0, 6);
+  }
+  frame.write(head, headerBytes, 'utf8');
+  frame.set(suffix, headerBytes + headBytes);
+  tcp.write(frame, onSendError);
 }
 
 export function createSubscriptionGroups(deps: {
@@ -114,10 +378,13 @@ export function createSubscriptionGroups(deps: {
   metrics: ApiMetrics;
   maxBufferedBytes: number;
 }): SubscriptionGroups {
-  const { metrics } = deps;
-  const groups = new Map<string, Group>();
+  const registry: Registry = {
+    groups: new Map(),
+    metrics: deps.metrics,
+    maxBufferedBytes: deps.maxBufferedBytes,
+    onSendError: countSendError.bind(deps.metrics),
+  };
   const shareable = new WeakMap<DocumentNode, boolean>();
-  const onSendError = countSendError.bind(metrics);
 
   function isShareable(document: DocumentNode): boolean {
     let known = shareable.get(document);
@@ -128,164 +395,18 @@ export function createSubscriptionGroups(deps: {
     return known;
   }
 
-  async function pump(key: string, group: Group) {
-    let failure: Error | undefined;
-    try {
-      for (;;) {
-        const { value: result, done } = await group.stream.next();
-        if (done || group.members.size === 0) break;
-        broadcast(group, result);
-      }
-    } catch {
-      failure = new SubscriptionInterruptedError();
-    } finally {
-      if (groups.get(key) === group) groups.delete(key);
-      metrics.subscriptionGroups.set(groups.size);
-      for (const membership of group.members.values()) {
-        if (failure) membership.fail(failure);
-        else membership.done({ done: true, value: undefined });
-      }
-      group.members.clear();
-    }
-  }
-
-  function broadcast(group: Group, result: ExecutionResult) {
-    // graphql-ws's `next` message, serialized once; only the leading id differs per member.
-    // Serialized and UTF-8 encoded once per event; each member's frame is one Buffer of its prefix and
-    // this suffix (a copy, no per-socket string concatenation and encoding).
-    const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
-    const event = group.context.event;
-    group.context.event = undefined;
-    const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
-    let sent = 0;
-    for (const [member, membership] of group.members) {
-      const { socket } = member;
-      const skip = membership.skipThrough;
-      if (skip && position && skip.epoch === position.epoch && position.position <= skip.position) continue;
-      membership.skipThrough = undefined;
-      if (socket.readyState !== socket.OPEN) continue;
-      if (socket.bufferedAmount > deps.maxBufferedBytes) {
-        metrics.slowConsumersClosed.inc();
-        socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
-        continue;
-      }
-      socket.send(Buffer.concat([membership.prefix, suffix]), TEXT_FRAME, onSendError);
-      sent += 1;
-    }
-    group.last = position;
-    if (sent > 0) metrics.eventsDelivered.inc(sent);
-    if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
-  }
-
-  function startGroup(key: string, stream: AsyncIterator<ExecutionResult>, context: Context, last?: Position) {
-    // The stream executes with the context it was subscribed with, its first member's. From now on that
-    // context serves every member: drop the member's identity so no execution for the group can act
-    // with one member's rights (shared fields never read the viewer; one that did fails loudly).
-    context.viewer = null;
-    const group: Group = { members: new Map(), stream, context, last };
-    groups.set(key, group);
-    metrics.subscriptionGroups.set(groups.size);
-    void pump(key, group);
-    return group;
-  }
-
-  /** Adds `member` to `group`; returns what graphql-ws waits on and how to leave. */
-  function enter(key: string, group: Group, member: GroupMember, skipThrough: Position | undefined) {
-    let done!: (value: IteratorResult<never>) => void;
-    let fail!: (error: Error) => void;
-    const finished = new Promise<IteratorResult<never>>((resolve, reject) => {
-      done = resolve;
-      fail = reject;
-    });
-    // Nobody may be waiting when the group fails after the member left: keep that from being unhandled.
-    finished.catch(() => {});
-    group.members.set(member, { prefix: Buffer.from(`{"id":${JSON.stringify(member.id)}`), skipThrough, done, fail });
-    const leave = () => {
-      const membership = group.members.get(member);
-      if (!membership) return;
-      group.members.delete(member);
-      membership.done({ done: true, value: undefined });
-      if (group.members.size === 0) {
-        if (groups.get(key) === group) groups.delete(key);
-        metrics.subscriptionGroups.set(groups.size);
-        void group.stream.return?.();
-      }
-    };
-    return { finished, leave };
-  }
-
   return {
     keyFor(document, operationName, query, variables) {
       if (!isShareable(document)) return undefined;
       return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;
     },
-    join(key, member, stream, context, resuming = false) {
-      let membership: { finished: Promise<IteratorResult<never>>; leave: () => void } | undefined;
-      let own: AsyncIterator<ExecutionResult> | undefined = stream[Symbol.asyncIterator]();
-      let lastYielded: Position | undefined;
-      let lastLive = false;
-
-      if (!resuming) {
-        const existing = groups.get(key);
-        if (existing) {
-          // Authorized already; the group's stream serves this member, so its own is closed.
-          void own.return?.();
-          membership = enter(key, existing, member, undefined);
-        } else {
-          membership = enter(key, startGroup(key, own, context), member, undefined);
-        }
-        own = undefined;
-        // A member that is not catching up never reads its own context again (the group runs on its first
-        // member's): drop it, or the closures below would keep it and its auth caches per socket.
-        context = undefined as unknown as Context;
-      }
-
-      /** A resuming member joins once its own stream delivered what the group last broadcast. */
-      const tryJoin = (): boolean => {
-        // Not before its own stream is live: replayed events were never the group's to broadcast.
-        if (!own || !lastYielded || !lastLive) return false;
-        const group = groups.get(key);
-        if (group) {
-          const last = group.last;
-          if (last && (last.epoch !== lastYielded.epoch || last.position > lastYielded.position)) return false;
-          void own.return?.();
-          membership = enter(key, group, member, lastYielded);
-        } else {
-          membership = enter(key, startGroup(key, own, context, lastYielded), member, undefined);
-        }
-        own = undefined;
-        return true;
-      };
-
-      const iterator: AsyncIterableIterator<ExecutionResult> = {
-        [Symbol.asyncIterator]() {
-          return iterator;
-        },
-        async next() {
-          if (membership || tryJoin()) return membership?.finished as Promise<IteratorResult<never>>;
-          const result = await (own as AsyncIterator<ExecutionResult>).next();
-          const event = context.event;
-          if (!result.done && event) {
-            lastYielded = { epoch: event.epoch, position: event.position };
-            lastLive = !event.replayed;
-          }
-          return result;
-        },
-        async return() {
-          membership?.leave();
-          await own?.return?.();
-          return { done: true, value: undefined };
-        },
-        async throw(error?: unknown) {
-          membership?.leave();
-          await own?.return?.();
-          throw error;
-        },
-      };
-      return iterator;
+    join(key, { socket, id }, stream, context, resuming = false) {
+      const member = new Member(registry, key, socket, id, stream[Symbol.asyncIterator](), context);
+      if (!resuming) member.joinNow();
+      return member;
     },
     get size() {
-      return groups.size;
+      return registry.groups.size;
     },
   };
 }

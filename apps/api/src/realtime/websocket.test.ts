@@ -132,8 +132,13 @@ describe('subscribe outcomes', () => {
       type: 'subscribe',
       payload: { query: 'subscription { postPublished(orgId: "org-a") { title } }' },
     });
-    await publish(alice, 'org-a', 'reused id');
-    expect((await raw.next('next')).payload.data.postPublished.title).toBe('reused id');
+    // Publishes until the new subscription is live (it is once its stream listens): a bound, not a timing.
+    let next: any;
+    for (let attempt = 0; attempt < 20 && next === undefined; attempt++) {
+      await publish(alice, 'org-a', 'reused id');
+      next = await raw.next('next', 500).catch(() => undefined);
+    }
+    expect(next?.payload.data.postPublished.title).toBe('reused id');
     raw.socket.close();
   });
 

@@ -5,7 +5,7 @@ import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Ki
 import { CloseCode } from 'graphql-ws';
 import { type Extra, useServer } from 'graphql-ws/use/ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
-import { WebSocketServer } from 'ws';
+import { type WebSocket, WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
@@ -102,12 +102,16 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     return state;
   };
 
+  // One listener for every socket (ws emits `close` once, with the socket as `this`): no closure and no
+  // `once` wrapper per socket (bench/results/PROFILE.md).
+  function onSocketClose(this: WebSocket) {
+    metrics.openSockets.dec();
+    clearTimeout(states.get(this)?.expiryTimer);
+  }
+
   wss.on('connection', (socket) => {
     metrics.openSockets.inc();
-    socket.once('close', () => {
-      metrics.openSockets.dec();
-      clearTimeout(states.get(socket)?.expiryTimer);
-    });
+    socket.on('close', onSocketClose);
   });
 
   const decrementActive = () => metrics.activeSubscriptions.dec();
@@ -350,26 +354,38 @@ function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterabl
 
 /**
  * Adds `extensions.cursor` (SPEC §6.1) to each result: the resolver leaves the event's cursor on the
- * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}).
+ * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}), and a
+ * class, so a subscription holds no closures for it (bench/results/PROFILE.md).
  */
 function withCursors(stream: AsyncIterable<ExecutionResult>, context: Context): AsyncIterableIterator<ExecutionResult> {
-  const iterator = stream[Symbol.asyncIterator]();
-  const mapped: AsyncIterableIterator<ExecutionResult> = {
-    [Symbol.asyncIterator]: () => mapped,
-    async next() {
-      const result = await iterator.next();
-      const cursor = context.event?.cursor;
-      if (result.done || cursor === undefined) return result;
-      return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
-    },
-    return: async (value?: unknown) =>
-      iterator.return ? iterator.return(value) : { done: true, value: value as ExecutionResult },
-    throw: async (error?: unknown) => {
-      if (iterator.throw) return iterator.throw(error);
-      throw error;
-    },
-  };
-  return mapped;
+  return new CursorStream(stream[Symbol.asyncIterator](), context);
+}
+
+class CursorStream implements AsyncIterableIterator<ExecutionResult> {
+  constructor(
+    private readonly iterator: AsyncIterator<ExecutionResult>,
+    private readonly context: Context,
+  ) {}
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<ExecutionResult>> {
+    const result = await this.iterator.next();
+    const cursor = this.context.event?.cursor;
+    if (result.done || cursor === undefined) return result;
+    return { done: false, value: { ...result.value, extensions: { ...result.value.extensions, cursor } } };
+  }
+
+  async return(value?: unknown): Promise<IteratorResult<ExecutionResult>> {
+    return this.iterator.return ? this.iterator.return(value) : { done: true, value: value as ExecutionResult };
+  }
+
+  async throw(error?: unknown): Promise<IteratorResult<ExecutionResult>> {
+    if (this.iterator.throw) return this.iterator.throw(error);
+    throw error;
+  }
 }
 
 /**

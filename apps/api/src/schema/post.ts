@@ -1,10 +1,10 @@
 import { isMemberOf } from '@herald/auth';
 import { findPostById, insertPostWithAuthor, listPostsByOrg, type Post } from '@herald/db';
-import { filter, pipe } from 'graphql-yoga';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
 import { publishPostWithWebhook } from '../post-published-webhook.js';
 import { encodeCursor } from '../realtime/cursor.js';
+import { filterStream } from '../realtime/filter-stream.js';
 import { toPostRow } from '../realtime/post-event.js';
 import { openPostPublishedStream, type StreamedEntry } from '../realtime/post-published-stream.js';
 import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
@@ -163,10 +163,10 @@ builder.subscriptionFields((t) => ({
       const events = await openPostPublishedStream(context.pubsub.history, org, after);
       // Defence in depth: the channel is per organisation, but never hand over another tenant's post.
       const wanted = tags && tags.length > 0 ? new Set(tags) : undefined;
-      return pipe(
+      return filterStream(
         events,
-        filter(({ entry }: StreamedEntry) => entry.event.orgId === org),
-        filter(({ entry }: StreamedEntry) => !wanted || entry.event.post.tags.some((tag) => wanted.has(tag))),
+        ({ entry }: StreamedEntry) =>
+          entry.event.orgId === org && (!wanted || entry.event.post.tags.some((tag) => wanted.has(tag))),
       );
     },
     resolve: ({ entry, replayed }: StreamedEntry, _args, context) => {

@@ -22,7 +22,7 @@ import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './histor
  * what it missed.
  */
 
-/** Entries read per XRANGE page when replaying. */
+/** Entries read per XRANGE at most: one script call stays small and quick whatever is asked. */
 const READ_PAGE_SIZE = 500;
 
 const APPEND_SCRIPT = `
@@ -84,6 +84,11 @@ interface HistoryCommands {
 export interface RedisHistoryDeps {
   /** Commands (scripts); fails fast while Redis is down. */
   commands: RedisClient;
+  /**
+   * Replay reads (`readAfter`), on a connection of their own so a resume storm never queues the
+   * appends (live publishes) behind its replies; fails fast while Redis is down. @default commands
+   */
+  reader?: RedisClient;
   /** Subscriber connection: re-subscribes by itself after a reconnect. */
   subscriber: RedisClient;
   prefix: string;
@@ -103,11 +108,12 @@ interface Feed {
 
 export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory {
   const { prefix, limits, logger } = deps;
-  for (const client of [deps.commands]) {
+  for (const client of new Set([deps.commands, deps.reader ?? deps.commands])) {
     client.defineCommand('heraldHistoryAppend', { numberOfKeys: 4, lua: APPEND_SCRIPT });
     client.defineCommand('heraldHistoryRead', { numberOfKeys: 2, lua: READ_SCRIPT });
   }
   const commands = deps.commands as unknown as HistoryCommands;
+  const reader = (deps.reader ?? deps.commands) as unknown as HistoryCommands;
   // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). The live channel carries the org's
   // `{orgId}` hash tag like its history keys, so the script publishes on the shard that owns them and
   // only pods subscribed there hear it, instead of every message crossing the cluster bus to every node.
@@ -183,7 +189,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     try {
       let missed: HistoryEntry[];
       try {
-        missed = await readAfter(feed.orgId, last.epoch, last.position);
+        missed = await readAfter(commands, feed.orgId, last.epoch, last.position);
       } catch (error) {
         if (!(error instanceof CursorExpiredError)) throw error;
         // The history was lost meanwhile (Redis restarted empty): everything in the new one is new here.
@@ -193,7 +199,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
           0,
           1,
         );
-        missed = epoch && epoch !== last.epoch ? await readAfter(feed.orgId, epoch, 0) : [];
+        missed = epoch && epoch !== last.epoch ? await readAfter(commands, feed.orgId, epoch, 0) : [];
         if (missed.length === 0)
           logger.warn({ orgId: feed.orgId }, 'live subscribers missed events no longer in the history');
       }
@@ -206,17 +212,19 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     }
   }
 
-  async function readAfter(orgId: string, epoch: string, position: number): Promise<HistoryEntry[]> {
+  async function readAfter(
+    client: HistoryCommands,
+    orgId: string,
+    epoch: string,
+    position: number,
+    limit = Number.POSITIVE_INFINITY,
+  ): Promise<HistoryEntry[]> {
     const keys = subscriptionRedisKeys(prefix, orgId);
     const entries: HistoryEntry[] = [];
     let after = position;
     for (;;) {
-      const [currentEpoch, last, raw] = await commands.heraldHistoryRead(
-        keys.history,
-        keys.meta,
-        after,
-        READ_PAGE_SIZE,
-      );
+      const count = Math.min(READ_PAGE_SIZE, limit - entries.length);
+      const [currentEpoch, last, raw] = await client.heraldHistoryRead(keys.history, keys.meta, after, count);
       if (currentEpoch !== epoch || last === null)
         throw new CursorExpiredError('the history this cursor belongs to is gone');
       if (after > last) throw new CursorExpiredError('cursor is ahead of the history');
@@ -229,7 +237,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
       }
       entries.push(...page);
       after = page[page.length - 1]?.position ?? after;
-      if (page.length < READ_PAGE_SIZE || after >= last) return entries;
+      if (page.length < count || after >= last || entries.length >= limit) return entries;
     }
   }
 
@@ -301,7 +309,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         }
       };
     },
-    readAfter,
+    readAfter: (orgId, epoch, position, limit) => readAfter(reader, orgId, epoch, position, limit),
     async ready() {},
     async close() {
       feeds.clear();

@@ -160,7 +160,7 @@ builder.subscriptionFields((t) => ({
     },
     subscribe: async (_root, { orgId, tags, after }, context) => {
       const org = String(orgId);
-      const events = await openPostPublishedStream(context.pubsub.history, org, after);
+      const events = await openPostPublishedStream(context.pubsub, org, after);
       // Defence in depth: the channel is per organisation, but never hand over another tenant's post.
       const wanted = tags && tags.length > 0 ? new Set(tags) : undefined;
       return pipe(

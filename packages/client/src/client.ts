@@ -6,6 +6,13 @@ import { type CursorPlace, isAfter, readCursor } from './cursor.js';
 export const CURSOR_EXPIRED = 'CURSOR_EXPIRED';
 /** `extensions.code` of a subscription the server ended because its event source failed. */
 export const SUBSCRIPTION_INTERRUPTED = 'SUBSCRIPTION_INTERRUPTED';
+/**
+ * `extensions.code` of a resume whose history could not be read now (Redis unreachable or too slow),
+ * before or during the replay: the cursor is still good, so the subscription is sent again with it.
+ */
+export const HISTORY_UNAVAILABLE = 'HISTORY_UNAVAILABLE';
+/** Codes after which a subscription is sent again, with its last cursor, after a jittered backoff. */
+const RETRYABLE_CODES: ReadonlySet<string> = new Set([SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE]);
 /** Name of the variable this library sets to the last cursor on every (re)subscribe. */
 export const AFTER_VARIABLE = 'after';
 
@@ -30,6 +37,11 @@ export interface HeraldClientOptions {
   reconnect?: { baseMs?: number; maxMs?: number };
   /** Called on every successful (re)connect, with whether it was a reconnect. For metrics and tests. */
   onConnected?: (reconnected: boolean) => void;
+  /**
+   * Called when a subscription is sent again after SUBSCRIPTION_INTERRUPTED or HISTORY_UNAVAILABLE
+   * (with the code and the delay before it). For metrics and tests.
+   */
+  onRetry?: (code: string, delayMs: number) => void;
 }
 
 export interface SubscribeRequest {
@@ -135,8 +147,11 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
             );
             return;
           }
-          if (code === SUBSCRIPTION_INTERRUPTED) {
-            retryTimer = setTimeout(start, reconnectDelayMs(interruptions++, baseMs, maxMs));
+          if (code !== undefined && RETRYABLE_CODES.has(code)) {
+            // Same cursor (`variables.after` is kept): the server replays from where this left off.
+            const delayMs = reconnectDelayMs(interruptions++, baseMs, maxMs);
+            options.onRetry?.(code, delayMs);
+            retryTimer = setTimeout(start, delayMs);
             return;
           }
           end();

@@ -5,6 +5,7 @@ export {
   createHeraldClient,
   type HeraldClient,
   type HeraldClientOptions,
+  HISTORY_UNAVAILABLE,
   SUBSCRIPTION_INTERRUPTED,
   type SubscribeRequest,
 } from './client.js';

@@ -35,6 +35,8 @@ export const REPLAY_PAGE_SIZE = 200;
  */
 export const MAX_BUFFERED_LIVE = 1_000;
 
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 /**
  * Opens an organisation's event stream, resuming after `after` when given (SPEC §6.1): listen live
  * first and hold live entries, replay the history after the cursor page by page as the consumer asks
@@ -150,7 +152,14 @@ export async function openPostPublishedStream(
     async next() {
       for (;;) {
         const item = queue.shift();
-        if (item) return { value: item, done: false };
+        if (item) {
+          // A replayed entry is at hand at once, so without this a catch-up would execute its events in
+          // one run of microtasks, and a thousand catch-ups would hold the event loop for seconds: no
+          // socket read, no live event, Redis replies timing out. One event per turn of the loop each.
+          if (item.replayed) await yieldToEventLoop();
+          if (ended) return { value: undefined, done: true };
+          return { value: item, done: false };
+        }
         if (ended) return { value: undefined, done: true };
         if (!replaying) {
           return new Promise((resolve) => {

@@ -2,12 +2,15 @@ import { randomUUID } from 'node:crypto';
 import type { HistoryEntry } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import { freePort } from '@herald/testing/ports';
+import { createClient } from 'graphql-ws';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { type OwnRedis, ownRedis } from '../../../../test/support/redis-server.js';
 import { createApiMetrics } from '../metrics.js';
-import { encodeCursor } from './cursor.js';
+import { startTestApi } from '../testing/test-api.js';
+import { decodeCursor, encodeCursor } from './cursor.js';
 import type { SubscriptionHistory } from './history.js';
 import { openPostPublishedStream, type StreamedEntry } from './post-published-stream.js';
 import { createPubSubService, type PubSubService } from './pubsub.js';
@@ -167,6 +170,30 @@ describe('replaying in pages', () => {
   });
 });
 
+describe('a long replay shares the event loop', () => {
+  it('lets other work run between replayed events instead of executing a whole page in one go', async () => {
+    const memory = createPubSubService({ redisUrl: undefined, logger, metrics: createApiMetrics() });
+    opened.push(memory);
+    const orgId = `org-${randomUUID()}`;
+    const entries = await publish(memory, orgId, 300);
+    const stream = await openPostPublishedStream(memory, orgId, cursorOf(orgId, entries[0]!));
+    let consumed = 0;
+    let consumedWhenOtherWorkRan: number | undefined;
+    setImmediate(() => {
+      consumedWhenOtherWorkRan = consumed;
+    });
+    // A consumer that never waits on anything but the stream, like a graphql-ws subscription loop.
+    while (consumed < 299) {
+      const { done } = await stream.next();
+      if (done) break;
+      consumed += 1;
+    }
+    await stream.return?.();
+    expect(consumed).toBe(299);
+    expect(consumedWhenOtherWorkRan).toBeLessThan(10);
+  });
+});
+
 describe('many replays at once', () => {
   it('all complete, with never more reads running than the concurrency bound', async () => {
     const service = await pod(inject('redisUrl'));
@@ -258,6 +285,58 @@ describe('Redis unavailable while resuming', () => {
     });
     await live.return?.();
   });
+
+  it('over graphql-ws: a replay cut short by Redis stopping ends with an error message HISTORY_UNAVAILABLE after what it had, never complete', async () => {
+    await redis.start();
+    const api = await startTestApi({
+      databaseUrl: inject('databaseUrl'),
+      listen: true,
+      env: { REDIS_URL: redis.url, HERALD_REDIS_PREFIX: `herald-replay-${randomUUID()}:` },
+    });
+    opened.push(api);
+    const orgId = `org-${randomUUID()}`;
+    const token = await api.token({ sub: 'reader', name: 'Reader', orgs: [orgId] });
+    const entries = await publish(api.app.pubsub, orgId, 1_000);
+    const positions: number[] = [];
+    const errors: Array<{ extensions?: { code?: string } }> = [];
+    let completed = false;
+    let killed: Promise<void> | undefined;
+    const client = createClient({
+      url: `${api.baseUrl!.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authToken: token },
+      retryAttempts: 0,
+    });
+    opened.push({ close: async () => client.dispose() });
+    client.subscribe(
+      {
+        query: 'subscription($orgId: ID!, $after: String) { postPublished(orgId: $orgId, after: $after) { title } }',
+        variables: { orgId, after: cursorOf(orgId, entries[0]!) },
+      },
+      {
+        next: (result) => {
+          const cursor = (result.extensions as { cursor?: string } | undefined)?.cursor ?? '';
+          positions.push(decodeCursor(cursor, orgId).position);
+          // Redis goes away while the server is still delivering the first page.
+          killed ??= redis.kill();
+        },
+        error: (error) => errors.push(...(error as typeof errors)),
+        complete: () => {
+          completed = true;
+        },
+      },
+    );
+    const deadline = Date.now() + 20_000;
+    while (errors.length === 0 && !completed && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    await killed;
+    expect(errors.map((error) => error.extensions?.code)).toEqual(['HISTORY_UNAVAILABLE']);
+    expect(completed).toBe(false);
+    // What came before the error is the start of the replay, in order.
+    expect(positions.length).toBeGreaterThan(0);
+    expect(positions.length).toBeLessThan(999);
+    expect(positions).toEqual(Array.from({ length: positions.length }, (_, i) => i + 2));
+  }, 60_000);
 
   it('a history read that hangs (Redis paused: CLIENT PAUSE) ends with HISTORY_UNAVAILABLE after the command timeout', async () => {
     await redis.start();

@@ -75,6 +75,8 @@ export async function openPostPublishedStream(
   let droppedThrough = 0;
   /** A live entry of another epoch was dropped from `held`: the history was lost during the replay. */
   let droppedOtherEpoch = false;
+  /** Only reads started after this mark of the pod's replay reads may serve this stream. */
+  let since = 0;
 
   const accept = (entry: HistoryEntry, replayed: boolean) => {
     if (ended) return;
@@ -95,9 +97,11 @@ export async function openPostPublishedStream(
     const dropped = held.shift() as HistoryEntry;
     if (dropped.epoch === cursor?.epoch) droppedThrough = Math.max(droppedThrough, dropped.position);
     else droppedOtherEpoch = true;
+    // Only a read started after this drop is sure to contain the dropped entry: never reuse an older one.
+    since = source.replay.mark();
   });
   // Reads started from now on may serve this stream (see replay-reads.ts).
-  const since = source.replay.mark();
+  since = source.replay.mark();
 
   const end = () => {
     if (ended) return;
@@ -168,7 +172,10 @@ export async function openPostPublishedStream(
         }
         // The consumer has taken every replayed entry so far: read the next page (backpressure: a
         // stream holds at most one page its consumer has not taken).
+        const before = read?.position;
         await readPage();
+        // Nothing new yet (reading on past dropped live entries): let the loop turn before asking again.
+        if (replaying && read?.position === before) await yieldToEventLoop();
       }
     },
     async return() {

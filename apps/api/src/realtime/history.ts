@@ -38,6 +38,12 @@ export interface SubscriptionHistory {
    */
   readAfter(orgId: string, epoch: string, position: number, limit?: number): Promise<HistoryEntry[]>;
   /**
+   * The organisation's current place: its epoch and last position (0 before any event). An
+   * organisation without a history gets one (a new epoch at position 0), so the place is a cursor
+   * every later event comes after.
+   */
+  head(orgId: string): Promise<{ epoch: string; position: number }>;
+  /**
    * Resolves once the history can be used.
    * @throws Error when it can't be reached within `timeoutMs`
    */

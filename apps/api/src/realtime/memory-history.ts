@@ -93,6 +93,11 @@ export function createMemoryHistory(limits: HistoryLimits, now: () => number = D
       const start = position + 1 - first.position;
       return ring.entries.slice(start, start + limit);
     },
+    async head(orgId) {
+      const ring = ringOf(orgId);
+      if (ring.expiresAt === Number.POSITIVE_INFINITY) ring.expiresAt = now() + limits.ttlMs;
+      return { epoch: ring.epoch, position: ring.position };
+    },
     async ready() {},
     async close() {
       rings.clear();

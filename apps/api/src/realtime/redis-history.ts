@@ -58,6 +58,18 @@ if not epoch then return {false, false, {}} end
 return {epoch, tonumber(last), redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])}
 `;
 
+/** The organisation's place, starting a history (new epoch, position 0) when there is none. */
+const HEAD_SCRIPT = `
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'position', 0)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return {epoch, tonumber(redis.call('HGET', KEYS[1], 'position'))}
+`;
+
 type RawEntries = Array<[string, string[]]>;
 
 interface HistoryCommands {
@@ -79,6 +91,13 @@ interface HistoryCommands {
     after: number,
     count: number,
   ): Promise<[string | null, number | null, RawEntries]>;
+  heraldHistoryHead(
+    meta: string,
+    history: string,
+    ids: string,
+    newEpoch: string,
+    ttlMs: number,
+  ): Promise<[string, number]>;
 }
 
 export interface RedisHistoryDeps {
@@ -111,6 +130,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
   for (const client of new Set([deps.commands, deps.reader ?? deps.commands])) {
     client.defineCommand('heraldHistoryAppend', { numberOfKeys: 4, lua: APPEND_SCRIPT });
     client.defineCommand('heraldHistoryRead', { numberOfKeys: 2, lua: READ_SCRIPT });
+    client.defineCommand('heraldHistoryHead', { numberOfKeys: 3, lua: HEAD_SCRIPT });
   }
   const commands = deps.commands as unknown as HistoryCommands;
   const reader = (deps.reader ?? deps.commands) as unknown as HistoryCommands;
@@ -310,6 +330,17 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
       };
     },
     readAfter: (orgId, epoch, position, limit) => readAfter(reader, orgId, epoch, position, limit),
+    async head(orgId) {
+      const keys = subscriptionRedisKeys(prefix, orgId);
+      const [epoch, position] = await reader.heraldHistoryHead(
+        keys.meta,
+        keys.history,
+        keys.ids,
+        randomUUID().slice(0, 8),
+        limits.ttlMs,
+      );
+      return { epoch, position: Number(position) };
+    },
     async ready() {},
     async close() {
       feeds.clear();

@@ -3,6 +3,7 @@ export {
   AFTER_VARIABLE,
   CURSOR_EXPIRED,
   createHeraldClient,
+  HEAD_QUERY,
   type HeraldClient,
   type HeraldClientOptions,
   HISTORY_UNAVAILABLE,

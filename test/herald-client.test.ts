@@ -91,6 +91,35 @@ describe('@herald/client', () => {
     expect(subscriber.errors).toEqual([]);
   }, 90_000);
 
+  it('with startAtHead, a subscription dropped before its first event misses nothing', async () => {
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    const before = await activeOn(restartable);
+    const subscriber = subscribeWithHeraldClient(
+      `ws://127.0.0.1:${restartablePort}/graphql`,
+      token,
+      ORG,
+      { baseMs: 200, maxMs: 2_000 },
+      { startAtHead: true },
+    );
+    subscribers.push(subscriber);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+
+    // Its pod goes away before any event: without a cursor it would resubscribe from "now" and miss these.
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 3; i++) await createAndPublish(other.baseUrl, writer, ORG, `before first ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('before first 3') === 1, {
+      timeoutMs: 30_000,
+    });
+    expect(subscriber.titles.filter((title) => title.startsWith('before first'))).toEqual([
+      'before first 1',
+      'before first 2',
+      'before first 3',
+    ]);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
+  }, 90_000);
+
   it('disposes cleanly while it is reconnecting to a server that is gone', async () => {
     // Nothing listens on this port: the client keeps retrying, and dispose() lands mid-retry, where
     // graphql-ws 6 rejects its own dispose() with the "All Subscriptions Gone" close event.

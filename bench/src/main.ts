@@ -12,6 +12,7 @@
  *   pnpm bench --render bench/results/results.json  # redo results.{md,svg} from the JSON
  *   pnpm bench --out /tmp/run1                   # write the results somewhere else
  *   pnpm bench --sequential                      # one scenario at a time instead of side by side
+ *   pnpm bench --scenarios resume --resume-clients 200 --resume-events 200  # resume storm (default 1000 × 1000)
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -395,10 +396,19 @@ async function main() {
         databaseUrl,
         redisUrl,
         timeoutMs: num('resume-timeout-ms', 300_000),
+        latencyEvents: num('resume-latency-events', 100),
       }).catch((error: Error) => {
         skipped.push(`resume catch-up failed: ${error.message}`);
         return null;
       });
+      if (resume?.publishLatency)
+        log(
+          `resume: publish→delivery p50 ${resume.publishLatency.toDelivery.p50} ms p99 ${resume.publishLatency.toDelivery.p99} ms (mutation answered p50 ${resume.publishLatency.publishAnswered.p50} ms); createPost p50 ${resume.publishLatency.createPost.p50} ms p99 ${resume.publishLatency.createPost.p99} ms`,
+        );
+      if (resume)
+        log(
+          `resume: ${resume.complete}/${resume.clients} complete, ${resume.eventsPerSec} events/s, all caught up in ${resume.wallMs} ms, per client p50 ${resume.clientCatchUpMs.p50} ms p99 ${resume.clientCatchUpMs.p99} ms; errors ${JSON.stringify(resume.errors)}, completed ${resume.completed}`,
+        );
     }
   }
 

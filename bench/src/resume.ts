@@ -24,6 +24,15 @@ export interface ResumeConfig {
   redisUrl: string;
   /** Give up on the catch-up after this long. */
   timeoutMs: number;
+  /** Events published one at a time to measure publish→delivery latency (0: skip). @default 100 */
+  latencyEvents?: number;
+}
+
+/** Milliseconds: median, 99th percentile, max. */
+export interface LatencyMs {
+  p50: number;
+  p99: number;
+  max: number;
 }
 
 export interface ResumeResult {
@@ -36,6 +45,16 @@ export interface ResumeResult {
   wallMs: number;
   eventsPerSec: number;
   clientCatchUpMs: { p50: number; p99: number; max: number };
+  /** `error` messages the resuming clients got, by `extensions.code` (none when all went well). */
+  errors: Record<string, number>;
+  /** `complete` messages the resuming clients got (a live subscription never completes). */
+  completed: number;
+  /**
+   * One live subscriber, posts published one at a time through `publishPost` (commit, outbox row, the
+   * history relay woken at commit, Lua append + PUBLISH, delivery): from the call to the `next` frame,
+   * and until the mutation answered; `createPost` (one write, no relay) is the same run's baseline.
+   */
+  publishLatency?: { events: number; toDelivery: LatencyMs; publishAnswered: LatencyMs; createPost: LatencyMs };
   notes: string[];
 }
 
@@ -44,12 +63,14 @@ interface Socket {
   received: number;
   lastFrame: string;
   doneAt: number | undefined;
+  error: string | undefined;
+  completed: boolean;
 }
 
 function open(url: string, token: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, 'graphql-transport-ws');
-    const socket: Socket = { ws, received: 0, lastFrame: '', doneAt: undefined };
+    const socket: Socket = { ws, received: 0, lastFrame: '', doneAt: undefined, error: undefined, completed: false };
     ws.once('error', reject);
     ws.once('open', () => ws.send(JSON.stringify({ type: 'connection_init', payload: { authToken: token } })));
     ws.once('message', (data) => {
@@ -57,6 +78,12 @@ function open(url: string, token: string): Promise<Socket> {
       else resolve(socket);
     });
   });
+}
+
+function summary(samples: number[]): LatencyMs {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0, 2);
+  return { p50: at(0.5), p99: at(0.99), max: round(sorted.at(-1) ?? 0, 2) };
 }
 
 export async function runResumeCatchUp(config: ResumeConfig): Promise<ResumeResult> {
@@ -72,22 +99,57 @@ export async function runResumeCatchUp(config: ResumeConfig): Promise<ResumeResu
   const sockets: Socket[] = [];
   try {
     const url = target.wsUrls[0]!;
-    // The cursor: the first event a first subscriber receives.
+    // A first, live subscriber: the publish→delivery latency, then the cursor (the marker event's).
     const first = await open(url, target.token);
     sockets.push(first);
-    const cursor = new Promise<string>((resolve) =>
-      first.ws.on('message', (data) => {
-        const message = JSON.parse(String(data));
-        if (message.type === 'next') resolve(message.payload.extensions.cursor);
-      }),
-    );
+    const arrivals = new Map<string, (at: number, cursor: string) => void>();
+    first.ws.on('message', (data) => {
+      const at = wallNow();
+      const message = JSON.parse(String(data));
+      if (message.type === 'next')
+        arrivals.get(message.payload.data.postPublished.title)?.(at, message.payload.extensions.cursor);
+    });
+    const arrival = (title: string) =>
+      new Promise<{ at: number; cursor: string }>((resolve) =>
+        arrivals.set(title, (at, cursor) => resolve({ at, cursor })),
+      );
     first.ws.send(
       JSON.stringify({ id: 'first', type: 'subscribe', payload: { query: QUERY, variables: { orgId: target.orgId } } }),
     );
     while ((await target.subscribed()) < 1) await new Promise((resolve) => setTimeout(resolve, 20));
+
+    const latencyEvents = config.latencyEvents ?? 100;
+    let publishLatency: ResumeResult['publishLatency'];
+    if (latencyEvents > 0) {
+      const toDelivery: number[] = [];
+      const answered: number[] = [];
+      const created: number[] = [];
+      for (const event of await target.prepareEvents(latencyEvents)) {
+        const arrived = arrival(event.title);
+        const start = wallNow();
+        await target.publish(event);
+        answered.push(wallNow() - start);
+        toDelivery.push((await arrived).at - start);
+      }
+      for (let i = 0; i < latencyEvents; i++) {
+        const start = wallNow();
+        await target.graphql('mutation($input: CreatePostInput!) { createPost(input: $input) { id } }', {
+          input: { orgId: target.orgId, title: `latency baseline ${i}`, tags: [] },
+        });
+        created.push(wallNow() - start);
+      }
+      publishLatency = {
+        events: latencyEvents,
+        toDelivery: summary(toDelivery),
+        publishAnswered: summary(answered),
+        createPost: summary(created),
+      };
+    }
+
     const [marker, ...events] = await target.prepareEvents(config.events + 1);
+    const markerArrived = arrival(marker!.title);
     await target.publish(marker!);
-    const after = await cursor;
+    const after = (await markerArrived).cursor;
     first.ws.close();
     // Lanes take events in turn; the history orders them by commit, and the count is what is checked.
     let next = 0;
@@ -111,7 +173,12 @@ export async function runResumeCatchUp(config: ResumeConfig): Promise<ResumeResu
       for (const socket of resuming) {
         socket.ws.on('message', (data) => {
           const text = String(data);
-          if (!text.includes('"type":"next"')) return;
+          if (!text.includes('"type":"next"')) {
+            const message = JSON.parse(text) as { type: string; payload?: Array<{ extensions?: { code?: string } }> };
+            if (message.type === 'error') socket.error = message.payload?.[0]?.extensions?.code ?? 'no code';
+            if (message.type === 'complete') socket.completed = true;
+            return;
+          }
           socket.received++;
           socket.lastFrame = text;
           if (socket.received === config.events) {
@@ -134,6 +201,8 @@ export async function runResumeCatchUp(config: ResumeConfig): Promise<ResumeResu
     const times = resuming.map((socket) => (socket.doneAt ?? end) - start).sort((a, b) => a - b);
     const at = (q: number) => round(times[Math.min(times.length - 1, Math.floor(q * times.length))] ?? 0, 1);
     const wallMs = end - start;
+    const errors: Record<string, number> = {};
+    for (const socket of resuming) if (socket.error) errors[socket.error] = (errors[socket.error] ?? 0) + 1;
     return {
       clients: resuming.length,
       eventsPerClient: config.events,
@@ -142,6 +211,9 @@ export async function runResumeCatchUp(config: ResumeConfig): Promise<ResumeResu
       wallMs: round(wallMs, 1),
       eventsPerSec: Math.round(delivered / (wallMs / 1000)),
       clientCatchUpMs: { p50: at(0.5), p99: at(0.99), max: round(times.at(-1) ?? 0, 1) },
+      errors,
+      completed: resuming.filter((socket) => socket.completed).length,
+      publishLatency,
       notes: [
         ...target.notes,
         `${resuming.length} sockets in this bench process subscribe with the same after cursor at once; each catches up on its own execution (no shared group before it is live)`,
@@ -159,8 +231,18 @@ export function resumeMarkdown(result: ResumeResult | null): string {
   return [
     '## Resuming subscriptions: catch-up',
     '',
-    `${result.clients} clients resume at once, ${result.eventsPerClient} events each (\`after\` a cursor): ${result.complete}/${result.clients} got every event exactly; ${result.delivered} events replayed in ${result.wallMs} ms = **${result.eventsPerSec} events/s**; time to catch up per client p50 ${result.clientCatchUpMs.p50} ms, p99 ${result.clientCatchUpMs.p99} ms, max ${result.clientCatchUpMs.max} ms.`,
+    `${result.clients} clients resume at once, ${result.eventsPerClient} events each (\`after\` a cursor): ${result.complete}/${result.clients} got every event exactly; ${result.delivered} events replayed in ${result.wallMs} ms = **${result.eventsPerSec} events/s**; time to catch up per client p50 ${result.clientCatchUpMs.p50} ms, p99 ${result.clientCatchUpMs.p99} ms, max ${result.clientCatchUpMs.max} ms. Errors: ${
+      Object.entries(result.errors ?? {})
+        .map(([code, count]) => `${count} ${code}`)
+        .join(', ') || 'none'
+    }; completed: ${result.completed ?? 0}.`,
     '',
+    ...(result.publishLatency
+      ? [
+          `Publish→delivery through the outbox and the history relay (one live subscriber, ${result.publishLatency.events} posts one at a time, \`publishPost\` call → \`next\` frame): p50 ${result.publishLatency.toDelivery.p50} ms, p99 ${result.publishLatency.toDelivery.p99} ms, max ${result.publishLatency.toDelivery.max} ms; the mutation answered after p50 ${result.publishLatency.publishAnswered.p50} ms (p99 ${result.publishLatency.publishAnswered.p99}). Same run, a write without the relay (\`createPost\`): p50 ${result.publishLatency.createPost.p50} ms, p99 ${result.publishLatency.createPost.p99} ms.`,
+          '',
+        ]
+      : []),
     `Fan-out with history on vs off: compare the \`redis\` and \`redis-history-off\` rows above (same run). Setup: ${result.notes.join('; ')}.`,
     '',
   ].join('\n');

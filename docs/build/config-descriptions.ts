@@ -63,6 +63,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   SUBSCRIPTION_HISTORY_SIZE:
     'Events kept per organisation channel for resuming subscriptions with `after`; `0` turns resuming off.',
   SUBSCRIPTION_HISTORY_TTL: "How long a channel's history is kept after its last event.",
+  SUBSCRIPTION_REPLAY_CONCURRENCY:
+    'History reads (one page of 200 events each) for resuming subscriptions at a time, per pod; more wait their turn, and clients resuming from the same cursor share reads.',
 
   WEBHOOK_TIMEOUT_MS: 'Per delivery attempt: no complete answer within it counts as a failed attempt.',
   WEBHOOK_RETRY_BASE_MS: 'First retry delay; each later one grows exponentially, with jitter.',

@@ -22,6 +22,7 @@ export function subscribeWithHeraldClient(
   token: () => string | Promise<string>,
   orgId: string,
   reconnect = { baseMs: 200, maxMs: 2_000 },
+  request: { startAtHead?: boolean } = {},
 ): AppSubscriber {
   const subscriber: AppSubscriber = {
     client: undefined as unknown as HeraldClient,
@@ -48,7 +49,7 @@ export function subscribeWithHeraldClient(
     },
   });
   subscriber.client.subscribe<{ postPublished: { title: string } }>(
-    { query: POST_PUBLISHED_RESUMABLE, variables: { orgId } },
+    { query: POST_PUBLISHED_RESUMABLE, variables: { orgId }, ...request },
     {
       next: (result) => {
         if (result.errors) subscriber.errors.push(result.errors);

@@ -71,6 +71,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     redisUrl: config.redisUrl,
     redisPrefix: config.redisPrefix,
     limits: config.subscriptionHistory,
+    replayConcurrency: config.subscriptionReplayConcurrency,
     db: database.db,
     logger,
     metrics,

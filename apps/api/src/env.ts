@@ -76,6 +76,7 @@ export const EnvSchema = z.object({
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
   SUBSCRIPTION_HISTORY_SIZE: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   SUBSCRIPTION_HISTORY_TTL: durationMs().default(3_600_000),
+  SUBSCRIPTION_REPLAY_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(4),
 
   // webhooks
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -126,6 +127,11 @@ export interface ApiConfig {
    * @default 1h). A bad value stops the process at start.
    */
   subscriptionHistory: { size: number; ttlMs: number };
+  /**
+   * `SUBSCRIPTION_REPLAY_CONCURRENCY`: history reads (one page each) for resuming subscriptions at a
+   * time per pod; more wait in turn, so a resume storm queues instead of timing Redis out. @default 4
+   */
+  subscriptionReplayConcurrency: number;
   /** Where embedded data and the generated development secret live. */
   dataDir: string;
   auth: {
@@ -206,6 +212,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
     subscriptionHistory: { size: parsed.SUBSCRIPTION_HISTORY_SIZE, ttlMs: parsed.SUBSCRIPTION_HISTORY_TTL },
+    subscriptionReplayConcurrency: parsed.SUBSCRIPTION_REPLAY_CONCURRENCY,
     dataDir: parsed.HERALD_DATA_DIR,
     auth: {
       key: parsed.JWT_SECRET

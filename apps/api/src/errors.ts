@@ -117,3 +117,18 @@ export class SubscriptionInterruptedError extends HeraldError {
     super(message, ErrorCode.SUBSCRIPTION_INTERRUPTED);
   }
 }
+
+/**
+ * The history a resuming subscription replays could not be read (Redis unreachable, or a read timed
+ * out): an `error` message with code HISTORY_UNAVAILABLE, before or during the replay. The cursor is
+ * still valid; the client subscribes again with it after a backoff (SPEC §6.1).
+ */
+export class HistoryUnavailableError extends HeraldError {
+  override readonly name = 'HistoryUnavailableError';
+  constructor() {
+    super(
+      'Subscription history temporarily unavailable: subscribe again with the same cursor after a backoff',
+      ErrorCode.HISTORY_UNAVAILABLE,
+    );
+  }
+}

@@ -6,6 +6,15 @@ import { type CursorPlace, isAfter, readCursor } from './cursor.js';
 export const CURSOR_EXPIRED = 'CURSOR_EXPIRED';
 /** `extensions.code` of a subscription the server ended because its event source failed. */
 export const SUBSCRIPTION_INTERRUPTED = 'SUBSCRIPTION_INTERRUPTED';
+/**
+ * `extensions.code` of a resume whose history could not be read now (Redis unreachable or too slow),
+ * before or during the replay: the cursor is still good, so the subscription is sent again with it.
+ */
+export const HISTORY_UNAVAILABLE = 'HISTORY_UNAVAILABLE';
+/** Asks for an organisation's current cursor (see {@link SubscribeRequest.startAtHead}). */
+export const HEAD_QUERY = 'query HeraldHead($orgId: ID!) { postPublishedCursor(orgId: $orgId) }';
+/** Codes after which a subscription is sent again, with its last cursor, after a jittered backoff. */
+const RETRYABLE_CODES: ReadonlySet<string> = new Set([SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE]);
 /** Name of the variable this library sets to the last cursor on every (re)subscribe. */
 export const AFTER_VARIABLE = 'after';
 
@@ -30,6 +39,11 @@ export interface HeraldClientOptions {
   reconnect?: { baseMs?: number; maxMs?: number };
   /** Called on every successful (re)connect, with whether it was a reconnect. For metrics and tests. */
   onConnected?: (reconnected: boolean) => void;
+  /**
+   * Called when a subscription is sent again after SUBSCRIPTION_INTERRUPTED or HISTORY_UNAVAILABLE
+   * (with the code and the delay before it). For metrics and tests.
+   */
+  onRetry?: (code: string, delayMs: number) => void;
 }
 
 export interface SubscribeRequest {
@@ -40,6 +54,12 @@ export interface SubscribeRequest {
   query: string;
   variables?: Record<string, unknown>;
   operationName?: string;
+  /**
+   * Without an `after` cursor in `variables`: first ask the server for the organisation's current
+   * cursor (`postPublishedCursor(orgId: $orgId)`, with `variables.orgId`) and subscribe after it, so
+   * that a connection dropped before the first event still resumes without missing anything.
+   */
+  startAtHead?: boolean;
 }
 
 export interface HeraldClient {
@@ -135,8 +155,11 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
             );
             return;
           }
-          if (code === SUBSCRIPTION_INTERRUPTED) {
-            retryTimer = setTimeout(start, reconnectDelayMs(interruptions++, baseMs, maxMs));
+          if (code !== undefined && RETRYABLE_CODES.has(code)) {
+            // Same cursor (`variables.after` is kept): the server replays from where this left off.
+            const delayMs = reconnectDelayMs(interruptions++, baseMs, maxMs);
+            options.onRetry?.(code, delayMs);
+            retryTimer = setTimeout(start, delayMs);
             return;
           }
           end();
@@ -149,8 +172,47 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
         },
       });
     };
+    /** Asks for the head cursor, then starts; retried like the subscription itself. */
+    const startAtHead = () => {
+      if (ended) return;
+      let cursor: unknown;
+      let errors: readonly unknown[] | undefined;
+      const retryOrFail = (error: unknown) => {
+        const code = errorCode(error);
+        if (code !== undefined && RETRYABLE_CODES.has(code)) {
+          const delayMs = reconnectDelayMs(interruptions++, baseMs, maxMs);
+          options.onRetry?.(code, delayMs);
+          retryTimer = setTimeout(startAtHead, delayMs);
+          return;
+        }
+        end();
+        sink.error(error);
+      };
+      release = graphqlWs.subscribe<{ postPublishedCursor: string | null }>(
+        { query: HEAD_QUERY, variables: { orgId: variables.orgId } },
+        {
+          next(result) {
+            errors = result.errors;
+            cursor = result.data?.postPublishedCursor;
+          },
+          error(error) {
+            if (!ended) retryOrFail(error);
+          },
+          complete() {
+            if (ended) return;
+            if (errors && errors.length > 0) return retryOrFail(errors);
+            if (typeof cursor === 'string') {
+              variables[AFTER_VARIABLE] = cursor;
+              last = readCursor(cursor);
+            }
+            start();
+          },
+        },
+      );
+    };
     active.add(stop);
-    start();
+    if (request.startAtHead && variables[AFTER_VARIABLE] == null) startAtHead();
+    else start();
     return stop;
   }
 

@@ -3,8 +3,10 @@ export {
   AFTER_VARIABLE,
   CURSOR_EXPIRED,
   createHeraldClient,
+  HEAD_QUERY,
   type HeraldClient,
   type HeraldClientOptions,
+  HISTORY_UNAVAILABLE,
   SUBSCRIPTION_INTERRUPTED,
   type SubscribeRequest,
 } from './client.js';

@@ -25,6 +25,11 @@ export const ErrorCode = {
   CURSOR_EXPIRED: 'CURSOR_EXPIRED',
   /** A live subscription ended on the server's side (its event source failed): subscribe again. */
   SUBSCRIPTION_INTERRUPTED: 'SUBSCRIPTION_INTERRUPTED',
+  /**
+   * A resuming subscription's history could not be read right now (Redis unreachable or too slow): the
+   * cursor is still good. Subscribe again with the same cursor after a backoff; never reconcile for it.
+   */
+  HISTORY_UNAVAILABLE: 'HISTORY_UNAVAILABLE',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

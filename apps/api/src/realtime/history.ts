@@ -12,8 +12,9 @@ import type { HistoryEntry, PostPublishedEventV1 } from '@herald/contracts';
  *   again (its existing entry is returned).
  * - `listen` delivers an organisation's live entries in position order, each once; once its promise
  *   resolves, every later append reaches the listener.
- * - `readAfter` returns every entry after a position, or refuses with CursorExpiredError when entries
- *   after it are gone (trimmed, expired, another epoch) or it lies in the future.
+ * - `readAfter` returns the entries after a position (all of them, or the first `limit`), or refuses with
+ *   CursorExpiredError when entries after it are gone (trimmed, expired, another epoch) or it lies in
+ *   the future. Any other error means the history can't be read right now.
  */
 export interface SubscriptionHistory {
   readonly kind: 'memory' | 'redis';
@@ -31,10 +32,17 @@ export interface SubscriptionHistory {
    */
   listen(orgId: string, listener: (entry: HistoryEntry) => void): Promise<() => void>;
   /**
-   * Entries of `orgId` after `position` of `epoch`, oldest first.
+   * Entries of `orgId` after `position` of `epoch`, oldest first: every one, or the first `limit`
+   * (fewer only when the history ends there). Replays read in pages (see replay-reads.ts).
    * @throws CursorExpiredError when they can't all be returned
    */
-  readAfter(orgId: string, epoch: string, position: number): Promise<HistoryEntry[]>;
+  readAfter(orgId: string, epoch: string, position: number, limit?: number): Promise<HistoryEntry[]>;
+  /**
+   * The organisation's current place: its epoch and last position (0 before any event). An
+   * organisation without a history gets one (a new epoch at position 0), so the place is a cursor
+   * every later event comes after.
+   */
+  head(orgId: string): Promise<{ epoch: string; position: number }>;
   /**
    * Resolves once the history can be used.
    * @throws Error when it can't be reached within `timeoutMs`

@@ -83,14 +83,20 @@ export function createMemoryHistory(limits: HistoryLimits, now: () => number = D
         rings.get(orgId)?.listeners.delete(listener);
       };
     },
-    async readAfter(orgId, epoch, position) {
+    async readAfter(orgId, epoch, position, limit = Number.POSITIVE_INFINITY) {
       const ring = ringOf(orgId);
       if (ring.epoch !== epoch) throw new CursorExpiredError('the history this cursor belongs to is gone');
       if (position > ring.position) throw new CursorExpiredError('cursor is ahead of the history');
       if (position === ring.position) return [];
       const first = ring.entries[0];
       if (!first || first.position > position + 1) throw new CursorExpiredError('cursor is older than the history');
-      return ring.entries.slice(position + 1 - first.position);
+      const start = position + 1 - first.position;
+      return ring.entries.slice(start, start + limit);
+    },
+    async head(orgId) {
+      const ring = ringOf(orgId);
+      if (ring.expiresAt === Number.POSITIVE_INFINITY) ring.expiresAt = now() + limits.ttlMs;
+      return { epoch: ring.epoch, position: ring.position };
     },
     async ready() {},
     async close() {

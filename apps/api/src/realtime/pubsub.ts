@@ -10,9 +10,12 @@ import { createHistoryRelay, type HistoryRelay } from './history-relay.js';
 import { createMemoryHistory } from './memory-history.js';
 import { toPostPublishedEvent } from './post-event.js';
 import { createRedisHistory } from './redis-history.js';
+import { createReplayReads, type ReplayReads } from './replay-reads.js';
 
 /** SPEC §3 defaults: events kept per organisation, and how long after its last event. */
 export const DEFAULT_HISTORY_LIMITS: HistoryLimits = { size: 1_000, ttlMs: 3_600_000 };
+/** `SUBSCRIPTION_REPLAY_CONCURRENCY` default: history reads for resuming subscriptions at a time, per pod. */
+export const DEFAULT_REPLAY_CONCURRENCY = 4;
 /** A history command that takes longer than this fails (the relay retries); Redis is local and fast. */
 const REDIS_COMMAND_TIMEOUT_MS = 5_000;
 /**
@@ -25,6 +28,8 @@ export interface PubSubService {
   kind: 'memory' | 'redis';
   /** Each organisation's history and live channel (SPEC §6.1). */
   history: SubscriptionHistory;
+  /** The history reads of resuming subscriptions: bounded per pod and shared (replay-reads.ts). */
+  replay: ReplayReads;
   /**
    * Hand-off after a commit that recorded `post.published` outbox events: wakes the history relay,
    * which moves them into the history and out live.
@@ -59,6 +64,8 @@ export interface PubSubDeps {
   redisPrefix?: string;
   /** `SUBSCRIPTION_HISTORY_SIZE` / `SUBSCRIPTION_HISTORY_TTL`. @default 1000 events, 1 h */
   limits?: HistoryLimits;
+  /** `SUBSCRIPTION_REPLAY_CONCURRENCY`. @default {@link DEFAULT_REPLAY_CONCURRENCY} */
+  replayConcurrency?: number;
   /** The outbox the history relay reads; without it, only `publishPostPublished` feeds the history. */
   db?: Kysely<Database>;
   logger: Logger;
@@ -89,6 +96,14 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
       connectionName: 'herald-api-publish',
     });
+    // Replays read on their own connection: a resume storm's replies never queue the appends.
+    const reader = createRedisClient(deps.redisUrl, {
+      lazyConnect: false,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+      connectionName: 'herald-api-replay',
+    });
     const subscriber = createRedisClient(
       deps.redisUrl,
       {
@@ -100,10 +115,11 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       // Redis Cluster: one SSUBSCRIBE connection per master (sharded pub/sub, see redis-history.ts).
       { shardedSubscribers: true },
     );
-    connections = [commands, subscriber];
+    connections = [commands, reader, subscriber];
     subscriberClient = subscriber;
     for (const [name, client] of [
       ['publish', commands],
+      ['replay', reader],
       ['subscribe', subscriber],
     ] as const) {
       client.on('error', (error: Error) => logger.warn({ err: error, connection: name }, 'redis connection error'));
@@ -116,12 +132,17 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     );
     history = createRedisHistory({
       commands,
+      reader,
       subscriber,
       prefix: deps.redisPrefix ?? DEFAULT_REDIS_PREFIX,
       limits,
       logger,
     });
   }
+  const replay = createReplayReads(history, {
+    concurrency: deps.replayConcurrency ?? DEFAULT_REPLAY_CONCURRENCY,
+    logger,
+  });
   const relay: HistoryRelay | undefined = deps.db
     ? createHistoryRelay({ db: deps.db, history, logger, metrics })
     : undefined;
@@ -129,6 +150,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   return {
     kind: deps.redisUrl ? 'redis' : 'memory',
     history,
+    replay,
     async committed() {
       if (!relay) return;
       let timer: NodeJS.Timeout | undefined;

@@ -22,7 +22,7 @@ import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './histor
  * what it missed.
  */
 
-/** Entries read per XRANGE page when replaying. */
+/** Entries read per XRANGE at most: one script call stays small and quick whatever is asked. */
 const READ_PAGE_SIZE = 500;
 
 const APPEND_SCRIPT = `
@@ -58,6 +58,18 @@ if not epoch then return {false, false, {}} end
 return {epoch, tonumber(last), redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])}
 `;
 
+/** The organisation's place, starting a history (new epoch, position 0) when there is none. */
+const HEAD_SCRIPT = `
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'position', 0)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return {epoch, tonumber(redis.call('HGET', KEYS[1], 'position'))}
+`;
+
 type RawEntries = Array<[string, string[]]>;
 
 interface HistoryCommands {
@@ -79,11 +91,23 @@ interface HistoryCommands {
     after: number,
     count: number,
   ): Promise<[string | null, number | null, RawEntries]>;
+  heraldHistoryHead(
+    meta: string,
+    history: string,
+    ids: string,
+    newEpoch: string,
+    ttlMs: number,
+  ): Promise<[string, number]>;
 }
 
 export interface RedisHistoryDeps {
   /** Commands (scripts); fails fast while Redis is down. */
   commands: RedisClient;
+  /**
+   * Replay reads (`readAfter`), on a connection of their own so a resume storm never queues the
+   * appends (live publishes) behind its replies; fails fast while Redis is down. @default commands
+   */
+  reader?: RedisClient;
   /** Subscriber connection: re-subscribes by itself after a reconnect. */
   subscriber: RedisClient;
   prefix: string;
@@ -103,11 +127,13 @@ interface Feed {
 
 export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory {
   const { prefix, limits, logger } = deps;
-  for (const client of [deps.commands]) {
+  for (const client of new Set([deps.commands, deps.reader ?? deps.commands])) {
     client.defineCommand('heraldHistoryAppend', { numberOfKeys: 4, lua: APPEND_SCRIPT });
     client.defineCommand('heraldHistoryRead', { numberOfKeys: 2, lua: READ_SCRIPT });
+    client.defineCommand('heraldHistoryHead', { numberOfKeys: 3, lua: HEAD_SCRIPT });
   }
   const commands = deps.commands as unknown as HistoryCommands;
+  const reader = (deps.reader ?? deps.commands) as unknown as HistoryCommands;
   // Redis Cluster: sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis ≥ 7). The live channel carries the org's
   // `{orgId}` hash tag like its history keys, so the script publishes on the shard that owns them and
   // only pods subscribed there hear it, instead of every message crossing the cluster bus to every node.
@@ -192,7 +218,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     try {
       let missed: HistoryEntry[];
       try {
-        missed = await readAfter(feed.orgId, last.epoch, last.position);
+        missed = await readAfter(commands, feed.orgId, last.epoch, last.position);
       } catch (error) {
         if (!(error instanceof CursorExpiredError)) throw error;
         // The history was lost meanwhile (Redis restarted empty): everything in the new one is new here.
@@ -202,7 +228,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
           0,
           1,
         );
-        missed = epoch && epoch !== last.epoch ? await readAfter(feed.orgId, epoch, 0) : [];
+        missed = epoch && epoch !== last.epoch ? await readAfter(commands, feed.orgId, epoch, 0) : [];
         if (missed.length === 0)
           logger.warn({ orgId: feed.orgId }, 'live subscribers missed events no longer in the history');
       }
@@ -215,17 +241,19 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
     }
   }
 
-  async function readAfter(orgId: string, epoch: string, position: number): Promise<HistoryEntry[]> {
+  async function readAfter(
+    client: HistoryCommands,
+    orgId: string,
+    epoch: string,
+    position: number,
+    limit = Number.POSITIVE_INFINITY,
+  ): Promise<HistoryEntry[]> {
     const keys = subscriptionRedisKeys(prefix, orgId);
     const entries: HistoryEntry[] = [];
     let after = position;
     for (;;) {
-      const [currentEpoch, last, raw] = await commands.heraldHistoryRead(
-        keys.history,
-        keys.meta,
-        after,
-        READ_PAGE_SIZE,
-      );
+      const count = Math.min(READ_PAGE_SIZE, limit - entries.length);
+      const [currentEpoch, last, raw] = await client.heraldHistoryRead(keys.history, keys.meta, after, count);
       if (currentEpoch !== epoch || last === null)
         throw new CursorExpiredError('the history this cursor belongs to is gone');
       if (after > last) throw new CursorExpiredError('cursor is ahead of the history');
@@ -238,7 +266,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
       }
       entries.push(...page);
       after = page[page.length - 1]?.position ?? after;
-      if (page.length < READ_PAGE_SIZE || after >= last) return entries;
+      if (page.length < count || after >= last || entries.length >= limit) return entries;
     }
   }
 
@@ -322,7 +350,18 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         }
       };
     },
-    readAfter,
+    readAfter: (orgId, epoch, position, limit) => readAfter(reader, orgId, epoch, position, limit),
+    async head(orgId) {
+      const keys = subscriptionRedisKeys(prefix, orgId);
+      const [epoch, position] = await reader.heraldHistoryHead(
+        keys.meta,
+        keys.history,
+        keys.ids,
+        randomUUID().slice(0, 8),
+        limits.ttlMs,
+      );
+      return { epoch, position: Number(position) };
+    },
     async ready() {},
     async close() {
       feeds.clear();

@@ -214,6 +214,40 @@ describe('resuming postPublished across pods', () => {
   });
 });
 
+describe('postPublishedCursor: a cursor before the first event', () => {
+  const HEAD = 'query($orgId: ID!) { postPublishedCursor(orgId: $orgId) }';
+
+  it('resumes from the moment it was asked, also for an organisation without any event yet, on any pod', async () => {
+    const org = `org-${randomUUID()}`;
+    const token = await podA.token({ sub: 'writer', name: 'Writer', orgs: [org] });
+    const empty = await podA.graphql(HEAD, { orgId: org }, token);
+    expect(empty.body.errors).toBeUndefined();
+    const head = empty.body.data.postPublishedCursor as string;
+    expect(decodeCursor(head, org).position).toBe(0);
+    // Published before anyone subscribed: a client holding only the head cursor still gets them.
+    await publishVia(podB.app, token, org, 'first');
+    await publishVia(podA.app, token, org, 'second');
+    const resumed = subscribe(podB.wsUrl, token, { orgId: org, after: head });
+    await until('the replay', () => resumed.events.length === 2);
+    const later = await podA.graphql(HEAD, { orgId: org }, token);
+    const laterHead = later.body.data.postPublishedCursor as string;
+    expect(decodeCursor(laterHead, org).position).toBe(2);
+    const fromLater = subscribe(wsA, token, { orgId: org, after: laterHead });
+    await publishVia(podA.app, token, org, 'third');
+    await until('the live event', () => resumed.events.length === 3 && fromLater.events.length === 1);
+    expect(resumed.titles()).toEqual(['first', 'second', 'third']);
+    expect(fromLater.titles()).toEqual(['third']);
+    expect(resumed.errors).toEqual([]);
+    await Promise.all([resumed.dispose(), fromLater.dispose()]);
+  });
+
+  it("is refused for an organisation you don't belong to", async () => {
+    const outsider = await podA.token({ sub: 'outsider', name: 'Outsider', orgs: ['org-other'] });
+    const refused = await podA.graphql(HEAD, { orgId: `org-${randomUUID()}` }, outsider);
+    expect(refused.body.errors?.[0]?.extensions?.code).toBe('FORBIDDEN');
+  });
+});
+
 describe('cursors the server cannot honour: an error message with CURSOR_EXPIRED, no stream', () => {
   let org: string;
   let token: string;

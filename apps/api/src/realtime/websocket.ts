@@ -338,11 +338,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
 
 /**
  * A subscription refused before its stream existed. graphql-ws would send that as `next` + `complete`;
- * a refused cursor must be an `error` message (SPEC §6.1) so clients don't take it for a normal end,
- * so it becomes a stream that fails at once (graphql-ws answers with `error`, keeping the code).
+ * a refused cursor, or a history that can't be read now, must be an `error` message (SPEC §6.1) so
+ * clients don't take it for a normal end, so it becomes a stream that fails at once (graphql-ws
+ * answers with `error`, keeping the code).
  */
 function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterableIterator<ExecutionResult> {
-  const expired = result.errors?.find((error) => error.extensions?.code === ErrorCode.CURSOR_EXPIRED);
+  const expired = result.errors?.find(
+    (error) =>
+      error.extensions?.code === ErrorCode.CURSOR_EXPIRED || error.extensions?.code === ErrorCode.HISTORY_UNAVAILABLE,
+  );
   if (!expired) return result;
   const failing: AsyncIterableIterator<ExecutionResult> = {
     [Symbol.asyncIterator]: () => failing,

@@ -1,6 +1,6 @@
 import { isMemberOf } from '@herald/auth';
 import { findPostById, insertPostWithAuthor, listPostsByOrg, type Post } from '@herald/db';
-import { BadUserInputError, NotFoundError } from '../errors.js';
+import { BadUserInputError, HistoryUnavailableError, NotFoundError } from '../errors.js';
 import { loadersFor } from '../loaders.js';
 import { publishPostWithWebhook } from '../post-published-webhook.js';
 import { encodeCursor } from '../realtime/cursor.js';
@@ -67,6 +67,25 @@ builder.queryFields((t) => ({
     resolve: async (_root, { id }, context) => {
       const post = await findPostById(context.db, String(id));
       return post && isMemberOf(context.viewer, post.org_id) ? post : null;
+    },
+  }),
+  postPublishedCursor: t.field({
+    type: 'String',
+    nullable: true,
+    description:
+      "The cursor of the organisation's latest event (0 events: the start of its history). Subscribe to `postPublished` with it as `after` and you receive every event published from now on, even if the connection drops before the first one. Null when resuming is turned off.",
+    authScopes: (_root, args) => ({ viewer: true, orgMember: String(args.orgId) }),
+    args: { orgId: t.arg.id({ required: true }) },
+    resolve: async (_root, { orgId }, context) => {
+      const { history } = context.pubsub;
+      if (!history.enabled) return null;
+      let head: { epoch: string; position: number };
+      try {
+        head = await history.head(String(orgId));
+      } catch {
+        throw new HistoryUnavailableError();
+      }
+      return encodeCursor({ orgId: String(orgId), ...head });
     },
   }),
   posts: t.field({
@@ -160,7 +179,7 @@ builder.subscriptionFields((t) => ({
     },
     subscribe: async (_root, { orgId, tags, after }, context) => {
       const org = String(orgId);
-      const events = await openPostPublishedStream(context.pubsub.history, org, after);
+      const events = await openPostPublishedStream(context.pubsub, org, after);
       // Defence in depth: the channel is per organisation, but never hand over another tenant's post.
       const wanted = tags && tags.length > 0 ? new Set(tags) : undefined;
       return filterStream(

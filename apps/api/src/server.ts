@@ -16,6 +16,7 @@ import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
+import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
 import { useTextInputGuard } from './plugins/use-text-input-guard.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
@@ -95,6 +96,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useWebSocketOnlySubscriptions() as Plugin,
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
+    useRequestBodyLimit(config.http.maxRequestBodyBytes),
   ];
 
   const yoga = createYoga<Record<string, unknown>, Context>({
@@ -105,7 +107,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     graphiql: config.graphql.graphiql ? { title: 'Herald', subscriptionsProtocol: 'WS' } : false,
     // GraphiQL bundled into the page (no CDN), so it works offline, as `pnpm start` promises.
     renderGraphiQL,
-    maxRequestBodySize: config.http.maxRequestBodyBytes,
+    // Enforced by useRequestBodyLimit (same 413), which skips Yoga's per-request stream when the
+    // length is declared.
+    maxRequestBodySize: false,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),

@@ -28,6 +28,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'PostgreSQL URL. Unset: embedded mode with PGlite in `HERALD_DATA_DIR` (one process only). Migrations run at start.',
   'dispatcher:DATABASE_URL': 'PostgreSQL URL: the same database as the API.',
   DATABASE_POOL_MAX: 'Most PostgreSQL connections this process opens.',
+  DATABASE_PREPARED_STATEMENTS:
+    'Send queries with parameters as named prepared statements (parsed and planned once per connection). Set `false` behind a PgBouncer in transaction mode older than 1.21.',
   REDIS_URL:
     'Redis for pub/sub across pods and the webhook work stream: `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`. Needs `DATABASE_URL`; unset keeps pub/sub in memory (one pod).',
   'dispatcher:REDIS_URL':

@@ -43,6 +43,7 @@ export const EnvSchema = z.object({
   // storage
   DATABASE_URL: postgresUrl.optional(),
   DATABASE_POOL_MAX: positiveInt.default(10),
+  DATABASE_PREPARED_STATEMENTS: z.stringbool().default(true),
   REDIS_URL: redisUrl().optional(),
   HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
   HERALD_CONSOLE_DIR: z.string().min(1).optional(),
@@ -195,7 +196,12 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       drainDelayMs: parsed.SHUTDOWN_DRAIN_DELAY_MS ?? (mode === 'embedded' ? 0 : DEFAULT_DRAIN_DELAY_MS),
     },
     database: parsed.DATABASE_URL
-      ? { kind: 'postgres', url: parsed.DATABASE_URL, poolMax: parsed.DATABASE_POOL_MAX }
+      ? {
+          kind: 'postgres',
+          url: parsed.DATABASE_URL,
+          poolMax: parsed.DATABASE_POOL_MAX,
+          preparedStatements: parsed.DATABASE_PREPARED_STATEMENTS,
+        }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,

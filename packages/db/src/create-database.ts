@@ -6,6 +6,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { withPreparedStatements } from './prepared-statements.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -23,7 +24,17 @@ const PING_TIMEOUT_MS = 2_000;
 
 export type DatabaseConfig =
   /** PostgreSQL server; each query takes a pooled connection and gives it back at once. */
-  | { kind: 'postgres'; url: string; poolMax?: number }
+  | {
+      kind: 'postgres';
+      url: string;
+      poolMax?: number;
+      /**
+       * Send statements with parameters as named prepared statements (see prepared-statements.ts). Keep
+       * it off behind a PgBouncer in transaction mode older than 1.21, which can't keep them.
+       * @default false (the API turns it on: DATABASE_PREPARED_STATEMENTS)
+       */
+      preparedStatements?: boolean;
+    }
   /**
    * Embedded PostgreSQL (PGlite, WebAssembly) stored in `dataDir`, or in memory for `memory://`.
    * One process only: two processes must never open the same directory.
@@ -77,7 +88,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    dialect = new PostgresDialect({ pool });
+    dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(pool) : pool });
   } else {
     dialect = new PGliteDialect(embedded!);
   }

@@ -48,6 +48,26 @@ export async function findPostById(db: Kysely<Database>, id: string): Promise<Po
   return db.selectFrom('posts').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
+/**
+ * Every column of `posts`, for statements that name them rather than `posts.*`: a statement without a
+ * `*` is prepared once per connection (prepared-statements.ts), and keeps its shape when a later
+ * migration adds a column.
+ */
+export const POST_COLUMNS = [
+  'id',
+  'org_id',
+  'author_id',
+  'title',
+  'tags',
+  'status',
+  'created_at',
+  'published_at',
+  'seq',
+] as const satisfies ReadonlyArray<keyof Post>;
+/** A column added to `PostsTable` must be added to POST_COLUMNS too: this fails to compile otherwise. */
+const everyPostColumn: [Exclude<keyof Post, (typeof POST_COLUMNS)[number]>] extends [never] ? true : never = true;
+void everyPostColumn;
+
 export interface PostPageQuery {
   orgId: string;
   /** Only posts older than this `seq` (the `after` cursor). */
@@ -70,7 +90,7 @@ export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery)
   let select = db
     .selectFrom('posts')
     .innerJoin('users', 'users.id', 'posts.author_id')
-    .selectAll('posts')
+    .select(POST_COLUMNS.map((column) => `posts.${column}` as const))
     .select('users.name as author_name')
     .where('posts.org_id', '=', query.orgId);
   if (query.afterSeq != null) select = select.where('posts.seq', '<', query.afterSeq);

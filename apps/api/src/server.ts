@@ -1,11 +1,12 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
 import type { ConsoleAssets } from './console-assets.js';
-import { type Context, createContextBuilder } from './context.js';
+import { type Context, createContextBuilder, type TransportContext } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { maskError } from './mask-error.js';
@@ -101,6 +102,9 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
     useRequestBodyLimit(config.http.maxRequestBodyBytes),
+    // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document, cached);
+    // WebSocket operations keep graphql-js (the shared subscription execution is built on it).
+    useGraphQlJit({}, { enableIf: (args) => (args.contextValue as TransportContext).transport !== 'websocket' }),
     // Last: it must see every validation rule the plugins above add.
     useValidationCache(),
   ];

@@ -79,6 +79,14 @@ describe('loadApiConfig', () => {
     expect(config.webhooks.allowPrivateUrls).toBe(false);
   });
 
+  it('prepares statements on PostgreSQL unless DATABASE_PREPARED_STATEMENTS=false (PgBouncer < 1.21)', () => {
+    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    expect(loadApiConfig(base).database).toMatchObject({ preparedStatements: true });
+    expect(loadApiConfig({ ...base, DATABASE_PREPARED_STATEMENTS: 'false' }).database).toMatchObject({
+      preparedStatements: false,
+    });
+  });
+
   it('refuses REDIS_URL without DATABASE_URL with one line naming REDIS_URL', () => {
     const lines = configError({ REDIS_URL: 'redis://redis.internal:6379', JWT_SECRET: SECRET });
     expect(lines).toHaveLength(1);

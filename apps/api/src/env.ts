@@ -44,6 +44,7 @@ export const EnvSchema = z.object({
   DATABASE_URL: postgresUrl.optional(),
   DATABASE_POOL_MAX: positiveInt.default(10),
   DATABASE_QUERY_TIMEOUT_MS: z.coerce.number().int().min(0).default(DEFAULT_QUERY_TIMEOUT_MS),
+  DATABASE_PREPARED_STATEMENTS: z.stringbool().default(true),
   REDIS_URL: redisUrl().optional(),
   HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
   HERALD_CONSOLE_DIR: z.string().min(1).optional(),
@@ -207,6 +208,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
           url: parsed.DATABASE_URL,
           poolMax: parsed.DATABASE_POOL_MAX,
           queryTimeoutMs: parsed.DATABASE_QUERY_TIMEOUT_MS,
+          preparedStatements: parsed.DATABASE_PREPARED_STATEMENTS,
         }
       : { kind: 'embedded', dataDir: `${parsed.HERALD_DATA_DIR}/pgdata` },
     redisUrl: parsed.REDIS_URL,

@@ -4,6 +4,7 @@ import {
   insertOutboxEvent,
   newWebhookEventId,
   OUTBOX_NOTIFY_CHANNEL,
+  POST_COLUMNS,
   type Post,
   type PublishResult,
 } from '@herald/db';
@@ -55,6 +56,9 @@ export async function recordPostPublishedWebhook(trx: Transaction<Database>, pos
   });
 }
 
+/** The post's columns by name, not `*`: the statement is then prepared once per connection. */
+const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)));
+
 /**
  * Publishes a draft and records its `post.published` webhook event in ONE statement (one round trip,
  * atomic: the outbox row exists exactly when the publication does). The draft's row is updated only
@@ -79,7 +83,7 @@ export async function publishPostWithWebhook(
     with published as (
       update posts set status = 'PUBLISHED', published_at = ${publishedAt}
       where id = ${id} and org_id = any(${[...orgIds]}::text[]) and status = 'DRAFT'
-      returning *
+      returning ${POST_COLUMN_LIST}
     ), recorded as (
       insert into webhook_outbox (id, org_id, type, body, created_at)
       select ${eventId}, p.org_id, ${POST_PUBLISHED_EVENT},
@@ -92,7 +96,7 @@ export async function publishPostWithWebhook(
       from published p join users u on u.id = p.author_id
     )
     -- The same wake-up insertOutboxEvent sends: delivered at commit, so dispatchers fan out at once.
-    select p.*, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified from published p
+    select ${POST_COLUMN_LIST}, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified from published p
   `.execute(db);
   if (rows[0]) {
     const { _notified, ...post } = rows[0];

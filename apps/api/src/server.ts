@@ -1,10 +1,11 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
 import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
 import type { ConsoleAssets } from './console-assets.js';
-import { type Context, createContextBuilder } from './context.js';
+import { type Context, createContextBuilder, type TransportContext } from './context.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { maskError } from './mask-error.js';
@@ -15,8 +16,10 @@ import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
+import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
 import { useTextInputGuard } from './plugins/use-text-input-guard.js';
+import { useValidationCache } from './plugins/use-validation-cache.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
@@ -71,22 +74,25 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useRequestLogging(logger),
     useMetricsEndpoint(deps.metrics.registry),
     useConsole({ assets: deps.console?.assets, devToken: deps.console?.devToken }),
-    useReadinessCheck({
-      endpoint: READINESS_PATH,
-      // 503 while draining, while PostgreSQL does not answer (bounded by the ping's timeout) and while
-      // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
-      check: async () => {
-        if (draining) return unready('draining');
-        if (!deps.pubsub.readiness) return unready('redis unreachable');
-        try {
-          await database.ping();
-          return true;
-        } catch (error) {
-          logger.warn({ err: error }, 'readiness: database unreachable');
-          return unready('database unreachable');
-        }
-      },
-    }),
+    onlyOnPath(
+      READINESS_PATH,
+      useReadinessCheck({
+        endpoint: READINESS_PATH,
+        // 503 while draining, while PostgreSQL does not answer (bounded by the ping's timeout) and while
+        // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
+        check: async () => {
+          if (draining) return unready('draining');
+          if (!deps.pubsub.readiness) return unready('redis unreachable');
+          try {
+            await database.ping();
+            return true;
+          } catch (error) {
+            logger.warn({ err: error }, 'readiness: database unreachable');
+            return unready('database unreachable');
+          }
+        },
+      }),
+    ),
     useCSRFPrevention({ requestHeaders: CSRF_HEADERS }),
     ...useDocumentLimits(config.graphql),
     useIntrospectionPolicy(config.graphql.introspection),
@@ -94,6 +100,12 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useWebSocketOnlySubscriptions() as Plugin,
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
+    useRequestBodyLimit(config.http.maxRequestBodyBytes),
+    // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document, cached);
+    // WebSocket operations keep graphql-js (the shared subscription execution is built on it).
+    useGraphQlJit({}, { enableIf: (args) => (args.contextValue as TransportContext).transport !== 'websocket' }),
+    // Last: it must see every validation rule the plugins above add.
+    useValidationCache(),
   ];
 
   const yoga = createYoga<Record<string, unknown>, Context>({
@@ -105,7 +117,11 @@ export function createServer(deps: ServerDeps): HeraldServer {
     // GraphiQL bundled into the page (no CDN), so it works offline, as `pnpm start` promises. Loaded on
     // the first GraphiQL request: that page is ~30 MB of heap an idle server would otherwise carry.
     renderGraphiQL: async (options) => (await import('@graphql-yoga/render-graphiql')).renderGraphiQL(options),
-    maxRequestBodySize: config.http.maxRequestBodyBytes,
+    // Enforced by useRequestBodyLimit (same 413), which skips Yoga's per-request stream when the
+    // length is declared.
+    maxRequestBodySize: false,
+    // Parse cache: Yoga's. Validation cache: useValidationCache (same keys, cheaper per request).
+    parserAndValidationCache: { validationCache: false },
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),
@@ -141,6 +157,22 @@ export function createServer(deps: ServerDeps): HeraldServer {
     },
     get draining() {
       return draining;
+    },
+  };
+}
+
+/**
+ * `plugin` with its `onRequest` run only for requests whose path ends with `path`. Yoga's readiness
+ * check matches every request against a URLPattern after its cheap checks fail (~2 % of a request's
+ * CPU); the cheap checks are the same: the URL ends with the path, or the pathname is the path.
+ */
+function onlyOnPath(path: string, plugin: Plugin): Plugin {
+  const { onRequest } = plugin;
+  if (!onRequest) return plugin;
+  return {
+    ...plugin,
+    onRequest(payload) {
+      if (payload.request.url.endsWith(path) || payload.url.pathname === path) return onRequest(payload);
     },
   };
 }

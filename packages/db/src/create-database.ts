@@ -8,6 +8,7 @@ import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
 import { poolWithQueryTimeout } from './query-timeout.js';
+import { withPreparedStatements } from './prepared-statements.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -40,6 +41,11 @@ export type DatabaseConfig =
        * @default DEFAULT_QUERY_TIMEOUT_MS
        */
       queryTimeoutMs?: number;
+       * Send statements with parameters as named prepared statements (see prepared-statements.ts). Keep
+       * it off behind a PgBouncer in transaction mode older than 1.21, which can't keep them.
+       * @default false (the API turns it on: DATABASE_PREPARED_STATEMENTS)
+       */
+      preparedStatements?: boolean;
     }
   /**
    * Embedded PostgreSQL (PGlite, WebAssembly) stored in `dataDir`, or in memory for `memory://`.
@@ -94,9 +100,8 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    dialect = new PostgresDialect({
-      pool: poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool,
-    });
+    const timed = poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool;
+    dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(timed) : timed });
   } else {
     dialect = new PGliteDialect(embedded!);
   }

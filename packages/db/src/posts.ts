@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import { CompiledQuery, type Kysely, sql, type Transaction } from 'kysely';
 import type { Database, Post } from './database.js';
 
 export interface NewPostInput {
@@ -48,6 +48,26 @@ export async function findPostById(db: Kysely<Database>, id: string): Promise<Po
   return db.selectFrom('posts').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
+/**
+ * Every column of `posts`, for statements that name them rather than `posts.*`: a statement without a
+ * `*` is prepared once per connection (prepared-statements.ts), and keeps its shape when a later
+ * migration adds a column.
+ */
+export const POST_COLUMNS = [
+  'id',
+  'org_id',
+  'author_id',
+  'title',
+  'tags',
+  'status',
+  'created_at',
+  'published_at',
+  'seq',
+] as const satisfies ReadonlyArray<keyof Post>;
+/** A column added to `PostsTable` must be added to POST_COLUMNS too: this fails to compile otherwise. */
+const everyPostColumn: [Exclude<keyof Post, (typeof POST_COLUMNS)[number]>] extends [never] ? true : never = true;
+void everyPostColumn;
+
 export interface PostPageQuery {
   orgId: string;
   /** Only posts older than this `seq` (the `after` cursor). */
@@ -67,19 +87,27 @@ export type PostWithAuthor = Post & { author_name: string };
  * author's name from the same query: a page costs one round trip, authors included.
  */
 export async function listPostsByOrg(db: Kysely<Database>, query: PostPageQuery): Promise<PostWithAuthor[]> {
-  let select = db
-    .selectFrom('posts')
-    .innerJoin('users', 'users.id', 'posts.author_id')
-    .selectAll('posts')
-    .select('users.name as author_name')
-    .where('posts.org_id', '=', query.orgId);
-  if (query.afterSeq != null) select = select.where('posts.seq', '<', query.afterSeq);
-  if (query.beforeSeq != null) select = select.where('posts.seq', '>', query.beforeSeq);
-  return select
-    .orderBy('posts.seq', query.inverted ? 'asc' : 'desc')
-    .limit(query.limit)
-    .execute();
+  // The hottest read of the API (issue 15): written as its SQL text rather than built and compiled by
+  // Kysely's query builder on every request (~5 % of a `posts` request's CPU). Four texts in all, each
+  // prepared once per connection.
+  const parameters: unknown[] = [query.orgId];
+  let text = POST_PAGE_SELECT;
+  if (query.afterSeq != null) {
+    parameters.push(query.afterSeq);
+    text += ` and "posts"."seq" < $${parameters.length}`;
+  }
+  if (query.beforeSeq != null) {
+    parameters.push(query.beforeSeq);
+    text += ` and "posts"."seq" > $${parameters.length}`;
+  }
+  parameters.push(query.limit);
+  text += ` order by "posts"."seq" ${query.inverted ? 'asc' : 'desc'} limit $${parameters.length}`;
+  const { rows } = await db.executeQuery<PostWithAuthor>(CompiledQuery.raw(text, parameters));
+  return rows;
 }
+
+/** The page query up to its optional keyset bounds: every post column and the author's name. */
+const POST_PAGE_SELECT = `select ${POST_COLUMNS.map((column) => `"posts"."${column}"`).join(', ')}, "users"."name" as "author_name" from "posts" inner join "users" on "users"."id" = "posts"."author_id" where "posts"."org_id" = $1`;
 
 export interface PublishResult {
   post: Post;

@@ -46,9 +46,14 @@ export function poolWithQueryTimeout(pool: pg.Pool, timeoutMs: number): DialectP
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
       const wrapped = Object.create(client) as pg.PoolClient;
       wrapped.query = ((text: unknown, values?: unknown) => {
-        // Cursors (streaming) and config objects pass through untouched.
-        if (typeof text !== 'string' || exempt.getStore()) return query(text, values);
-        return query({ text, values, query_timeout: timeoutMs }).catch((error: unknown) => {
+        if (exempt.getStore()) return query(text, values);
+        let config: pg.QueryConfig & { query_timeout: number };
+        if (typeof text === 'string') config = { text, values: values as unknown[], query_timeout: timeoutMs };
+        // A `{ name, text, values }` config (prepared-statements.ts) keeps its name and gets the deadline.
+        else if (isQueryConfig(text)) config = { ...text, query_timeout: timeoutMs };
+        // Cursors (streaming: `submit`) pass through untouched.
+        else return query(text, values);
+        return query(config).catch((error: unknown) => {
           if (error instanceof Error && error.message === QUERY_TIMEOUT_MESSAGE) timedOut = error;
           throw error;
         });
@@ -57,4 +62,13 @@ export function poolWithQueryTimeout(pool: pg.Pool, timeoutMs: number): DialectP
       return wrapped;
     },
   };
+}
+
+function isQueryConfig(value: unknown): value is pg.QueryConfig {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { text?: unknown }).text === 'string' &&
+    typeof (value as { submit?: unknown }).submit !== 'function'
+  );
 }

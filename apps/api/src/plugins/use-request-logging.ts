@@ -29,6 +29,8 @@ export function useRequestLogging(logger: Logger): Plugin {
       const entry = loggers.get(request);
       if (!entry) return;
       response.headers.set(REQUEST_ID_HEADER, entry.requestId);
+      // At `warn` and above the access line is never written: don't parse the URL for it.
+      if (!logger.isLevelEnabled('info')) return;
       const url = new URL(request.url);
       if (url.pathname === '/health' || url.pathname === '/readiness') return;
       entry.log.info(

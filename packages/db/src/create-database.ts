@@ -7,8 +7,8 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
-import { poolWithQueryTimeout } from './query-timeout.js';
 import { withPreparedStatements } from './prepared-statements.js';
+import { poolWithQueryTimeout } from './query-timeout.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -41,6 +41,7 @@ export type DatabaseConfig =
        * @default DEFAULT_QUERY_TIMEOUT_MS
        */
       queryTimeoutMs?: number;
+      /**
        * Send statements with parameters as named prepared statements (see prepared-statements.ts). Keep
        * it off behind a PgBouncer in transaction mode older than 1.21, which can't keep them.
        * @default false (the API turns it on: DATABASE_PREPARED_STATEMENTS)

@@ -103,7 +103,10 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useRequestBodyLimit(config.http.maxRequestBodyBytes),
     // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document, cached);
     // WebSocket operations keep graphql-js (the shared subscription execution is built on it).
-    useGraphQlJit({}, { enableIf: (args) => (args.contextValue as TransportContext).transport !== 'websocket' }),
+    useGraphQlJit(
+      {},
+      { enableIf: (args) => (args.contextValue as TransportContext).transport !== 'websocket' },
+    ) as Plugin,
     // Last: it must see every validation rule the plugins above add.
     useValidationCache(),
   ];

@@ -45,7 +45,7 @@ export function useValidationCache(): Plugin {
       }
       const results = byDocument;
       return ({ result }) => {
-        if (result != null) results.set(documentAST, result);
+        if (result != null) results.set(documentAST, result as readonly GraphQLError[]);
       };
     },
   };

@@ -128,6 +128,7 @@ describe.concurrent('pnpm bench, smoke size', () => {
     expectEveryFrameRight(result);
   });
 
+  // Three pods and nginx: on a loaded 2-core machine their set-up alone can take most of a minute.
   it("Herald three pods behind deploy/'s nginx: nginx spreads the sockets over every pod, every frame checked", async () => {
     const target = await startNginxTarget({
       databaseUrl: inject('databaseUrl'),
@@ -148,7 +149,7 @@ describe.concurrent('pnpm bench, smoke size', () => {
     } finally {
       await target.stop();
     }
-  });
+  }, 180_000);
 });
 
 describe('pnpm bench token-verify section, smoke size', () => {

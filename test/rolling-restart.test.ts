@@ -72,12 +72,26 @@ describe('rolling restart behind nginx', () => {
 
     const published: string[] = [];
     let victim = -1;
+    /**
+     * Publishes through a pod that is not restarting. The victim can change while a publish is being
+     * sent to it: a refused connection committed nothing, so it goes to the next pod instead (bounded).
+     */
+    const publishAvoidingVictim = async (n: number, title: string) => {
+      for (let attempt = 0; ; attempt++) {
+        const through = pods[(victim + 1 + ((n + attempt) % 2)) % 3]!; // never the pod being restarted
+        try {
+          return await createAndPublish(through.baseUrl, writer, ORG, title);
+        } catch (error) {
+          const refused = (error as { cause?: { code?: string } }).cause?.code === 'ECONNREFUSED';
+          if (!refused || attempt >= 5) throw error;
+        }
+      }
+    };
     let publishing = true;
     const publisher = (async () => {
       for (let n = 1; publishing && n <= MAX_POSTS; n++) {
-        const through = pods[(victim + 1 + (n % 2)) % 3]!; // never the pod being restarted
         const title = `post ${n}`;
-        const result = await createAndPublish(through.baseUrl, writer, ORG, title);
+        const result = await publishAvoidingVictim(n, title);
         if (result.errors) throw new Error(`publish failed: ${JSON.stringify(result.errors)}`);
         published.push(title);
         await new Promise((resolve) => setTimeout(resolve, PUBLISH_INTERVAL_MS));

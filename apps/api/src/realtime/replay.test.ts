@@ -195,6 +195,27 @@ describe('a long replay shares the event loop', () => {
   });
 });
 
+describe('the head of a history', () => {
+  for (const kind of ['memory', 'redis'] as const) {
+    it(`${kind}: starts a history for an organisation without one, and every later event comes after it`, async () => {
+      const service =
+        kind === 'redis'
+          ? await pod(inject('redisUrl'))
+          : createPubSubService({ redisUrl: undefined, logger, metrics: createApiMetrics() });
+      if (kind === 'memory') opened.push(service);
+      const orgId = `org-${randomUUID()}`;
+      const head = await service.history.head(orgId);
+      expect(head.position).toBe(0);
+      const [first, second] = await publish(service, orgId, 2);
+      expect(first?.epoch).toBe(head.epoch);
+      expect((await service.history.readAfter(orgId, head.epoch, head.position)).map((e) => e.position)).toEqual([
+        1, 2,
+      ]);
+      expect(await service.history.head(orgId)).toEqual({ epoch: second?.epoch, position: 2 });
+    });
+  }
+});
+
 describe('many replays at once', () => {
   it('all complete, with never more reads running than the concurrency bound', async () => {
     const service = await pod(inject('redisUrl'));

@@ -220,6 +220,7 @@ describe('postPublishedCursor: a cursor before the first event', () => {
   it('resumes from the moment it was asked, also for an organisation without any event yet, on any pod', async () => {
     const org = `org-${randomUUID()}`;
     const token = await podA.token({ sub: 'writer', name: 'Writer', orgs: [org] });
+    const [activeA, activeB] = [await active(podA.app), await active(podB.app)];
     const empty = await podA.graphql(HEAD, { orgId: org }, token);
     expect(empty.body.errors).toBeUndefined();
     const head = empty.body.data.postPublishedCursor as string;
@@ -239,6 +240,9 @@ describe('postPublishedCursor: a cursor before the first event', () => {
     expect(fromLater.titles()).toEqual(['third']);
     expect(resumed.errors).toEqual([]);
     await Promise.all([resumed.dispose(), fromLater.dispose()]);
+    // Gone on the server too before the next test counts subscriptions.
+    await until('the subscriptions to end', async () => (await active(podA.app)) === activeA);
+    await until('the subscriptions to end', async () => (await active(podB.app)) === activeB);
   });
 
   it("is refused for an organisation you don't belong to", async () => {

@@ -13,6 +13,15 @@ describe('shouldStartAgain', () => {
     expect(shouldStartAgain(droppedSchema, [], 2)).toBe(true);
   });
 
+  it('also starts again when the catalog read met a table or column dropped under it', () => {
+    const droppedColumn = Object.assign(new Error('column "timestamp" of relation "kysely_migration" does not exist'), {
+      code: '42703',
+    });
+    expect(shouldStartAgain(droppedColumn, [], 1)).toBe(true);
+    expect(shouldStartAgain(Object.assign(new Error('relation gone'), { code: '42P01' }), [], 1)).toBe(true);
+    expect(shouldStartAgain(droppedColumn, ran, 1)).toBe(false);
+  });
+
   it('gives up after three attempts', () => {
     expect(shouldStartAgain(droppedSchema, [], 3)).toBe(false);
   });

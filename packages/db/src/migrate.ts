@@ -36,17 +36,22 @@ async function migrate(db: Kysely<any>): Promise<MigrationResult[]> {
   }
 }
 
-/** PostgreSQL's invalid_schema_name. */
-const INVALID_SCHEMA_NAME = '3F000';
+/**
+ * What Kysely's catalog read fails with when another session drops a schema meanwhile: invalid_schema_name,
+ * or undefined_column / undefined_table from `pg_get_serial_sequence`, which the introspector calls for
+ * every column of every schema (seen: `column "timestamp" of relation "kysely_migration" does not exist`,
+ * another test run's table dropped under the read).
+ */
+const CATALOG_RACE_CODES = new Set(['3F000', '42703', '42P01']);
 /** How often a migration run is started again after losing a race with a concurrent schema drop. */
 const CATALOG_RACE_ATTEMPTS = 3;
 
 /**
  * Whether a failed migration run may simply be started again: Kysely's introspection reads the catalog of
- * every schema, and a schema another session drops at that moment fails the read with 3F000 before
+ * every schema, and a schema another session drops at that moment fails the read (CATALOG_RACE_CODES) before
  * anything was migrated. That read is safe to repeat, a bounded number of times; nothing else is.
  */
 export function shouldStartAgain(error: unknown, results: readonly MigrationResult[], attempt: number): boolean {
   const code = (error as { code?: string } | null)?.code;
-  return code === INVALID_SCHEMA_NAME && results.length === 0 && attempt < CATALOG_RACE_ATTEMPTS;
+  return code !== undefined && CATALOG_RACE_CODES.has(code) && results.length === 0 && attempt < CATALOG_RACE_ATTEMPTS;
 }

@@ -16,16 +16,18 @@ export interface PendingPostEvent {
 
 /**
  * Runs `work` while holding this schema's history-relay lock (waiting for it), so one relay at a time
- * across pods moves events into the history, in order.
+ * across pods moves events into the history, in order. The transaction commits without waiting for its
+ * WAL flush (the marks are idempotent to lose).
  */
 export async function withHistoryRelayLock<T>(
   db: Kysely<Database>,
   work: (trx: Transaction<Database>) => Promise<T>,
 ): Promise<T> {
   return db.transaction().execute(async (trx) => {
-    await sql`select pg_advisory_xact_lock(hashtext(current_schema() || ':herald-subscription-history-relay'))`.execute(
-      trx,
-    );
+    // Without a WAL flush at commit: a mark lost in a crash only makes the next pass append the event
+    // again, and the history drops an event id it already holds.
+    await sql`select pg_advisory_xact_lock(hashtext(current_schema() || ':herald-subscription-history-relay')),
+      set_config('synchronous_commit', 'off', true)`.execute(trx);
     return work(trx);
   });
 }

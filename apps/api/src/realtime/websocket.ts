@@ -213,7 +213,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         metrics.activeSubscriptions.inc();
         const withCursor = withCursors(result, context);
         if (!root.share) return onEnd(withCursor, decrementActive);
-        const stream = groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming);
+        // The member reports its own end: no EndWatcher (and its per-`next` closures) around it.
+        const stream = groups.join(
+          root.share.key,
+          root.share.member,
+          withCursor,
+          context,
+          root.share.resuming,
+          decrementActive,
+        );
         if (!root.share.resuming) {
           // graphql-ws keeps these args until the subscription ends, but a grouped member that is not
           // catching up never executes: the group runs on its first member's context. Dropping this
@@ -222,7 +230,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           args.contextValue = undefined;
           args.rootValue = undefined;
         }
-        return onEnd(stream, decrementActive);
+        return stream;
       },
       onNext(ctx, _id, _payload, args) {
         const { socket } = ctx.extra;

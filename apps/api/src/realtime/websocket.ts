@@ -287,29 +287,6 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     }
   }
 
-  /** Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. */
-  function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
-    if (expiresAt === undefined) return;
-    if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
-    state.expiresAt = expiresAt;
-    clearTimeout(state.expiryTimer);
-    const remainingMs = expiresAt * 1000 - Date.now();
-    if (remainingMs <= 0) {
-      extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
-      return;
-    }
-    state.expiryTimer = setTimeout(
-      () => {
-        if (remainingMs > MAX_TIMER_MS) {
-          state.expiresAt = undefined;
-          scheduleExpiry(extra, state, expiresAt);
-        } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
-      },
-      Math.min(remainingMs, MAX_TIMER_MS),
-    );
-    state.expiryTimer.unref();
-  }
-
   return {
     async close() {
       const sockets = [...wss.clients];
@@ -342,6 +319,32 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       return groups.size;
     },
   };
+}
+
+/**
+ * Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. The
+ * timer calls a module function with arguments rather than a closure per socket.
+ */
+function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
+  if (expiresAt === undefined) return;
+  if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
+  state.expiresAt = expiresAt;
+  clearTimeout(state.expiryTimer);
+  const remainingMs = expiresAt * 1000 - Date.now();
+  if (remainingMs <= 0) {
+    extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+    return;
+  }
+  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, MAX_TIMER_MS), extra, state, expiresAt);
+  state.expiryTimer.unref();
+}
+
+/** The expiry timer fired: closes the socket, or re-arms a timer capped at Node's maximum. */
+function onExpiryTimer(extra: Extra, state: SocketState, expiresAt: number) {
+  if (expiresAt * 1000 - Date.now() > 0) {
+    state.expiresAt = undefined;
+    scheduleExpiry(extra, state, expiresAt);
+  } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
 }
 
 /**

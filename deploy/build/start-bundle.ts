@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { isBuiltin } from 'node:module';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -58,10 +58,11 @@ export async function buildStartBundle(): Promise<{ inputs: number }> {
     sourcemap: 'linked',
     sourcesContent: false,
     metafile: true,
+    write: false,
     logLevel: 'warning',
     plugins: [installedFiles()],
   };
-  const [main] = await Promise.all([
+  const [main, worker] = await Promise.all([
     build({ ...common, entryPoints: { main: 'apps/api/src/main.ts' }, outdir: START_BUNDLE_DIR }),
     build({
       ...common,
@@ -71,7 +72,19 @@ export async function buildStartBundle(): Promise<{ inputs: number }> {
     }),
   ]);
   const inputs = Object.keys(main.metafile?.inputs ?? {}).filter((input) => !input.startsWith('node_modules/'));
-  writeFileSync(INPUTS_FILE, `${JSON.stringify(inputs, null, 2)}\n`);
+  // Each file is replaced by a rename (atomic), the bundle itself last: a start (or a second build)
+  // running meanwhile sees the old set or the new one, never a half-written file.
+  mkdirSync(START_BUNDLE_DIR, { recursive: true });
+  const files = [...(worker.outputFiles ?? []), ...(main.outputFiles ?? [])].map(
+    (file) => [file.path, file.contents] as const,
+  );
+  files.push([INPUTS_FILE, Buffer.from(`${JSON.stringify(inputs, null, 2)}\n`)]);
+  files.sort(([a], [b]) => Number(a === START_BUNDLE) - Number(b === START_BUNDLE));
+  for (const [path, contents] of files) {
+    const temporary = `${path}.${process.pid}.tmp`;
+    writeFileSync(temporary, contents);
+    renameSync(temporary, path);
+  }
   return { inputs: inputs.length };
 }
 

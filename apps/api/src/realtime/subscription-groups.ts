@@ -79,6 +79,8 @@ export interface SubscriptionGroups {
     stream: AsyncIterable<ExecutionResult>,
     context: Context,
     resuming?: boolean,
+    /** Called once when the subscription ends, for any reason (done, failed, left). */
+    onEnd?: () => void,
   ): AsyncIterableIterator<ExecutionResult>;
   /** Number of live groups (for tests and metrics). */
   readonly size: number;
@@ -124,9 +126,17 @@ class Member implements AsyncIterableIterator<ExecutionResult> {
   group: Group | undefined = undefined;
   /** Events at or before this were delivered to the member before it joined. */
   skipThrough: Position | undefined = undefined;
-  /** What `next()` returns once in the group, and how to settle it (a rejected promise: a failure). */
+  /** Set once it entered a group: `next()` then waits for the end. */
+  private joined = false;
+  /**
+   * What `next()` returns once in the group, made when graphql-ws first waits (it always does, at once),
+   * and how to settle it; `outcome` keeps an end that came before anyone waited (an error: a failure).
+   */
   private finished: Promise<IteratorResult<never>> | undefined = undefined;
   private settle: ((value: IteratorResult<never> | Promise<never>) => void) | undefined = undefined;
+  private outcome: Error | true | undefined = undefined;
+  /** Called once when the subscription ends, for any reason; undefined once called. */
+  private onEnd: (() => void) | undefined;
   /** While catching up: its own stream, its context, and the last event it delivered. */
   private own: AsyncIterator<ExecutionResult> | undefined;
   private context: Context | undefined;
@@ -140,11 +150,13 @@ class Member implements AsyncIterableIterator<ExecutionResult> {
     id: string,
     own: AsyncIterator<ExecutionResult>,
     context: Context,
+    onEnd: (() => void) | undefined,
   ) {
     this.head = `{"id":${JSON.stringify(id)}`;
     this.headBytes = Buffer.byteLength(this.head);
     this.own = own;
     this.context = context;
+    this.onEnd = onEnd;
   }
 
   [Symbol.asyncIterator]() {
@@ -187,20 +199,41 @@ class Member implements AsyncIterableIterator<ExecutionResult> {
   private enter(group: Group, skipThrough: Position | undefined) {
     this.group = group;
     this.skipThrough = skipThrough;
-    this.finished = new Promise<IteratorResult<never>>((resolve) => {
-      this.settle = resolve;
-    });
-    // Nobody may be waiting when the group fails after the member left: keep that from being unhandled.
-    this.finished.catch(() => {});
+    this.joined = true;
     group.members.add(this);
   }
 
   /** The group ended (`error` set: it failed); called by the group, which forgets its members itself. */
   end(error?: Error) {
     this.group = undefined;
+    this.ended();
     const settle = this.settle;
     this.settle = undefined;
-    settle?.(error ? Promise.reject(error) : { done: true, value: undefined });
+    if (settle) settle(error ? Promise.reject(error) : { done: true, value: undefined });
+    else if (this.outcome === undefined) this.outcome = error ?? true;
+  }
+
+  /** Reports the end once (the caller's active-subscription count). */
+  private ended() {
+    const onEnd = this.onEnd;
+    this.onEnd = undefined;
+    onEnd?.();
+  }
+
+  /**
+   * What graphql-ws waits on while the member is in the group. Made on demand rather than at joining:
+   * a promise made earlier would need a handler of its own (no one may be waiting yet when it fails).
+   */
+  private waitForEnd(): Promise<IteratorResult<never>> {
+    if (this.finished) return this.finished;
+    const outcome = this.outcome;
+    if (outcome === true) this.finished = Promise.resolve({ done: true, value: undefined });
+    else if (outcome) this.finished = Promise.reject(outcome);
+    else
+      this.finished = new Promise<IteratorResult<never>>((resolve) => {
+        this.settle = resolve;
+      });
+    return this.finished;
   }
 
   /** Leaves the group (client `complete`, socket closed); the group's stream stops with its last member. */
@@ -218,12 +251,19 @@ class Member implements AsyncIterableIterator<ExecutionResult> {
   }
 
   next(): Promise<IteratorResult<ExecutionResult>> {
-    if (this.finished || this.tryJoin()) return this.finished as Promise<IteratorResult<never>>;
+    if (this.joined || this.tryJoin()) return this.waitForEnd();
     return this.nextOwn();
   }
 
   private async nextOwn(): Promise<IteratorResult<ExecutionResult>> {
-    const result = await (this.own as AsyncIterator<ExecutionResult>).next();
+    let result: IteratorResult<ExecutionResult>;
+    try {
+      result = await (this.own as AsyncIterator<ExecutionResult>).next();
+    } catch (error) {
+      this.ended();
+      throw error;
+    }
+    if (result.done) this.ended();
     const event = this.context?.event;
     if (!result.done && event) {
       this.lastYielded = { epoch: event.epoch, position: event.position };
@@ -234,6 +274,7 @@ class Member implements AsyncIterableIterator<ExecutionResult> {
 
   async return(): Promise<IteratorResult<ExecutionResult>> {
     this.leave();
+    this.ended();
     const own = this.own;
     this.own = undefined;
     this.context = undefined;
@@ -400,8 +441,8 @@ export function createSubscriptionGroups(deps: {
       if (!isShareable(document)) return undefined;
       return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;
     },
-    join(key, { socket, id }, stream, context, resuming = false) {
-      const member = new Member(registry, key, socket, id, stream[Symbol.asyncIterator](), context);
+    join(key, { socket, id }, stream, context, resuming = false, onEnd = undefined) {
+      const member = new Member(registry, key, socket, id, stream[Symbol.asyncIterator](), context, onEnd);
       if (!resuming) member.joinNow();
       return member;
     },

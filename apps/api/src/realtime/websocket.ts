@@ -213,7 +213,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         metrics.activeSubscriptions.inc();
         const withCursor = withCursors(result, context);
         if (!root.share) return onEnd(withCursor, decrementActive);
-        const stream = groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming);
+        // The member reports its own end: no EndWatcher (and its per-`next` closures) around it.
+        const stream = groups.join(
+          root.share.key,
+          root.share.member,
+          withCursor,
+          context,
+          root.share.resuming,
+          decrementActive,
+        );
         if (!root.share.resuming) {
           // graphql-ws keeps these args until the subscription ends, but a grouped member that is not
           // catching up never executes: the group runs on its first member's context. Dropping this
@@ -222,7 +230,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           args.contextValue = undefined;
           args.rootValue = undefined;
         }
-        return onEnd(stream, decrementActive);
+        return stream;
       },
       onNext(ctx, _id, _payload, args) {
         const { socket } = ctx.extra;
@@ -279,29 +287,6 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     }
   }
 
-  /** Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. */
-  function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
-    if (expiresAt === undefined) return;
-    if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
-    state.expiresAt = expiresAt;
-    clearTimeout(state.expiryTimer);
-    const remainingMs = expiresAt * 1000 - Date.now();
-    if (remainingMs <= 0) {
-      extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
-      return;
-    }
-    state.expiryTimer = setTimeout(
-      () => {
-        if (remainingMs > MAX_TIMER_MS) {
-          state.expiresAt = undefined;
-          scheduleExpiry(extra, state, expiresAt);
-        } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
-      },
-      Math.min(remainingMs, MAX_TIMER_MS),
-    );
-    state.expiryTimer.unref();
-  }
-
   return {
     async close() {
       const sockets = [...wss.clients];
@@ -334,6 +319,32 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       return groups.size;
     },
   };
+}
+
+/**
+ * Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. The
+ * timer calls a module function with arguments rather than a closure per socket.
+ */
+function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
+  if (expiresAt === undefined) return;
+  if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
+  state.expiresAt = expiresAt;
+  clearTimeout(state.expiryTimer);
+  const remainingMs = expiresAt * 1000 - Date.now();
+  if (remainingMs <= 0) {
+    extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+    return;
+  }
+  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, MAX_TIMER_MS), extra, state, expiresAt);
+  state.expiryTimer.unref();
+}
+
+/** The expiry timer fired: closes the socket, or re-arms a timer capped at Node's maximum. */
+function onExpiryTimer(extra: Extra, state: SocketState, expiresAt: number) {
+  if (expiresAt * 1000 - Date.now() > 0) {
+    state.expiresAt = undefined;
+    scheduleExpiry(extra, state, expiresAt);
+  } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
 }
 
 /**

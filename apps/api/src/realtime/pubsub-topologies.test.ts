@@ -101,15 +101,22 @@ describe('REDIS_URL=redis+sentinel://… (master and replica behind a sentinel)'
     expect(await deliver(podA, podB, 15_000)).toMatchObject({ title: 'Across the topology' });
     // Every sentinel pod's connections (this test's and the one before's) now live on the promoted replica.
     const pods = opened.filter((pod) => pod.redisUrl === sentinel.url).length;
+    // Idle connections (the previous test's pods) notice the crash on their own reconnect schedule, so
+    // they may arrive after this test's delivery did: wait for them, bounded.
     const promoted = new Redis({ port: replica, host: '127.0.0.1', password: sentinel.password });
     try {
-      const clients = String(await promoted.client('LIST'));
-      expect(clients.match(/name=herald-api-publish /g)?.length).toBe(pods);
-      expect(clients.match(/name=herald-api-subscribe /g)?.length).toBe(pods);
+      const count = async (name: string) =>
+        String(await promoted.client('LIST')).match(new RegExp(`name=${name} `, 'g'))?.length ?? 0;
+      for (const deadline = Date.now() + 15_000; Date.now() < deadline; ) {
+        if ((await count('herald-api-publish')) === pods && (await count('herald-api-subscribe')) === pods) break;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      expect(await count('herald-api-publish')).toBe(pods);
+      expect(await count('herald-api-subscribe')).toBe(pods);
     } finally {
       promoted.disconnect();
     }
-  }, 40_000);
+  }, 60_000);
 
   it('refuses to become ready when no sentinel answers', async () => {
     await expect(service('redis+sentinel://127.0.0.1:1/herald').ready(300)).rejects.toThrow(/REDIS_URL/);

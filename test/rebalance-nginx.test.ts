@@ -128,7 +128,17 @@ describe('socket rebalancing through nginx', () => {
       timeoutMs: 60_000,
       intervalMs: 200,
     });
-    const settled = await perPod();
+    // The rebalancer may still be shedding its last few sockets (a reconnect in flight is on no pod):
+    // wait, bounded, for every client to be on a pod again with the spread still even.
+    let settled: number[] = [];
+    await waitFor(
+      'every client on a pod, evenly spread',
+      async () => {
+        settled = await perPod();
+        return sum(settled) === CLIENTS && even(settled);
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
+    ).catch(() => {});
 
     const reconnects = clients.reduce((total, client) => total + client.reconnects, 0);
     console.log(

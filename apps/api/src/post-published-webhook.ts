@@ -1,15 +1,13 @@
 import { POST_PUBLISHED_EVENT } from '@herald/contracts';
 import {
   type Database,
-  insertOutboxEvent,
   newWebhookEventId,
   OUTBOX_NOTIFY_CHANNEL,
   POST_COLUMNS,
   type Post,
   type PublishResult,
 } from '@herald/db';
-import type { WebhookEvent } from '@herald/webhooks';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 
 /** `data` of a `post.published` webhook: the post as the API shows it (SPEC §5, §7). */
 export interface PostPublishedWebhookData {
@@ -22,40 +20,6 @@ export interface PostPublishedWebhookData {
   author: { id: string; name: string };
 }
 
-/**
- * Writes the `post.published` webhook event to the outbox inside the transaction that published the
- * post, so the event exists exactly when the publication committed. The dispatcher delivers it.
- */
-export async function recordPostPublishedWebhook(trx: Transaction<Database>, post: Post): Promise<void> {
-  const author = await trx
-    .selectFrom('users')
-    .select(['id', 'name'])
-    .where('id', '=', post.author_id)
-    .executeTakeFirstOrThrow();
-  const created = new Date();
-  const event: WebhookEvent<PostPublishedWebhookData> = {
-    id: newWebhookEventId(),
-    type: POST_PUBLISHED_EVENT,
-    created: created.toISOString(),
-    data: {
-      id: post.id,
-      orgId: post.org_id,
-      title: post.title,
-      tags: post.tags,
-      status: 'PUBLISHED',
-      publishedAt: (post.published_at ?? created).toISOString(),
-      author: { id: author.id, name: author.name },
-    },
-  };
-  await insertOutboxEvent(trx, {
-    id: event.id,
-    orgId: post.org_id,
-    type: event.type,
-    body: JSON.stringify(event),
-    createdAt: created,
-  });
-}
-
 /** The post's columns by name, not `*`: the statement is then prepared once per connection. */
 const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)));
 
@@ -63,9 +27,8 @@ const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)))
  * Publishes a draft and records its `post.published` webhook event in ONE statement (one round trip,
  * atomic: the outbox row exists exactly when the publication does). The draft's row is updated only
  * while it is still a draft, so of two concurrent publishes the second waits for the first's row lock,
- * finds it published, and announces nothing (the same guarantee as `publishPostInTransaction`). The
- * event body is the same `{id, type, created, data}` object as `recordPostPublishedWebhook`'s, with
- * `data` serialised by PostgreSQL (`json_build_object`).
+ * finds it published, and announces nothing. The event body is the `{id, type, created, data}` envelope
+ * of every webhook event, with `data` ({@link PostPublishedWebhookData}) serialised by PostgreSQL (`json_build_object`).
  * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
  * @returns undefined when no post with this id exists in those organisations
  */

@@ -5,7 +5,7 @@ import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, publishPostInTransaction } from './posts.js';
+import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg } from './posts.js';
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
@@ -121,26 +121,6 @@ describe.each(backends)('data layer on $name', ({ open }) => {
     });
     const loader = createAuthorLoader(db);
     expect(await loader.load('newcomer')).toEqual({ id: 'newcomer', name: 'Renamed' });
-  });
-
-  it('publishes a draft once; a second publish changes nothing', async () => {
-    await upsertUser(db, { id: 'pub', name: 'P' });
-    const draft = await insertPost(db, { orgId: 'org-pub', authorId: 'pub', title: 'Draft', tags: [] });
-    const first = await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-pub']));
-    expect(first?.published).toBe(true);
-    expect(first?.post.status).toBe('PUBLISHED');
-    expect(first?.post.published_at).toBeInstanceOf(Date);
-    const second = await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-pub']));
-    expect(second?.published).toBe(false);
-    expect(second?.post.published_at).toEqual(first?.post.published_at);
-  });
-
-  it('publishing a post of an organisation outside the allowed ones finds nothing and changes nothing', async () => {
-    await upsertUser(db, { id: 'pub2', name: 'P' });
-    const draft = await insertPost(db, { orgId: 'org-b', authorId: 'pub2', title: 'B', tags: [] });
-    expect(await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, ['org-a']))).toBeUndefined();
-    expect(await db.transaction().execute((trx) => publishPostInTransaction(trx, draft.id, []))).toBeUndefined();
-    expect((await findPostById(db, draft.id))?.status).toBe('DRAFT');
   });
 
   it('loads the authors of many posts with one query', async () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { CompiledQuery, type Kysely, sql, type Transaction } from 'kysely';
+import { CompiledQuery, type Kysely, sql } from 'kysely';
 import type { Database, Post } from './database.js';
 
 export interface NewPostInput {
@@ -113,34 +113,4 @@ export interface PublishResult {
   post: Post;
   /** False when the post was already published: nothing changed and no event is due. */
   published: boolean;
-}
-
-/**
- * Marks a draft published inside `trx`, locking the row so two concurrent publishes of the same post
- * announce it once. Events caused by the change are written by the caller in the same transaction.
- * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
- * @returns undefined when no post with this id exists in those organisations
- */
-export async function publishPostInTransaction(
-  trx: Transaction<Database>,
-  id: string,
-  orgIds: readonly string[],
-): Promise<PublishResult | undefined> {
-  if (orgIds.length === 0) return undefined;
-  const current = await trx
-    .selectFrom('posts')
-    .selectAll()
-    .where('id', '=', id)
-    .where('org_id', 'in', [...orgIds])
-    .forUpdate()
-    .executeTakeFirst();
-  if (!current) return undefined;
-  if (current.status === 'PUBLISHED') return { post: current, published: false };
-  const post = await trx
-    .updateTable('posts')
-    .set({ status: 'PUBLISHED', published_at: new Date() })
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirstOrThrow();
-  return { post, published: true };
 }

@@ -1,0 +1,109 @@
+import {
+  createDatabase,
+  type Database,
+  findPostById,
+  type HeraldDatabase,
+  insertPost,
+  migrateToLatest,
+  upsertUser,
+} from '@herald/db';
+import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { Kysely } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { publishPostWithWebhook } from './post-published-webhook.js';
+
+// publishPost's one statement: the post becomes PUBLISHED and its `post.published` outbox row exists in the
+// same commit, exactly once, on PostgreSQL and on the embedded PGlite.
+
+const backends = [
+  {
+    name: 'PostgreSQL',
+    open: async () => {
+      const schema = await createTestSchema(inject('databaseUrl'));
+      return { database: await createDatabase({ kind: 'postgres', url: schema.url }), schema };
+    },
+  },
+  {
+    name: 'embedded PGlite',
+    open: async () => ({
+      database: await createDatabase({ kind: 'embedded', dataDir: 'memory://' }),
+      schema: undefined as TestSchema | undefined,
+    }),
+  },
+];
+
+describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
+  let database: HeraldDatabase;
+  let schema: TestSchema | undefined;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    ({ database, schema } = await open());
+    db = database.db;
+    await migrateToLatest(db);
+  });
+
+  afterAll(async () => {
+    await database.close();
+    await schema?.drop();
+  });
+
+  const outboxOf = (postId: string) =>
+    db
+      .selectFrom('webhook_outbox')
+      .select(['org_id', 'type', 'body'])
+      .execute()
+      .then((rows) => rows.filter((row) => JSON.parse(row.body).data.id === postId));
+
+  it('publishes a draft once with one post.published outbox row; a second publish changes nothing', async () => {
+    await upsertUser(db, { id: 'pub', name: 'Pat' });
+    const draft = await insertPost(db, { orgId: 'org-pub', authorId: 'pub', title: 'Draft', tags: ['x'] });
+    const first = await publishPostWithWebhook(db, draft.id, ['org-pub']);
+    expect(first?.published).toBe(true);
+    expect(first?.post.status).toBe('PUBLISHED');
+    expect(first?.post.published_at).toBeInstanceOf(Date);
+    const second = await publishPostWithWebhook(db, draft.id, ['org-pub']);
+    expect(second?.published).toBe(false);
+    expect(second?.post.published_at).toEqual(first?.post.published_at);
+
+    const rows = await outboxOf(draft.id);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ org_id: 'org-pub', type: 'post.published' });
+    const event = JSON.parse(rows[0]!.body);
+    expect(event).toMatchObject({
+      type: 'post.published',
+      data: {
+        id: draft.id,
+        orgId: 'org-pub',
+        title: 'Draft',
+        tags: ['x'],
+        status: 'PUBLISHED',
+        publishedAt: first?.post.published_at?.toISOString(),
+        author: { id: 'pub', name: 'Pat' },
+      },
+    });
+    expect(event.id).toMatch(/^evt_/);
+  });
+
+  it('finds nothing and changes nothing for a post outside the allowed organisations', async () => {
+    await upsertUser(db, { id: 'pub2', name: 'P' });
+    const draft = await insertPost(db, { orgId: 'org-b', authorId: 'pub2', title: 'B', tags: [] });
+    expect(await publishPostWithWebhook(db, draft.id, ['org-a'])).toBeUndefined();
+    expect(await publishPostWithWebhook(db, draft.id, [])).toBeUndefined();
+    expect((await findPostById(db, draft.id))?.status).toBe('DRAFT');
+    expect(await outboxOf(draft.id)).toEqual([]);
+  });
+
+  // PGlite has one connection: publishes cannot overlap there.
+  const concurrently = name === 'PostgreSQL' ? it : () => {};
+  concurrently('of two concurrent publishes, exactly one announces the post', async () => {
+    await upsertUser(db, { id: 'pub3', name: 'P' });
+    const draft = await insertPost(db, { orgId: 'org-c', authorId: 'pub3', title: 'Race', tags: [] });
+    const results = await Promise.all([
+      publishPostWithWebhook(db, draft.id, ['org-c']),
+      publishPostWithWebhook(db, draft.id, ['org-c']),
+    ]);
+    expect(results.map((result) => result?.published).sort()).toEqual([false, true]);
+    expect(await outboxOf(draft.id)).toHaveLength(1);
+  });
+});

@@ -91,7 +91,10 @@ export async function createPostTx(pool: pg.Pool, viewer: TokenClaims, orgId: st
 /**
  * `publishPost`: mark the draft published and write its `post.published` outbox row (author read by a
  * join) in one statement, as Herald does (`publishPostWithWebhook`); a post that is not a draft is read
- * back. @returns undefined for an unknown id (or another org's)
+ * back. The baselines share Herald's schema, so their rows are written as already taken by the history
+ * relay and the webhook engine (`historied_at`, `dispatched_at`): otherwise Herald's relay and in-process
+ * engine would move thousands of baseline events during Herald's own trials and every Herald publish would
+ * wait behind them. @returns undefined for an unknown id (or another org's)
  */
 export async function publishPostTx(pool: pg.Pool, viewer: TokenClaims, id: string) {
   const publishedAt = new Date();
@@ -104,13 +107,13 @@ export async function publishPostTx(pool: pg.Pool, viewer: TokenClaims, id: stri
         where id = $2 and org_id = any($3::text[]) and status = 'DRAFT'
         returning *
       ), recorded as (
-        insert into webhook_outbox (id, org_id, type, body, created_at)
+        insert into webhook_outbox (id, org_id, type, body, created_at, historied_at, dispatched_at)
         select $4, p.org_id, 'post.published',
           $5 || json_build_object(
             'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
             'publishedAt', $6::text, 'author', json_build_object('id', u.id, 'name', u.name)
           )::text || '}',
-          $1
+          $1, $1, $1
         from published p join users u on u.id = p.author_id
       )
       select * from published`,

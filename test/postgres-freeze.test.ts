@@ -1,39 +1,34 @@
-import { randomUUID } from 'node:crypto';
-import { signToken } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, isDatabaseUnavailableError } from '@herald/db';
-import { createOwnDatabase, type OwnDatabase } from '@herald/testing';
-import { freePort, waitFor } from '@herald/testing/ports';
+import { waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ApiProcess, startApiProcess } from './support/api-process.js';
+import { type ApiOnOwnPostgres, POSTS_QUERY as POSTS, startApiOnOwnPostgres } from './support/api-on-own-postgres.js';
+import type { ApiProcess } from './support/api-process.js';
 import { postGraphql } from './support/graphql-http.js';
-import { type OwnPostgres, ownPostgres } from './support/postgres-cluster.js';
+import type { OwnPostgres } from './support/postgres-cluster.js';
 
 // A PostgreSQL server that stops answering without closing its connections (SIGSTOP: a hung host, a
 // partition that drops packets). TCP keep-alive sees nothing, statement_timeout is never enforced: only
 // the client-side query deadline (DATABASE_QUERY_TIMEOUT_MS) turns the hang into a clear 503.
 
 const JWT_SECRET = 'postgres-freeze-test-secret-0123456789abcdef';
-const ORG = `org-${randomUUID()}`;
 const QUERY_TIMEOUT_MS = 2_000;
-const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 5) { edges { node { id } } } }';
 
+let setup: ApiOnOwnPostgres | undefined;
 let cluster: OwnPostgres;
-let own: OwnDatabase;
 let api: ApiProcess;
 let database: HeraldDatabase;
 let token: string;
+let ORG: string;
 
 beforeAll(async () => {
-  cluster = await ownPostgres(await freePort());
-  await cluster.start();
-  own = await createOwnDatabase(cluster.url);
-  token = await signToken(JWT_SECRET, { sub: 'writer', name: 'Writer', orgs: [ORG] });
-  api = await startApiProcess({
-    DATABASE_URL: own.url,
-    JWT_SECRET,
-    DATABASE_QUERY_TIMEOUT_MS: String(QUERY_TIMEOUT_MS),
+  setup = await startApiOnOwnPostgres(JWT_SECRET, { DATABASE_QUERY_TIMEOUT_MS: String(QUERY_TIMEOUT_MS) });
+  ({ cluster, api, token, orgId: ORG } = setup);
+  database = await createDatabase({
+    kind: 'postgres',
+    url: setup.own.url,
+    poolMax: 2,
+    queryTimeoutMs: QUERY_TIMEOUT_MS,
   });
-  database = await createDatabase({ kind: 'postgres', url: own.url, poolMax: 2, queryTimeoutMs: QUERY_TIMEOUT_MS });
 }, 180_000);
 
 const select = (n: number) => database.db.selectNoFrom((eb) => eb.val(n).as('n')).execute();
@@ -41,8 +36,7 @@ const select = (n: number) => database.db.selectNoFrom((eb) => eb.val(n).as('n')
 afterAll(async () => {
   await cluster?.thaw().catch(() => {});
   await database?.close();
-  await api?.stop('SIGTERM');
-  await cluster?.cleanup();
+  await setup?.stop();
 });
 
 describe('a PostgreSQL server that freezes with its connections open', () => {

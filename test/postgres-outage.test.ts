@@ -1,11 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import { signToken } from '@herald/auth';
-import { createOwnDatabase, type OwnDatabase } from '@herald/testing';
-import { freePort, waitFor } from '@herald/testing/ports';
+import { waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ApiProcess, startApiProcess } from './support/api-process.js';
+import { type ApiOnOwnPostgres, POSTS_QUERY as POSTS, startApiOnOwnPostgres } from './support/api-on-own-postgres.js';
+import type { ApiProcess } from './support/api-process.js';
 import { postGraphql } from './support/graphql-http.js';
-import { type OwnPostgres, ownPostgres } from './support/postgres-cluster.js';
+import type { OwnPostgres } from './support/postgres-cluster.js';
 import { type Subscriber, subscribePostPublished } from './support/subscribers.js';
 
 // The whole PostgreSQL server goes away for 10 s (a restart, a failover that takes a while): a cluster
@@ -14,30 +12,25 @@ import { type Subscriber, subscribePostPublished } from './support/subscribers.j
 // itself once the server is back.
 
 const JWT_SECRET = 'postgres-outage-test-secret-0123456789abcdef';
-const ORG = `org-${randomUUID()}`;
 const OUTAGE_MS = 10_000;
-const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 5) { edges { node { id } } } }';
 
+let setup: ApiOnOwnPostgres | undefined;
 let cluster: OwnPostgres;
-let own: OwnDatabase;
 let api: ApiProcess;
 let subscriber: Subscriber;
 let token: string;
+let ORG: string;
 
 beforeAll(async () => {
-  cluster = await ownPostgres(await freePort());
-  await cluster.start();
-  own = await createOwnDatabase(cluster.url);
-  token = await signToken(JWT_SECRET, { sub: 'writer', name: 'Writer', orgs: [ORG] });
-  api = await startApiProcess({ DATABASE_URL: own.url, JWT_SECRET });
+  setup = await startApiOnOwnPostgres(JWT_SECRET);
+  ({ cluster, api, token, orgId: ORG } = setup);
   subscriber = subscribePostPublished(`ws://127.0.0.1:${api.port}/graphql`, token, ORG);
   await waitFor('the subscriber to connect', () => subscriber.connections === 1);
 }, 180_000);
 
 afterAll(async () => {
   await subscriber?.client.dispose();
-  await api?.stop('SIGTERM');
-  await cluster?.cleanup();
+  await setup?.stop();
 });
 
 describe('a 10 s PostgreSQL outage', () => {

@@ -87,6 +87,17 @@ describe('loadApiConfig', () => {
     });
   });
 
+  it('gives PostgreSQL queries a 30 s deadline by default, 0 to turn it off, and refuses a negative or non-number one', () => {
+    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    expect(loadApiConfig(base).database).toMatchObject({ queryTimeoutMs: 30_000 });
+    expect(loadApiConfig({ ...base, DATABASE_QUERY_TIMEOUT_MS: '0' }).database).toMatchObject({ queryTimeoutMs: 0 });
+    for (const bad of ['-1', 'soon']) {
+      const lines = configError({ ...base, DATABASE_QUERY_TIMEOUT_MS: bad });
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/^DATABASE_QUERY_TIMEOUT_MS: /);
+    }
+  });
+
   it('refuses REDIS_URL without DATABASE_URL with one line naming REDIS_URL', () => {
     const lines = configError({ REDIS_URL: 'redis://redis.internal:6379', JWT_SECRET: SECRET });
     expect(lines).toHaveLength(1);

@@ -20,6 +20,17 @@ export interface PostPublishedWebhookData {
   author: { id: string; name: string };
 }
 
+/** What {@link publishPostWithWebhook} did. */
+export interface PostPublication extends PublishResult {
+  /** The `post.published` outbox event's id (`evt_…`) when `published`. */
+  eventId?: string;
+  /**
+   * True when the statement handed the event to the history relay rather than to its publisher: the
+   * organisation has a handed event the relay has not moved yet, and later events must not overtake it.
+   */
+  handedToRelay: boolean;
+}
+
 /** The post's columns by name, not `*`: the statement is then prepared once per connection. */
 const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)));
 
@@ -29,6 +40,9 @@ const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)))
  * while it is still a draft, so of two concurrent publishes the second waits for the first's row lock,
  * finds it published, and announces nothing. The event body is the `{id, type, created, data}` envelope
  * of every webhook event, with `data` ({@link PostPublishedWebhookData}) serialised by PostgreSQL (`json_build_object`).
+ * The same statement decides who appends the event to the subscription history: its publisher, right
+ * after the commit (`handedToRelay` false), or the history relay when the organisation still has an
+ * event handed to it (`history_handed_at`, see `handPostEventToRelay`), so the relay keeps them in order.
  * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
  * @returns undefined when no post with this id exists in those organisations
  */
@@ -36,34 +50,41 @@ export async function publishPostWithWebhook(
   db: Kysely<Database>,
   id: string,
   orgIds: readonly string[],
-): Promise<PublishResult | undefined> {
+): Promise<PostPublication | undefined> {
   if (orgIds.length === 0) return undefined;
   const publishedAt = new Date();
   const eventId = newWebhookEventId();
   // `{"id":…,"type":…,"created":…,"data":` + data + `}`: the envelope is ours, `data` is the row's.
   const head = `${JSON.stringify({ id: eventId, type: POST_PUBLISHED_EVENT, created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
-  const { rows } = await sql<Post & { _notified: unknown }>`
+  const { rows } = await sql<Post & { _notified: unknown; _handed: boolean }>`
     with published as (
       update posts set status = 'PUBLISHED', published_at = ${publishedAt}
       where id = ${id} and org_id = any(${[...orgIds]}::text[]) and status = 'DRAFT'
       returning ${POST_COLUMN_LIST}
     ), recorded as (
-      insert into webhook_outbox (id, org_id, type, body, created_at)
+      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at)
       select ${eventId}, p.org_id, ${POST_PUBLISHED_EVENT},
         ${head} || json_build_object(
           'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
           'publishedAt', ${publishedAt.toISOString()}::text,
           'author', json_build_object('id', u.id, 'name', u.name)
         )::text || '}',
-        ${publishedAt}
+        ${publishedAt},
+        case when exists (
+          select from webhook_outbox h
+          where h.org_id = p.org_id and h.historied_at is null and h.history_handed_at is not null
+        ) then ${publishedAt}::timestamptz end
       from published p join users u on u.id = p.author_id
+      returning history_handed_at is not null as handed
     )
     -- The same wake-up insertOutboxEvent sends: delivered at commit, so dispatchers fan out at once.
-    select ${POST_COLUMN_LIST}, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified from published p
+    select ${POST_COLUMN_LIST}, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified,
+      (select handed from recorded) as _handed
+    from published p
   `.execute(db);
   if (rows[0]) {
-    const { _notified, ...post } = rows[0];
-    return { post, published: true };
+    const { _notified, _handed, ...post } = rows[0];
+    return { post, published: true, eventId, handedToRelay: _handed === true };
   }
   // Not a draft (already published, perhaps a moment ago by a concurrent call), or not there at all.
   const current = await db
@@ -72,5 +93,5 @@ export async function publishPostWithWebhook(
     .where('id', '=', id)
     .where('org_id', 'in', [...orgIds])
     .executeTakeFirst();
-  return current ? { post: current, published: false } : undefined;
+  return current ? { post: current, published: false, handedToRelay: false } : undefined;
 }

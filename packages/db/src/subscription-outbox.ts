@@ -32,21 +32,55 @@ export async function withHistoryRelayLock<T>(
   });
 }
 
-/** The oldest `post.published` events not yet in the history, in outbox order, with their posts. */
-export async function listPendingPostEvents(db: Kysely<Database>, limit: number): Promise<PendingPostEvent[]> {
+/**
+ * The oldest `post.published` events the history relay should move, in outbox order, with their posts:
+ * those handed to it (`history_handed_at`: their publisher could not append them, see
+ * {@link handPostEventToRelay}), and those pending for longer than `orphanAfterMs` (their publisher
+ * died between its commit and its append or its mark). A younger event is left to its publisher, which
+ * is appending it right now.
+ */
+export async function listPendingPostEvents(
+  db: Kysely<Database>,
+  limit: number,
+  orphanAfterMs = 0,
+): Promise<PendingPostEvent[]> {
   const { rows } = await sql<Post & { event_id: string }>`
     select o.id as event_id, p.id, p.org_id, p.author_id, p.title, p.tags, p.status, p.created_at, p.published_at, p.seq
     from webhook_outbox o
     join posts p on p.id = (o.body::jsonb -> 'data' ->> 'id') and p.org_id = o.org_id
     where o.historied_at is null and o.type = ${POST_PUBLISHED_EVENT}
+      and (o.history_handed_at is not null or o.created_at < now() - make_interval(secs => ${orphanAfterMs / 1000}::float8))
     order by o.seq
     limit ${limit}
   `.execute(db);
   return rows.map(({ event_id, ...post }) => ({ eventId: event_id, post }));
 }
 
-/** Marks events as in the history. */
+/** Marks events as in the history (inside the relay's transaction). */
 export async function markPostEventsHistoried(db: Kysely<Database>, eventIds: readonly string[]): Promise<void> {
   if (eventIds.length === 0) return;
   await sql`update webhook_outbox set historied_at = now() where id in (${sql.join(eventIds)})`.execute(db);
+}
+
+/**
+ * Marks events their publishers appended to the history themselves, as one statement committed without
+ * waiting for its WAL flush (a lost mark only lets the relay append the event again after its grace,
+ * and the history drops an event id it already holds).
+ */
+export async function markPostEventsHistoriedBatch(db: Kysely<Database>, eventIds: readonly string[]): Promise<void> {
+  if (eventIds.length === 0) return;
+  await sql`update webhook_outbox set historied_at = now()
+    from (select set_config('synchronous_commit', 'off', true)) as durability
+    where id = any(${[...eventIds]}::text[])`.execute(db);
+}
+
+/**
+ * Hands an event its publisher could not append (Redis unreachable) to the history relay. Until the
+ * relay has moved it, every new publish in its organisation is handed over too (see
+ * `publishPostWithWebhook`), so later events never overtake it.
+ */
+export async function handPostEventToRelay(db: Kysely<Database>, eventId: string): Promise<void> {
+  await sql`update webhook_outbox set history_handed_at = now() where id = ${eventId} and historied_at is null`.execute(
+    db,
+  );
 }

@@ -12,13 +12,19 @@ export const HISTORY_RELAY_IDLE_MS = 1_000;
 /** First retry delay after a failed pass (Redis or the database down); doubles up to the maximum. */
 export const HISTORY_RELAY_RETRY_MIN_MS = 100;
 export const HISTORY_RELAY_RETRY_MAX_MS = 2_000;
+/**
+ * An event its publisher neither appended nor handed over is taken after this long (the publisher died
+ * between its commit and its append or mark). Longer than a direct append can take (the Redis command
+ * timeout, 5 s), so the relay does not race live publishers; the history's dedup covers it if it does.
+ */
+export const HISTORY_ORPHAN_AFTER_MS = 10_000;
 
 export interface HistoryRelay {
   start(): void;
   /** Stops after the pass in progress. */
   stop(): Promise<void>;
   /**
-   * Runs a pass now: call right after committing an outbox event (the hand-off).
+   * Runs a pass now: call after handing an event over (`handPostEventToRelay`).
    * @returns once a pass that started after this call has finished, moved or not (never rejects)
    */
   wake(): Promise<void>;
@@ -31,20 +37,29 @@ export interface HistoryRelayDeps {
   history: SubscriptionHistory;
   logger: Logger;
   metrics: ApiMetrics;
+  /** @default {@link HISTORY_ORPHAN_AFTER_MS} */
+  orphanAfterMs?: number;
 }
 
 /**
- * Moves committed `post.published` outbox events into the subscription history (which also publishes
- * them live), so that no publish is silently dropped (SPEC §6.1): a post committed while Redis is down
- * stays pending in the outbox and enters the history, in outbox order, once Redis is back.
+ * The safety net behind direct appends: moves committed `post.published` outbox events their publishers
+ * did not append into the subscription history (which also publishes them live), so that no publish is
+ * silently dropped (SPEC §6.1). In the common case the publishing pod appends its own event right after
+ * its commit and marks it later (pubsub.ts, history-marks.ts); the relay takes the events handed to it
+ * (`history_handed_at`: the publisher could not reach Redis, or its organisation had a handed event
+ * waiting) at once, and events nobody handed or marked after {@link HISTORY_ORPHAN_AFTER_MS} (the
+ * publisher died in between). A post committed while Redis is down thus enters the history, in outbox
+ * order behind the handed events of its organisation, once Redis is back.
  *
  * A pass holds the schema's history-relay lock (one relay at a time across pods, each waiting its
- * turn), reads the oldest pending events, appends them (deduplicated by event id in the history, so a
- * crash between the append and the mark repeats nothing), and marks the appended prefix. The mutation
- * wakes its pod's relay after commit, so an event waits for one pass, not for a polling interval.
+ * turn), reads the oldest of those events, appends them (deduplicated by event id in the history, so a
+ * crash between the append and the mark, or a direct append racing the relay, repeats nothing), and
+ * marks the appended prefix. A publisher that handed its event over wakes its pod's relay and waits for
+ * that pass, not for a polling interval.
  */
 export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
   const { db, history, logger, metrics } = deps;
+  const orphanAfterMs = deps.orphanAfterMs ?? HISTORY_ORPHAN_AFTER_MS;
   let running = false;
   let stopped = true;
   let wanted = false;
@@ -97,7 +112,7 @@ export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
   /** @returns true when a full batch was moved (more may be waiting) */
   async function pass(): Promise<boolean> {
     const { moved, error } = await withHistoryRelayLock(db, async (trx) => {
-      const pending = await listPendingPostEvents(trx, HISTORY_RELAY_BATCH);
+      const pending = await listPendingPostEvents(trx, HISTORY_RELAY_BATCH, orphanAfterMs);
       if (pending.length === 0) return { moved: 0, error: undefined };
       const outcomes = await history.append(pending.map(({ eventId, post }) => toPostPublishedEvent(post, eventId)));
       const appended: string[] = [];

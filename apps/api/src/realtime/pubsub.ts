@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
-import type { Database, Post } from '@herald/db';
+import { type Database, handPostEventToRelay, type Post } from '@herald/db';
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
 import type { AppendOutcome, HistoryLimits, SubscriptionHistory } from './history.js';
+import { createHistoryMarks, type HistoryMarks } from './history-marks.js';
 import { createHistoryRelay, type HistoryRelay } from './history-relay.js';
 import { createMemoryHistory } from './memory-history.js';
 import { toPostPublishedEvent } from './post-event.js';
@@ -19,8 +20,9 @@ export const DEFAULT_REPLAY_CONCURRENCY = 4;
 /** A history command that takes longer than this fails (the relay retries); Redis is local and fast. */
 const REDIS_COMMAND_TIMEOUT_MS = 5_000;
 /**
- * A mutation waits at most this long for its hand-off, so a client that publishes then reads sees its
- * event live; a slow relay (lock held by another pod's long pass) never holds the mutation longer.
+ * A mutation whose event was handed to the relay waits at most this long for the relay's pass, so a
+ * client that publishes then reads sees its event live; a slow relay (lock held by another pod's long
+ * pass) never holds the mutation longer.
  */
 export const HANDOFF_WAIT_MAX_MS = 2_000;
 
@@ -31,12 +33,16 @@ export interface PubSubService {
   /** The history reads of resuming subscriptions: bounded per pod and shared (replay-reads.ts). */
   replay: ReplayReads;
   /**
-   * Hand-off after a commit that recorded `post.published` outbox events: wakes the history relay,
-   * which moves them into the history and out live.
-   * @returns once that pass finished or after {@link HANDOFF_WAIT_MAX_MS}; never rejects (an event
-   *   that could not be moved stays in the outbox and the relay retries it)
+   * Puts a committed `post.published` outbox event into the history (and out live), called right
+   * after the commit. Unless the publish statement handed it to the relay, the event is appended here,
+   * at once, and marked `historied_at` later in a batch; when that append fails (Redis unreachable) or
+   * the service is closed, it is handed to the relay (`history_handed_at`), which appends it in outbox
+   * order once it can, and later events of its organisation queue behind it.
+   * @returns once the event is in the history; for a handed event, once the relay's pass finished or
+   *   after {@link HANDOFF_WAIT_MAX_MS}. Never rejects: an event that could not be moved stays in the
+   *   outbox and the relay retries it.
    */
-  committed(): Promise<void>;
+  published(publication: { post: Post; eventId: string; handedToRelay: boolean }): Promise<void>;
   /**
    * Appends one post's event directly (for callers without an outbox row: tests, the bench).
    * @returns the entry, or the error (Redis unreachable)
@@ -68,6 +74,8 @@ export interface PubSubDeps {
   replayConcurrency?: number;
   /** The outbox the history relay reads; without it, only `publishPostPublished` feeds the history. */
   db?: Kysely<Database>;
+  /** The relay's grace for events nobody appended or handed over. @default HISTORY_ORPHAN_AFTER_MS */
+  orphanAfterMs?: number;
   logger: Logger;
   metrics: ApiMetrics;
 }
@@ -144,23 +152,61 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     logger,
   });
   const relay: HistoryRelay | undefined = deps.db
-    ? createHistoryRelay({ db: deps.db, history, logger, metrics })
+    ? createHistoryRelay({ db: deps.db, history, logger, metrics, orphanAfterMs: deps.orphanAfterMs })
     : undefined;
+  const marks: HistoryMarks | undefined = deps.db ? createHistoryMarks({ db: deps.db, logger }) : undefined;
+  let closed = false;
+  let appendFailing = false;
+
+  async function waitForRelay() {
+    if (!relay) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      relay.wake(),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, HANDOFF_WAIT_MAX_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** @returns true when the event is in the history now */
+  async function appendDirectly(post: Post, eventId: string): Promise<boolean> {
+    let outcome: AppendOutcome | undefined;
+    try {
+      [outcome] = await history.append([toPostPublishedEvent(post, eventId)]);
+    } catch (error) {
+      outcome = { ok: false, error: error instanceof Error ? error : new Error(String(error)) };
+    }
+    if (outcome?.ok) {
+      appendFailing = false;
+      metrics.eventsPublished.inc();
+      marks?.add(eventId);
+      return true;
+    }
+    if (!appendFailing)
+      logger.warn({ err: outcome?.error, eventId }, 'history: direct append failed, handing the event to the relay');
+    appendFailing = true;
+    return false;
+  }
 
   return {
     kind: deps.redisUrl ? 'redis' : 'memory',
     history,
     replay,
-    async committed() {
-      if (!relay) return;
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        relay.wake(),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, HANDOFF_WAIT_MAX_MS);
-        }),
-      ]);
-      clearTimeout(timer);
+    async published({ post, eventId, handedToRelay }) {
+      if (!deps.db) return;
+      if (!handedToRelay) {
+        if (!closed && (await appendDirectly(post, eventId))) return;
+        // Handed over before answering: from now on the organisation's publishes queue behind it.
+        try {
+          await handPostEventToRelay(deps.db, eventId);
+        } catch (error) {
+          // Database unreachable too: the relay still takes the event after its grace (not ordered).
+          logger.warn({ err: error, eventId }, 'history: could not hand the event to the relay');
+        }
+      }
+      if (!closed) await waitForRelay();
     },
     async publishPostPublished(post, eventId = `evt_${randomUUID().replaceAll('-', '')}`) {
       const [outcome] = await history.append([toPostPublishedEvent(post, eventId)]);
@@ -182,6 +228,8 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       );
     },
     async close() {
+      closed = true;
+      await marks?.stop();
       await relay?.stop();
       await history.close();
       // QUIT lets pending replies arrive; a connection that never came up is just dropped.

@@ -163,8 +163,14 @@ builder.mutationFields((t) => ({
       const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs);
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
-      // the history relay moves the committed outbox event into the history and out live (SPEC §6.1).
-      if (result.published) await context.pubsub.committed();
+      // the committed outbox event is appended to the history (and goes out live) before the answer, by
+      // this pod or, when it was handed over, by the history relay (SPEC §6.1).
+      if (result.published && result.eventId)
+        await context.pubsub.published({
+          post: result.post,
+          eventId: result.eventId,
+          handedToRelay: result.handedToRelay,
+        });
       return result.post;
     },
   }),

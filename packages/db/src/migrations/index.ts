@@ -6,6 +6,7 @@ import * as webhookEndpointHealth from './2026-11-23T11-00_webhook-endpoint-heal
 import * as webhooksOpsStandardSecrets from './2026-11-23T11-20_webhooks-ops-standard-secrets.js';
 import * as engineStraightPath from './2026-11-23T11-35_engine-straight-path.js';
 import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscription-history.js';
+import * as historyDirectAppend from './2026-11-26T13-30_history-direct-append.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -20,6 +21,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-23T11-20_webhooks-ops-standard-secrets': webhooksOpsStandardSecrets,
   '2026-11-23T11-35_engine-straight-path': engineStraightPath,
   '2026-11-23T11-45_resume-subscription-history': resumeSubscriptionHistory,
+  '2026-11-26T13-30_history-direct-append': historyDirectAppend,
 };
 
 export const migrationProvider: MigrationProvider = {

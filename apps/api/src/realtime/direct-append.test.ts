@@ -10,10 +10,12 @@ import {
   upsertUser,
 } from '@herald/db';
 import { createTestSchema, type TestSchema } from '@herald/testing';
-import { waitFor } from '@herald/testing/ports';
+import { freePort, waitFor } from '@herald/testing/ports';
+import { Redis } from 'ioredis';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ownRedis } from '../../../../test/support/redis-server.js';
 import { createApiMetrics } from '../metrics.js';
 import { publishPostWithWebhook } from '../post-published-webhook.js';
 import { createHistoryRelay } from './history-relay.js';
@@ -234,6 +236,35 @@ describe.each(backends)('direct history appends on $name', (backend) => {
       await waitFor('the third live entry', () => live.length === 3);
       expect(live.map((entry) => entry.position)).toEqual([1, 2, 3]);
     },
+  );
+
+  it.runIf(backend.redis)(
+    'hands over an event whose append hangs (Redis paused), and the late append and the relay put it in the history once',
+    async () => {
+      const orgId = `org-${randomUUID()}`;
+      const redis = await ownRedis(await freePort());
+      closing.push(() => redis.cleanup());
+      await redis.start();
+      const admin = new Redis(redis.url);
+      closing.push(() => admin.quit());
+      const service = pod({ redisUrl: redis.url });
+      await service.ready(5_000);
+      const live: HistoryEntry[] = [];
+      closing.push(await service.history.listen(orgId, (entry) => live.push(entry)).then((stop) => async () => stop()));
+
+      // Redis answers nobody for 3.5 s: the append is sent but lands only after the pod gave up on it.
+      await admin.call('CLIENT', 'PAUSE', '3500', 'ALL');
+      const { eventId } = await publish(service, orgId, 'paused');
+      expect((await outboxRow(eventId))?.handed).toBe(true);
+      await waitFor('the relay to move it', async () => (await outboxRow(eventId))?.historied === true, {
+        timeoutMs: 20_000,
+      });
+      expect(await titlesInHistory(service, orgId)).toEqual(['paused']);
+      await waitFor('the live entry', () => live.length >= 1);
+      await new Promise((resolve) => setTimeout(resolve, 200)); // a repeated entry would arrive meanwhile
+      expect(live.map((entry) => entry.event.eventId)).toEqual([eventId]);
+    },
+    30_000,
   );
 });
 

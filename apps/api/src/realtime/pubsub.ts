@@ -170,20 +170,35 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     clearTimeout(timer);
   }
 
-  /** @returns true when the event is in the history now */
+  /**
+   * Waits at most {@link HANDOFF_WAIT_MAX_MS} (a slow Redis): an append still in flight then may land
+   * later, and the relay's append of the handed event and it are deduplicated by event id.
+   * @returns true when the event is in the history now
+   */
   async function appendDirectly(post: Post, eventId: string): Promise<boolean> {
     let outcome: AppendOutcome | undefined;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      [outcome] = await history.append([toPostPublishedEvent(post, eventId)]);
+      [outcome] = await Promise.race([
+        history.append([toPostPublishedEvent(post, eventId)]),
+        new Promise<AppendOutcome[]>((resolve) => {
+          timer = setTimeout(
+            () => resolve([{ ok: false, error: new Error(`history append took over ${HANDOFF_WAIT_MAX_MS} ms`) }]),
+            HANDOFF_WAIT_MAX_MS,
+          );
+        }),
+      ]);
     } catch (error) {
       outcome = { ok: false, error: error instanceof Error ? error : new Error(String(error)) };
     }
+    clearTimeout(timer);
     if (outcome?.ok) {
       appendFailing = false;
       metrics.eventsPublished.inc();
       marks?.add(eventId);
       return true;
     }
+    metrics.deliveryErrors.inc({ reason: 'publish_failed' });
     if (!appendFailing)
       logger.warn({ err: outcome?.error, eventId }, 'history: direct append failed, handing the event to the relay');
     appendFailing = true;

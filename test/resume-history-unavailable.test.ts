@@ -141,7 +141,13 @@ describe('resuming while the history cannot be read', () => {
   }, 90_000);
 
   it('answers HISTORY_UNAVAILABLE at once while Redis is down', async () => {
+    const before = await readMetric(pod.baseUrl, 'herald_subscriptions_active');
     const live = rawSubscribe({ orgId: ORG });
+    // Live before the publish: a post published before the subscription started is not its to get.
+    await waitFor(
+      'the live subscription',
+      async () => (await readMetric(pod.baseUrl, 'herald_subscriptions_active')) === before + 1,
+    );
     await createAndPublish(pod.baseUrl, token, ORG, 'five');
     await waitFor('the live event', () => live.titles.includes('five'));
     await redis.kill();

@@ -3,7 +3,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 
 /** A mark waits at most this long for others to share its statement. */
-export const HISTORY_MARK_DELAY_MS = 200;
+export const HISTORY_MARK_DELAY_MS = 1_000;
 /** Marks per statement at most; a full batch is written at once. */
 export const HISTORY_MARK_BATCH = 500;
 /** After a failed statement (database unreachable), the next try waits this long. */

@@ -146,11 +146,7 @@ function onFrame(socket: Socket, data: Buffer): void {
         return;
       }
       const learned = state?.learned;
-      if (
-        learned &&
-        data.length - quote === learned.length &&
-        data.compare(learned, 0, learned.length, quote) === 0
-      ) {
+      if (learned && data.length - quote === learned.length && data.compare(learned, 0, learned.length, quote) === 0) {
         accept(socket, state!, false, receivedAt);
         return;
       }

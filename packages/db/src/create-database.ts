@@ -8,6 +8,7 @@ import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
 import { copyEmbeddedTemplate } from './embedded-template.js';
+import { migrationProvider } from './migrations/index.js';
 import { withPreparedStatements } from './prepared-statements.js';
 import { poolWithQueryTimeout } from './query-timeout.js';
 
@@ -170,7 +171,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
  * about 115 MB smaller (issue 14) with no measurable cost to Herald's queries.
  */
 const EMBEDDED_SHARED_BUFFERS = '16MB';
-export const EMBEDDED_START_PARAMS = [...PGlite.defaultStartParams, '-c', `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`];
+const EMBEDDED_START_PARAMS = [...PGlite.defaultStartParams, '-c', `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`];
 
 async function openEmbedded(
   config: Extract<DatabaseConfig, { kind: 'embedded' }>,
@@ -185,7 +186,7 @@ async function openEmbedded(
   const copy =
     template === null
       ? { copied: false as const, reason: 'no template configured' }
-      : await copyEmbeddedTemplate(template, dataDir);
+      : copyEmbeddedTemplate(template, dataDir, Object.keys(await migrationProvider.getMigrations()));
   let reason: string;
   if (copy.copied) {
     try {

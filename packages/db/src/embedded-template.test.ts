@@ -97,7 +97,7 @@ describe('the embedded data directory template', () => {
   it('is not copied when a file of it is missing', async () => {
     const damaged = templateVariant('missing-file', (dir) => rmSync(join(dir, EMBEDDED_TEMPLATE_PGDATA, 'PG_VERSION')));
     const dataDir = join(root, 'data', 'missing-file', 'pgdata');
-    expect(await copyEmbeddedTemplate(damaged, dataDir)).toEqual({
+    expect(copyEmbeddedTemplate(damaged, dataDir, migrationNames)).toEqual({
       copied: false,
       reason: expect.stringMatching(/damaged/),
     });
@@ -121,7 +121,7 @@ describe('the embedded data directory template', () => {
     const dataDir = join(root, 'data', 'not-empty', 'pgdata');
     mkdirSync(dataDir, { recursive: true });
     writeFileSync(join(dataDir, 'keep-me'), 'x');
-    expect(await copyEmbeddedTemplate(template, dataDir)).toEqual({
+    expect(copyEmbeddedTemplate(template, dataDir, migrationNames)).toEqual({
       copied: false,
       reason: expect.stringMatching(/not empty/),
     });

@@ -1,6 +1,5 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { migrationProvider } from './migrations/index.js';
 
 /**
  * A pre-initialised embedded data directory (issue 14). Creating a PGlite data directory runs initdb
@@ -61,14 +60,14 @@ export function measureTree(dir: string): { files: number; bytes: number } {
 }
 
 /**
- * Copies the template in `template` to `dataDir`, which must not exist or be empty. The copy is made
+ * Copies the template in `template` to `dataDir`, which must not exist or be empty, when it was built
+ * with exactly `migrations` (the running code's list, in order). The copy is made
  * beside `dataDir` and renamed onto it, so an interrupted copy never leaves a half data directory.
  * Never throws: when the template can't be used, returns why and leaves `dataDir` as it was.
  */
-export async function copyEmbeddedTemplate(template: string, dataDir: string): Promise<TemplateCopy> {
+export function copyEmbeddedTemplate(template: string, dataDir: string, expected: readonly string[]): TemplateCopy {
   const meta = readEmbeddedTemplateMeta(template);
   if (!meta) return { copied: false, reason: `no template at ${template}` };
-  const expected = Object.keys(await migrationProvider.getMigrations());
   if (meta.migrations.join('\n') !== expected.join('\n')) {
     return {
       copied: false,

@@ -86,8 +86,12 @@ export function copyEmbeddedTemplate(template: string, dataDir: string, expected
   } catch (error) {
     return { copied: false, reason: `template is unreadable: ${(error as Error).message}` };
   }
-  if (existsSync(dataDir) && readdirSync(dataDir).length > 0) {
-    return { copied: false, reason: `${dataDir} is not empty` };
+  try {
+    if (existsSync(dataDir) && readdirSync(dataDir).length > 0) {
+      return { copied: false, reason: `${dataDir} is not empty` };
+    }
+  } catch (error) {
+    return { copied: false, reason: `${dataDir} is unreadable: ${(error as Error).message}` };
   }
   const partial = join(dirname(dataDir), `.${basename(dataDir)}.${process.pid}.copying`);
   try {

@@ -19,7 +19,13 @@ try {
 }
 
 const logger = createLogger(config.logLevel);
-const database = await createDatabase({ kind: 'postgres', url: config.databaseUrl, poolMax: config.databasePoolMax });
+// Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
+const database = await createDatabase({
+  kind: 'postgres',
+  url: config.databaseUrl,
+  poolMax: config.databasePoolMax,
+  preparedStatements: config.databasePreparedStatements,
+});
 try {
   // Safe beside API pods doing the same: Kysely's migrator takes a lock. The dispatcher may start first.
   await migrateToLatest(database.db);

@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
-import { queueDueDeliveries } from '@herald/webhook-engine';
+import { connectOutboxWakePublisher, queueDueDeliveries } from '@herald/webhook-engine';
 import { signWebhook } from '@herald/webhooks';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -430,6 +430,7 @@ async function runDispatcher(
   const applicationName = `herald-bench-dispatcher-${randomBytes(4).toString('hex')}`;
   let monitor: pg.Client | undefined;
   let publisher: HeraldDatabase | undefined;
+  let wake: ReturnType<typeof connectOutboxWakePublisher> | undefined;
   try {
     herald = await startHeraldTarget({
       pods: 1,
@@ -574,7 +575,10 @@ async function runDispatcher(
     let publishing: Promise<SteadyPublish> | undefined;
     if (mode === 'steady') {
       publisher = await createDatabase({ kind: 'postgres', url: herald.env.DATABASE_URL!, poolMax: 16 });
-      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate);
+      // Cluster mode's path, as the API's resolver takes it: publishPost without NOTIFY, then the
+      // dispatchers woken through Redis after the commit.
+      wake = connectOutboxWakePublisher(config.redisUrl, webhookRedisKeys(prefix).outboxWakeChannel);
+      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate, wake);
     }
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
@@ -650,6 +654,7 @@ async function runDispatcher(
     await Promise.all(dispatchers.map((child) => stopChild(child)));
     await monitor?.end().catch(() => {});
     await publisher?.close().catch(() => {});
+    await wake?.close();
     await herald?.stop();
     const keys = webhookRedisKeys(prefix);
     if (config.redisUrl)
@@ -668,15 +673,17 @@ interface SteadyPublish {
 
 /**
  * Publishes the drafts at a steady rate (open loop: each at its scheduled time, whatever the previous
- * ones are doing) through the API's own one-statement publishPost (`publishPostWithWebhook`: the post,
- * its outbox row and the NOTIFY commit together), called directly so the API's HTTP and GraphQL layers
- * (priced elsewhere) do not limit the rate. `committedAt` is when the statement answered.
+ * ones are doing) through the API's own one-statement publishPost (`publishPostWithWebhook`: the post
+ * and its outbox row commit together), called directly so the API's HTTP and GraphQL layers (priced
+ * elsewhere) do not limit the rate. As in the API's cluster mode, the statement sends no NOTIFY and the
+ * dispatchers are woken through Redis after the commit. `committedAt` is when the statement answered.
  */
 async function publishSteadily(
   database: HeraldDatabase,
   orgId: string,
   events: readonly { postId: string }[],
   perSec: number,
+  wake: { wake(): void },
 ): Promise<SteadyPublish> {
   const times: SteadyPublish['times'] = [];
   let failed = 0;
@@ -690,9 +697,11 @@ async function publishSteadily(
     const one = (async () => {
       const sentAt = wallNow();
       try {
-        const published = await publishPostWithWebhook(database.db, postId, [orgId]);
-        if (published) times.push({ postId, sentAt, committedAt: wallNow() });
-        else failed++;
+        const published = await publishPostWithWebhook(database.db, postId, [orgId], { notify: false });
+        if (published) {
+          times.push({ postId, sentAt, committedAt: wallNow() });
+          wake.wake();
+        } else failed++;
       } catch {
         failed++;
       }

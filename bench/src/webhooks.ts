@@ -61,6 +61,8 @@ export interface WebhookConfig {
   /** The latency trial: events/s published (one dispatcher), for this long. @default 1000 for 10 s; 0 skips it */
   steadyEventsPerSec?: number;
   steadyMs?: number;
+  /** Also run the steady trial the old way (NOTIFY in publishPost's statement, no Redis wake-up), for a same-run comparison. */
+  steadyCompareNotify?: boolean;
   log: (line: string) => void;
 }
 
@@ -129,6 +131,8 @@ export interface WebhookResult {
   multiEndpoint: MultiEndpointResult | null;
   /** One dispatcher at a steady publish rate: publishPost's commit → receiver. */
   steady: DispatcherRun | null;
+  /** The same trial with publishPost's NOTIFY instead of the Redis wake-up (`steadyCompareNotify`). */
+  steadyNotify: DispatcherRun | null;
   /** One due-scan pass (`queueDueDeliveries`) with 100,000 retries pending, none due. */
   schedulerPass: { pendingRetries: number; passMs: Spread } | null;
 }
@@ -307,12 +311,21 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         : null;
     const steady =
       (config.steadyEventsPerSec ?? 1000) > 0 ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
-    if (steady?.latency) {
-      const l = steady.latency;
-      log(
-        `  steady ${l.eventsPerSec} events/s (${l.publishedPerSec} achieved): commit → receiver p50 ${l.fromCommit.p50Ms} ms, p99 ${l.fromCommit.p99Ms} ms`,
-      );
-    } else if (steady) log(`  steady: ${steady.status} ${steady.reason ?? ''}`);
+    const steadyNotify =
+      (config.steadyEventsPerSec ?? 1000) > 0 && config.steadyCompareNotify
+        ? await runDispatcher(config, receiver, origin, 1, 'steady', 1, config.dispatcherEvents, true)
+        : null;
+    for (const [label, run] of [
+      ['steady', steady],
+      ['steady with NOTIFY', steadyNotify],
+    ] as const) {
+      if (run?.latency) {
+        const l = run.latency;
+        log(
+          `  ${label} ${l.eventsPerSec} events/s (${l.publishedPerSec} achieved): commit → receiver p50 ${l.fromCommit.p50Ms} ms, p99 ${l.fromCommit.p99Ms} ms`,
+        );
+      } else if (run) log(`  ${label}: ${run.status} ${run.reason ?? ''}`);
+    }
     for (let trial = before; trial < config.trials; trial++) {
       await rawTrial();
       await durableTrial();
@@ -385,6 +398,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       dispatcher,
       twoDispatchers,
       steady,
+      steadyNotify,
       ratio:
         dispatcher.deliveriesPerSec !== undefined
           ? round(dispatcher.deliveriesPerSec / rawLoop.deliveriesPerSec.median, 3)
@@ -415,6 +429,8 @@ async function runDispatcher(
   endpointCount = 1,
   /** Events in the backlog. @default config.dispatcherEvents */
   backlogEvents = config.dispatcherEvents,
+  /** Steady mode: publishPost sends its NOTIFY (single mode's path) instead of the Redis wake-up. */
+  steadyNotify = false,
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
     return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
@@ -578,7 +594,7 @@ async function runDispatcher(
       // Cluster mode's path, as the API's resolver takes it: publishPost without NOTIFY, then the
       // dispatchers woken through Redis after the commit.
       wake = connectOutboxWakePublisher(config.redisUrl, webhookRedisKeys(prefix).outboxWakeChannel);
-      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate, wake);
+      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate, steadyNotify ? undefined : wake);
     }
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
@@ -683,7 +699,8 @@ async function publishSteadily(
   orgId: string,
   events: readonly { postId: string }[],
   perSec: number,
-  wake: { wake(): void },
+  /** Cluster mode's Redis wake-up; without it, the statement sends the NOTIFY (single mode). */
+  wake: { wake(): void } | undefined,
 ): Promise<SteadyPublish> {
   const times: SteadyPublish['times'] = [];
   let failed = 0;
@@ -697,10 +714,10 @@ async function publishSteadily(
     const one = (async () => {
       const sentAt = wallNow();
       try {
-        const published = await publishPostWithWebhook(database.db, postId, [orgId], { notify: false });
+        const published = await publishPostWithWebhook(database.db, postId, [orgId], { notify: !wake });
         if (published) {
           times.push({ postId, sentAt, committedAt: wallNow() });
-          wake.wake();
+          wake?.wake();
         } else failed++;
       } catch {
         failed++;
@@ -818,6 +835,13 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     );
   } else if (steady) {
     lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);
+  }
+  const notify = w.steadyNotify;
+  if (notify?.latency) {
+    const l = notify.latency;
+    lines.push(
+      `- the same steady trial with publishPost's NOTIFY instead of the Redis wake-up (same run): ${num(l.publishedPerSec)}/s achieved (${num(l.publishFailed)} publish calls failed), commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms; from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms`,
+    );
   }
   const m = w.multiEndpoint;
   if (m) {

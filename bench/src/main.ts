@@ -369,7 +369,8 @@ async function main() {
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
       twoDispatchers: args['webhook-two'] !== 'false',
       endpoints: num('webhook-endpoints', 8),
-      steadyCompareNotify: args['webhook-steady-compare-notify'] === 'true',
+      steadyCompareNotify:
+        args['webhook-steady-compare-notify'] === 'first' ? 'first' : args['webhook-steady-compare-notify'] === 'true',
       ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
       steadyEventsPerSec: num('webhook-steady-rate', 1000),
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),

@@ -61,8 +61,11 @@ export interface WebhookConfig {
   /** The latency trial: events/s published (one dispatcher), for this long. @default 1000 for 10 s; 0 skips it */
   steadyEventsPerSec?: number;
   steadyMs?: number;
-  /** Also run the steady trial the old way (NOTIFY in publishPost's statement, no Redis wake-up), for a same-run comparison. */
-  steadyCompareNotify?: boolean;
+  /**
+   * Also run the steady trial the old way (NOTIFY in publishPost's statement, no Redis wake-up), for a
+   * same-run comparison; `'first'` runs that one first (to tell an order effect from a difference).
+   */
+  steadyCompareNotify?: boolean | 'first';
   log: (line: string) => void;
 }
 
@@ -309,12 +312,14 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       multi && config.twoDispatchers !== false
         ? await runDispatcher(config, receiver, origin, 2, 'backlog', endpoints, multiEvents)
         : null;
-    const steady =
-      (config.steadyEventsPerSec ?? 1000) > 0 ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
-    const steadyNotify =
-      (config.steadyEventsPerSec ?? 1000) > 0 && config.steadyCompareNotify
-        ? await runDispatcher(config, receiver, origin, 1, 'steady', 1, config.dispatcherEvents, true)
-        : null;
+    const steadyOn = (config.steadyEventsPerSec ?? 1000) > 0;
+    const notifyTrial = () =>
+      steadyOn && config.steadyCompareNotify
+        ? runDispatcher(config, receiver, origin, 1, 'steady', 1, config.dispatcherEvents, true)
+        : Promise.resolve(null);
+    const notifyFirst = config.steadyCompareNotify === 'first' ? await notifyTrial() : null;
+    const steady = steadyOn ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
+    const steadyNotify = config.steadyCompareNotify === 'first' ? notifyFirst : await notifyTrial();
     for (const [label, run] of [
       ['steady', steady],
       ['steady with NOTIFY', steadyNotify],

@@ -397,7 +397,7 @@ describe('dead letters and poison entries', () => {
   it(`parks an entry that keeps failing after ${MAX_ENTRY_RECEIVES} receives`, async () => {
     const queue = harness.newQueue();
     await queue.init();
-    await queue.enqueue([{ kind: 'delivery', deliveryId: 'del_poison', endpointId: 'we_poison', lease: 'q:x' }]);
+    await queue.enqueue([{ kind: 'delivery', deliveryIds: ['del_poison'], endpointId: 'we_poison', lease: 'q:x' }]);
     let handled = 0;
     const consumer = createConsumer({
       queue,
@@ -417,7 +417,7 @@ describe('dead letters and poison entries', () => {
         () => harness.redis.xrange(harness.keys.parkedStream, '-', '+'),
         (entries) => entries.length > 0,
       );
-      expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_poison']));
+      expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryIds', 'del_poison']));
       expect(handled).toBe(MAX_ENTRY_RECEIVES);
       // Parking copies the entry, then acknowledges it: it leaves the pending list.
       const pending = await until(

@@ -17,7 +17,8 @@
  *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
  *    queued (q-lease, one token per batch). A disabled endpoint gets a SKIPPED delivery instead; an
  *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
- *    The caller then XADDs one entry per delivery. Killed before the XADD: the q-lease expires and
+ *    The caller then XADDs one entry per endpoint of the batch (naming up to 100 deliveries: per-batch,
+ *    not per-delivery, stream work). Killed before the XADD: the q-lease expires and
  *    step 2 hands the deliveries out.
  * 2. due scan ({@link queueDueDeliveries}): PENDING, due, free deliveries, earliest first, through the
  *    partial index on `next_attempt_at` with a LIMIT (a pass costs the same with 100 or 100,000

@@ -54,6 +54,7 @@ try {
   }
   const t1 = performance.now();
   const c1 = cpuOf(pid);
+  const own1 = process.cpuUsage();
   let claimed: ClaimedDelivery[] = await claimDeliveries(database.db, {
     queued: queued.slice(0, cap),
     chainEndpoints: ['we_micro'],
@@ -101,6 +102,7 @@ try {
   }
   const t2 = performance.now();
   const c2 = cpuOf(pid);
+  const own = process.cpuUsage(own1);
   const { rows: stat } = await sql<{ n_tup_upd: string; n_tup_hot_upd: string }>`
     select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relname = 'webhook_deliveries' and schemaname = ${schema}`.execute(
     database.db,
@@ -115,6 +117,7 @@ try {
       cycle: {
         msPerDelivery: +((t2 - t1) / done).toFixed(4),
         pgCpuUs: +((c2 - c1) / done).toFixed(1),
+        clientCpuUs: +((own.user + own.system) / done).toFixed(1),
         deliveriesPerSec: Math.round(done / ((t2 - t1) / 1000)),
       },
       updates: stat[0],

@@ -368,6 +368,9 @@ async function main() {
       dispatcherEvents: num('webhook-events', quick ? 1000 : 3000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
       twoDispatchers: args['webhook-two'] !== 'false',
+      endpoints: num('webhook-endpoints', 8),
+      steadyCompareNotify:
+        args['webhook-steady-compare-notify'] === 'first' ? 'first' : args['webhook-steady-compare-notify'] === 'true',
       ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
       steadyEventsPerSec: num('webhook-steady-rate', 1000),
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),

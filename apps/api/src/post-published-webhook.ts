@@ -29,6 +29,12 @@ const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)))
  * while it is still a draft, so of two concurrent publishes the second waits for the first's row lock,
  * finds it published, and announces nothing. The event body is the `{id, type, created, data}` envelope
  * of every webhook event, with `data` ({@link PostPublishedWebhookData}) serialised by PostgreSQL (`json_build_object`).
+ *
+ * With `notify` (the default) the statement also sends the outbox NOTIFY, which dispatchers LISTEN for
+ * (embedded and single mode). In cluster mode the caller passes `notify: false` and wakes the
+ * dispatchers through Redis after the commit instead (`PubSubService.committed`): a transaction that
+ * sent NOTIFY holds PostgreSQL's global notify lock across its WAL flush, so notifying publishes commit
+ * one at a time.
  * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
  * @returns undefined when no post with this id exists in those organisations
  */
@@ -36,6 +42,7 @@ export async function publishPostWithWebhook(
   db: Kysely<Database>,
   id: string,
   orgIds: readonly string[],
+  options: { notify?: boolean } = {},
 ): Promise<PublishResult | undefined> {
   if (orgIds.length === 0) return undefined;
   const publishedAt = new Date();
@@ -59,7 +66,8 @@ export async function publishPostWithWebhook(
       from published p join users u on u.id = p.author_id
     )
     -- The same wake-up insertOutboxEvent sends: delivered at commit, so dispatchers fan out at once.
-    select ${POST_COLUMN_LIST}, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified from published p
+    select ${POST_COLUMN_LIST}, ${options.notify === false ? sql`null` : sql`pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema())`} as _notified
+    from published p
   `.execute(db);
   if (rows[0]) {
     const { _notified, ...post } = rows[0];

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
-import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import { DEFAULT_REDIS_PREFIX, webhookRedisKeys } from '@herald/contracts';
 import type { Database, Post } from '@herald/db';
+import { createOutboxWakePublisher, type OutboxWakePublisher } from '@herald/webhook-engine';
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
@@ -32,7 +33,8 @@ export interface PubSubService {
   replay: ReplayReads;
   /**
    * Hand-off after a commit that recorded `post.published` outbox events: wakes the history relay,
-   * which moves them into the history and out live.
+   * which moves them into the history and out live, and with Redis, the webhook dispatchers' relays
+   * (a PUBLISH on the outbox wake-up channel, sent without waiting; publishPost sends no NOTIFY then).
    * @returns once that pass finished or after {@link HANDOFF_WAIT_MAX_MS}; never rejects (an event
    *   that could not be moved stays in the outbox and the relay retries it)
    */
@@ -86,6 +88,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   let connections: RedisClient[] = [];
   let subscriberClient: RedisClient | undefined;
   let history: SubscriptionHistory;
+  let outboxWake: OutboxWakePublisher | undefined;
   if (!deps.redisUrl) {
     history = createMemoryHistory(limits);
   } else {
@@ -116,6 +119,12 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       { shardedSubscribers: true },
     );
     connections = [commands, reader, subscriber];
+    outboxWake = createOutboxWakePublisher(
+      commands,
+      webhookRedisKeys(deps.redisPrefix ?? DEFAULT_REDIS_PREFIX).outboxWakeChannel,
+      // The dispatchers' relays poll the outbox anyway: a lost wake-up only delays a fan-out.
+      (error) => logger.debug({ err: error }, 'waking the webhook dispatchers failed'),
+    );
     subscriberClient = subscriber;
     for (const [name, client] of [
       ['publish', commands],
@@ -152,6 +161,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     history,
     replay,
     async committed() {
+      outboxWake?.wake();
       if (!relay) return;
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([

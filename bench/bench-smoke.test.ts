@@ -164,7 +164,7 @@ describe('pnpm bench token-verify section, smoke size', () => {
 });
 
 describe('bench smoke: webhooks (engine section)', () => {
-  it('raw loop, raw durable loop, one and two dispatchers and the scheduler pass: every delivery verified, none lost', async () => {
+  it('raw loop, raw durable loop, one and two dispatchers (one endpoint and two), the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
       databaseUrl: inject('databaseUrl'),
       redisUrl: inject('redisUrl'),
@@ -176,6 +176,7 @@ describe('bench smoke: webhooks (engine section)', () => {
       pendingRetries: 1_000,
       steadyEventsPerSec: 50,
       steadyMs: 400,
+      endpoints: 2,
       log: () => {},
     });
     expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
@@ -190,12 +191,19 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(Number.isFinite(result.steady?.latency?.fromCommit.p99Ms)).toBe(true);
     expect(result.dispatcher.queriesPerDelivery).toBeGreaterThan(0);
     expect(result.dispatcher.pgCpuUsPerDelivery).toBeGreaterThan(0);
+    // Several endpoints: every event at each of them, verified per endpoint; the raw durable loop at 2 × 2 connections.
+    expect(result.multiEndpoint).toMatchObject({ endpoints: 2, deliveries: 40 });
+    expect(result.multiEndpoint?.durableLoop?.connections).toBe(4);
+    for (const run of [result.multiEndpoint?.dispatcher, result.multiEndpoint?.twoDispatchers]) {
+      expect(run).toMatchObject({ status: 'ok', events: 40, verified: 40, invalid: 0, duplicate: 0 });
+    }
     expect(result.schedulerPass?.pendingRetries).toBe(1_000);
     expect(Number.isFinite(result.schedulerPass?.passMs.median)).toBe(true);
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
     expect(markdown).toContain("publishPost's commit → receiver");
+    expect(markdown).toContain('2 endpoints on the same receiver');
   }, 240_000);
 });
 
@@ -263,6 +271,7 @@ describe('pnpm bench embedded footprint, smoke', () => {
   it('starts pnpm start twice on a fresh data directory and reads time to ready and idle RSS', async () => {
     const result = await runFootprint();
     expect(result.error).toBeUndefined();
+    expect(result.build?.ms).toBeGreaterThan(0);
     expect(result.starts.map((start) => start.start)).toEqual(['first (creates the database)', 'second (reopens it)']);
     for (const start of result.starts) {
       expect(start.readyMs).toBeGreaterThan(0);

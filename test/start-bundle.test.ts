@@ -7,10 +7,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isStartBundleStale, START_BUNDLE, START_BUNDLE_DIR } from '../deploy/build/start-bundle.js';
+import {
+  EMBEDDED_TEMPLATE_DIR,
+  isStartBundleStale,
+  START_BUNDLE,
+  START_BUNDLE_DIR,
+} from '../deploy/build/start-bundle.js';
+import { isEmbeddedTemplateStale } from '../packages/db/src/embedded-template-build.js';
 
 // `pnpm start` runs the API as one bundle (deploy/build/start-bundle.ts): built here as the start script
-// builds it, then started like `pnpm start` starts it, on a fresh embedded data directory.
+// builds it (with the embedded database template beside it), then started like `pnpm start` starts it,
+// on a fresh embedded data directory.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
@@ -23,7 +30,8 @@ beforeAll(async () => {
   const build = spawn(
     process.execPath,
     ['--experimental-import-meta-resolve', '--import', TSX_LOADER, 'deploy/build/start-cli.ts'],
-    { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] },
+    // As `pnpm start` in embedded mode: without DATABASE_URL (set for the other tests), which skips the template.
+    { cwd: ROOT, env: { ...process.env, DATABASE_URL: '' }, stdio: ['ignore', 'ignore', 'inherit'] },
   );
   const [code] = await once(build, 'exit');
   expect(code).toBe(0);
@@ -42,6 +50,10 @@ describe('the API bundle `pnpm start` runs', () => {
     expect(existsSync(join(START_BUNDLE_DIR, 'init-embedded-worker.mjs'))).toBe(true);
   });
 
+  it('has the embedded database template beside it, built from the current migrations', () => {
+    expect(isEmbeddedTemplateStale(EMBEDDED_TEMPLATE_DIR)).toBe(false);
+  });
+
   it('is rebuilt once a source it was built from is newer', () => {
     expect(isStartBundleStale()).toBe(false);
     const source = join(ROOT, 'apps/api/src/realtime/subscription-groups.ts');
@@ -56,7 +68,7 @@ describe('the API bundle `pnpm start` runs', () => {
   });
 
   it(
-    'creates a fresh embedded database, serves GraphQL and GraphiQL, and stops on SIGTERM',
+    'creates a fresh embedded database from the template, serves GraphQL and GraphiQL, and stops on SIGTERM',
     async () => {
       const child = spawn(process.execPath, [START_BUNDLE], {
         cwd: ROOT,
@@ -64,10 +76,10 @@ describe('the API bundle `pnpm start` runs', () => {
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       const exited = once(child, 'exit');
+      let buffered = '';
       try {
         const port = await new Promise<number>((resolve, reject) => {
           const timer = setTimeout(() => reject(new Error('not listening in time')), START_TIMEOUT_MS);
-          let buffered = '';
           child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
             buffered += chunk;
             const match = /"port":(\d+),"msg":"herald api listening"/.exec(buffered);
@@ -81,6 +93,11 @@ describe('the API bundle `pnpm start` runs', () => {
         });
         const base = `http://127.0.0.1:${port}`;
         expect(existsSync(join(dataDir, 'pgdata', 'PG_VERSION'))).toBe(true);
+        // Copied, not created by initdb; the migration run found nothing to do.
+        expect(buffered).toContain('"msg":"embedded database created from the template"');
+        expect(buffered).not.toContain('"msg":"migration"');
+        // The development secret is this data directory's own, not the template's.
+        expect(existsSync(join(dataDir, 'dev-jwt-secret'))).toBe(true);
         const response = await fetch(`${base}/graphql`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },

@@ -221,6 +221,7 @@ export class Histogram {
   summaryMs(): LatencySummary {
     return {
       count: this.count,
+      minMs: round(this.min / 1000, 2),
       p50Ms: round(this.percentile(50) / 1000, 2),
       p99Ms: round(this.percentile(99) / 1000, 2),
       maxMs: round(this.max / 1000, 2),
@@ -237,6 +238,8 @@ export interface HistogramData {
 
 export interface LatencySummary {
   count: number;
+  /** The fastest (for one event to all sockets: publish → first frame received). */
+  minMs?: number;
   p50Ms: number;
   p99Ms: number;
   maxMs: number;

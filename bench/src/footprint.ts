@@ -3,7 +3,10 @@
  * `pnpm start` runs (the `start` script of package.json, through `sh -c` as pnpm runs it: rebuild the
  * console and the API bundle when stale, then `node apps/api/dist/main.js`; no DATABASE_URL, no
  * REDIS_URL: embedded mode on PGlite, in-process dispatcher) is started twice on one fresh data
- * directory: the first start creates the database (initdb + migrations), the second reopens it.
+ * directory: the first start creates the database (a copy of the embedded template the build step made,
+ * see packages/db/src/embedded-template.ts), the second reopens it. Before them the script's build step
+ * runs alone, as the first `pnpm start` after a change of the sources or migrations runs it: its time and
+ * what it rebuilt are reported apart (it is not paid again until those change).
  * Reported: milliseconds from spawn to the "herald api listening" log line (the build checks included;
  * pnpm's own start-up, ~0.3 s, is not), and the API process's RSS after `IDLE_MS` of idling.
  */
@@ -25,6 +28,8 @@ export interface FootprintStart {
 
 export interface FootprintResult {
   command: string;
+  /** The start script's build step run alone before the starts: its time and what it printed (what it built). */
+  build?: { ms: number; output: string };
   starts: FootprintStart[];
   error?: string;
 }
@@ -32,6 +37,8 @@ export interface FootprintResult {
 /** The `start` script of package.json: what `pnpm start` runs. */
 const START_SCRIPT = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } })
   .scripts.start;
+/** The start script's build step (everything before the last `&&`): rebuilds what is stale. */
+const BUILD_STEP = START_SCRIPT.slice(0, START_SCRIPT.lastIndexOf(' && '));
 /** How the API process shows in its command line (the last step of the start script). */
 const API_PROCESS = 'apps/api/dist/main.js';
 
@@ -100,16 +107,34 @@ async function startOnce(dataDir: string, start: FootprintStart['start']): Promi
   }
 }
 
+async function buildOnce(): Promise<NonNullable<FootprintResult['build']>> {
+  const t0 = wallNow();
+  const child = spawnTracked('sh', ['-c', BUILD_STEP], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let output = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    output += chunk;
+  });
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  if (code !== 0) throw new Error(`build step exited with ${code}`);
+  return { ms: Math.round(wallNow() - t0), output: output.trim() };
+}
+
 export async function runFootprint(): Promise<FootprintResult> {
   const dir = mkdtempSync(join(tmpdir(), 'herald-footprint-'));
   const command = `sh -c '${START_SCRIPT}' (the start script: what \`pnpm start\` runs), HERALD_DATA_DIR=<fresh dir>`;
   const starts: FootprintStart[] = [];
+  let build: FootprintResult['build'];
   try {
+    build = await buildOnce();
     starts.push(await startOnce(dir, 'first (creates the database)'));
     starts.push(await startOnce(dir, 'second (reopens it)'));
-    return { command, starts };
+    return { command, build, starts };
   } catch (error) {
-    return { command, starts, error: (error as Error).message };
+    return { command, build, starts, error: (error as Error).message };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -125,6 +150,11 @@ export function footprintMarkdown(result: FootprintResult | null | undefined): s
     ...result.starts.map((start) => `| ${start.start} | ${start.readyMs} | ${start.idleRssMiB} |`),
     '',
     `- Command: ${result.command}; RSS of that node process ${IDLE_MS / 1000} s after the "listening" line.`,
+    ...(result.build
+      ? [
+          `- Before the starts, the build step alone (\`${BUILD_STEP}\`; paid once after the sources or migrations change): ${result.build.ms} ms${result.build.output ? ` (${result.build.output.split('\n').join('; ')})` : ' (nothing was stale)'}.`,
+        ]
+      : []),
     ...(result.error ? [`- **Failed:** ${result.error}`] : []),
     '',
   ].join('\n');

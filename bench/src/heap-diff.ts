@@ -5,6 +5,7 @@
  *
  *   node --import tsx bench/src/heap-diff.ts --scenario embedded --from 1000 --to 10000
  *   node --import tsx bench/src/heap-diff.ts --scenario raw
+ *   … --rows 80 --keep /tmp/heap   (more rows; keep the snapshots to open in DevTools)
  *
  * Prints a markdown section (paste it into bench/results/PROFILE.md). Needs DATABASE_URL for Herald.
  * The snapshots are written by the server itself (`v8.writeHeapSnapshot` through the inspector).
@@ -31,7 +32,7 @@ interface Aggregate {
 /**
  * Self size and count per heap node kind: closures by function name and source location (file:line),
  * other objects by type:name and the edge that first retains them (`via Parent.edge`), so that "31 plain
- * Objects" becomes "the graphql-ws context's `extra`" etc. Strings and numbers are keyed by type only.
+ * Objects" becomes "the graphql-ws context's `extra`" etc. Strings and numbers are keyed by retainer too.
  */
 export function aggregateSnapshot(file: string): { total: number; byKey: Map<string, Aggregate> } {
   const snapshot = JSON.parse(readFileSync(file, 'utf8')) as {
@@ -124,7 +125,8 @@ export function aggregateSnapshot(file: string): { total: number; byKey: Map<str
     total += size;
     let key: string;
     if (type === 'string' || type === 'concatenated string' || type === 'sliced string' || type === 'number') {
-      key = type;
+      // By retainer too: "16 numbers per socket" says nothing, "Timeout._idleStart" does.
+      key = `${type}${via(n, 2)}`;
     } else if (type === 'closure') {
       key = `closure ${nameOf(n) || '(anonymous)'} @ ${fileOf(n)}:${lineOf.get(n) ?? '?'}`;
     } else {
@@ -174,8 +176,11 @@ async function main() {
   const scenario = args.get('scenario') ?? 'embedded';
   const from = Number(args.get('from') ?? 1000);
   const to = Number(args.get('to') ?? 10_000);
+  const topRows = Number(args.get('rows') ?? TOP_ROWS);
+  /** Keep the two snapshots in this directory (to open in DevTools) instead of deleting them. */
+  const keep = args.get('keep');
   installExitHandlers();
-  const dir = mkdtempSync(join(tmpdir(), 'herald-heap-'));
+  const dir = keep ?? mkdtempSync(join(tmpdir(), 'herald-heap-'));
   const target = await start(scenario);
   const config = (sockets: number): FanoutConfig =>
     ({
@@ -217,7 +222,7 @@ async function main() {
       '| heap node (type:name) | bytes per socket | objects per socket |',
       '|---|---:|---:|',
       ...rows
-        .slice(0, TOP_ROWS)
+        .slice(0, topRows)
         .map(
           (row) =>
             `| \`${row.key.replace(/\|/g, '\\|')}\` | ${row.perSocketBytes.toFixed(0)} | ${row.perSocketCount.toFixed(2)} |`,
@@ -232,7 +237,7 @@ async function main() {
     await first.close();
     await second.close();
     await target.stop();
-    rmSync(dir, { recursive: true, force: true });
+    if (!keep) rmSync(dir, { recursive: true, force: true });
     await cleanupAll();
   }
 }

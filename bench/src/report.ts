@@ -155,12 +155,12 @@ export function markdown(results: BenchResults): string {
   lines.push(...capacityMarkdown(results.fanout));
   lines.push('Details per scenario:', '');
   lines.push(
-    '| scenario | sockets | connect s | fixed rate events/s | saturation window (events in flight) | trials: deliveries/s | one event p99 per trial ms | client CPU µs/delivery | publish CPU µs/event (no sockets) | server CPU µs/delivery minus publish | RSS idle → loaded MiB | heap/socket KB | frames checked | not byte-identical but right |',
+    '| scenario | sockets | connect s | fixed rate events/s | saturation window (events in flight) | trials: deliveries/s | one event per trial: first frame / p99 ms | client CPU µs/delivery | publish CPU µs/event (no sockets) | server CPU µs/delivery minus publish | RSS idle → loaded MiB | heap/socket KB | frames checked | not byte-identical but right |',
   );
   lines.push('|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of results.fanout) {
     lines.push(
-      `| ${r.label} | ${kSockets(r.subscribed)} | ${fmt(r.connect.ms / 1000, 1)} | ${fmt(r.fixed.eventsPerSec, 1)} | ${r.saturation.window} | ${r.saturation.trials.map((t) => fmt(t.deliveriesPerSec)).join(', ')} | ${r.single.trials.map((t) => fmt(t.p99Ms, 1)).join(', ')} | ${fmt(r.saturation.clientCpuUsPerDelivery.median, 1)} | ${fmt(r.publishCpuUsPerEvent)} | ${fmt(r.saturation.serverCpuUsPerDelivery.median - r.publishCpuUsPerEvent / r.subscribed, 1)} | ${fmt(r.rss.idleMiB, 0)} → ${fmt(r.rss.loadedMiB, 0)} | ${fmt(r.rss.heapPerSocketKB, 1)} | ${fmt(r.correctness.valid)} | ${fmt(r.correctness.noncanonical)} |`,
+      `| ${r.label} | ${kSockets(r.subscribed)} | ${fmt(r.connect.ms / 1000, 1)} | ${fmt(r.fixed.eventsPerSec, 1)} | ${r.saturation.window} | ${r.saturation.trials.map((t) => fmt(t.deliveriesPerSec)).join(', ')} | ${r.single.trials.map((t) => (t.minMs === undefined ? '' : `${fmt(t.minMs, 1)} / `) + fmt(t.p99Ms, 1)).join(', ')} | ${fmt(r.saturation.clientCpuUsPerDelivery.median, 1)} | ${fmt(r.publishCpuUsPerEvent)} | ${fmt(r.saturation.serverCpuUsPerDelivery.median - r.publishCpuUsPerEvent / r.subscribed, 1)} | ${fmt(r.rss.idleMiB, 0)} → ${fmt(r.rss.loadedMiB, 0)} | ${fmt(r.rss.heapPerSocketKB, 1)} | ${fmt(r.correctness.valid)} | ${fmt(r.correctness.noncanonical)} |`,
     );
   }
   const problems = results.fanout.filter(

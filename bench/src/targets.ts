@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '@herald/auth';
@@ -212,8 +212,37 @@ interface Pod {
   output: string[];
 }
 
-async function startPod(env: Record<string, string>, cpuProfDir: string | undefined, inspect = true): Promise<Pod> {
+/**
+ * The environment variables and node flags `pnpm start` (the embedded mode users run) starts the API with,
+ * read from the root package.json's `start` script (`… && MALLOC_ARENA_MAX=1 node --max-semi-space-size=8
+ * apps/api/dist/main.js`), so the bench's embedded pod runs the same V8 and allocator settings (issue 14).
+ */
+export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
+  const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> })
+    .scripts;
+  const last = scripts.start?.split('&&').at(-1)?.trim().split(/\s+/) ?? [];
+  const node = last.indexOf('node');
+  if (node < 0 || !last.at(-1)?.endsWith('main.js')) {
+    throw new Error(`bench: cannot read the node command of the start script: ${scripts.start}`);
+  }
+  const env: Record<string, string> = {};
+  for (const word of last.slice(0, node)) {
+    const [name, value] = word.split('=');
+    if (!name || value === undefined)
+      throw new Error(`bench: unexpected word before node in the start script: ${word}`);
+    env[name] = value;
+  }
+  return { env, nodeFlags: last.slice(node + 1, -1) };
+}
+
+async function startPod(
+  env: Record<string, string>,
+  cpuProfDir: string | undefined,
+  inspect = true,
+  nodeFlags: string[] = [],
+): Promise<Pod> {
   const args = [
+    ...nodeFlags,
     ...(inspect ? ['--inspect=127.0.0.1:0'] : []),
     ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : []),
     '--import',
@@ -359,11 +388,15 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
   }
   const removeAll = () => Promise.allSettled(removers.map((remove) => remove()));
   const unregister = onCleanup(removeAll);
+  // One pod on in-memory pub/sub is the embedded mode `pnpm start` runs: same allocator and V8 settings
+  // (the bench still runs the sources through tsx). Cluster pods run as the image does: plain node.
+  const runtime = options.pods === 1 && options.pubsub === 'memory' ? startScriptRuntime() : { env: {}, nodeFlags: [] };
+  Object.assign(env, { ...runtime.env, ...env });
 
   let pods: Pod[];
   try {
     pods = await Promise.all(
-      Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect)),
+      Array.from({ length: options.pods }, () => startPod(env, options.cpuProfDir, options.inspect, runtime.nodeFlags)),
     );
   } catch (error) {
     unregister();
@@ -480,6 +513,10 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     },
     notes: [
       `${options.pods} API process(es), NODE_ENV=production, LOG_LEVEL=info, ${
+        runtime.nodeFlags.length || Object.keys(runtime.env).length
+          ? `as \`pnpm start\` runs it (${[...Object.entries(runtime.env).map(([k, v]) => `${k}=${v}`), 'node', ...runtime.nodeFlags].join(' ')}), `
+          : ''
+      }${
         options.database === 'pglite' ? 'PGlite in a temp dir' : 'PostgreSQL (own schema)'
       }, pub/sub ${options.pubsub === 'redis' ? 'Redis' : 'in memory'}${
         options.env && Object.keys(options.env).length

@@ -1,7 +1,7 @@
 /**
  * The webhook receiver of the webhook benchmark, in its own process: answers 200 as soon as a request's
  * body has arrived, then (off the response path) counts it and, when it has the endpoint's secret,
- * verifies the signature and de-duplicates by event id, so only genuine, distinct signed deliveries
+ * verifies the signature and de-duplicates by event id (by path and event id with several endpoints), so only genuine, distinct signed deliveries
  * count. Controlled over IPC: `{type:'reset', secret?}` and `{type:'stats'}`.
  * Listens on 127.0.0.1 and prints `listening <port>`.
  */
@@ -23,13 +23,18 @@ export interface ReceiverStats {
   invalidSamples: string[];
 }
 
-type Command = { type: 'reset'; secret?: string; track?: boolean } | { type: 'stats' } | { type: 'arrivals' };
+type Command =
+  | { type: 'reset'; secret?: string; secrets?: Record<string, string>; track?: boolean }
+  | { type: 'stats' }
+  | { type: 'arrivals' };
 
 /** With `track`: when each post (`data.id` of the body) first arrived, for the latency trial. */
 let track = false;
 let arrivals = new Map<string, number>();
 
 let secret: string | undefined;
+/** Several endpoints on this receiver: each path's secret; an event counts once per path. */
+let secretsByPath: Map<string, string> | undefined;
 let seen = new Set<string>();
 let stats: ReceiverStats = empty();
 
@@ -55,12 +60,20 @@ const server = createServer((req, res) => {
     stats.requests++;
     if (stats.firstAt === 0) stats.firstAt = now;
     stats.lastAt = now;
-    if (!secret) return;
+    const pathSecret = secretsByPath ? secretsByPath.get(req.url ?? '') : secret;
+    if (!pathSecret) {
+      if (secretsByPath) {
+        stats.invalid++;
+        if (stats.invalidSamples.length < 5) stats.invalidSamples.push(`no endpoint at ${req.url}`);
+      }
+      return;
+    }
     try {
-      const event = verifyWebhook({ rawBody: Buffer.concat(chunks), headers: req.headers, secrets: [secret] });
-      if (seen.has(event.id)) stats.duplicate++;
+      const event = verifyWebhook({ rawBody: Buffer.concat(chunks), headers: req.headers, secrets: [pathSecret] });
+      const key = secretsByPath ? `${req.url} ${event.id}` : event.id;
+      if (seen.has(key)) stats.duplicate++;
       else {
-        seen.add(event.id);
+        seen.add(key);
         stats.verified++;
         if (track) {
           const postId = (event.data as { id?: string } | undefined)?.id;
@@ -78,6 +91,7 @@ server.keepAliveTimeout = 60_000;
 process.on('message', (command: Command) => {
   if (command.type === 'reset') {
     secret = command.secret;
+    secretsByPath = command.secrets ? new Map(Object.entries(command.secrets)) : undefined;
     track = command.track ?? false;
     arrivals = new Map();
     seen = new Set();

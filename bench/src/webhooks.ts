@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
-import { queueDueDeliveries } from '@herald/webhook-engine';
+import { connectOutboxWakePublisher, queueDueDeliveries } from '@herald/webhook-engine';
 import { signWebhook } from '@herald/webhooks';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -46,6 +46,12 @@ export interface WebhookConfig {
   dispatcherTimeoutMs: number;
   /** Also drain the backlog with two dispatcher processes. @default true */
   twoDispatchers?: boolean;
+  /**
+   * The several-endpoints case: this many endpoints (on the same receiver, each with the cap) get every
+   * event; one and two dispatchers drain it, against a raw durable loop at endpoints × cap connections.
+   * @default 8; 0 or 1 skips it
+   */
+  endpoints?: number;
   /** Pending retries in the scheduler-pass measurement. @default 100000 */
   pendingRetries?: number;
   /** Run the (one) dispatcher under `node --cpu-prof`, writing its profile here. */
@@ -55,6 +61,11 @@ export interface WebhookConfig {
   /** The latency trial: events/s published (one dispatcher), for this long. @default 1000 for 10 s; 0 skips it */
   steadyEventsPerSec?: number;
   steadyMs?: number;
+  /**
+   * Also run the steady trial the old way (NOTIFY in publishPost's statement, no Redis wake-up), for a
+   * same-run comparison; `'first'` runs that one first (to tell an order effect from a difference).
+   */
+  steadyCompareNotify?: boolean | 'first';
   log: (line: string) => void;
 }
 
@@ -70,6 +81,7 @@ export interface RawLoopTrial {
 export interface DispatcherRun {
   status: 'ok' | 'incomplete' | 'not available yet' | 'failed' | 'skipped';
   reason?: string;
+  /** Deliveries expected at the receiver (events × endpoints; with one endpoint, the events). */
   events?: number;
   /** Distinct events whose signature verified at the receiver. */
   verified?: number;
@@ -118,10 +130,26 @@ export interface WebhookResult {
   durableRatio: number | null;
   /** Two dispatchers over one. */
   twoOverOne: number | null;
+  /** The several-endpoints case (null: skipped). */
+  multiEndpoint: MultiEndpointResult | null;
   /** One dispatcher at a steady publish rate: publishPost's commit → receiver. */
   steady: DispatcherRun | null;
+  /** The same trial with publishPost's NOTIFY instead of the Redis wake-up (`steadyCompareNotify`). */
+  steadyNotify: DispatcherRun | null;
   /** One due-scan pass (`queueDueDeliveries`) with 100,000 retries pending, none due. */
   schedulerPass: { pendingRetries: number; passMs: Spread } | null;
+}
+
+export interface MultiEndpointResult {
+  endpoints: number;
+  /** Deliveries in the backlog (events × endpoints). */
+  deliveries: number;
+  /** The raw durable loop at the dispatcher's total concurrency (endpoints × cap). */
+  durableLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread } | null;
+  dispatcher: DispatcherRun;
+  twoDispatchers: DispatcherRun | null;
+  durableRatio: number | null;
+  twoOverOne: number | null;
 }
 
 interface IpcChild {
@@ -234,14 +262,17 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       );
     };
     const durableTrials: RawLoopTrial[] = [];
-    const durableTrial = async () => {
+    const wideDurableTrials: RawLoopTrial[] = [];
+    const endpoints = config.endpoints ?? 8;
+    const endpointCap = config.endpointCap ?? config.connections;
+    const durableTrial = async (connections = config.connections, into = durableTrials) => {
       if (!config.databaseUrl) return;
       await receiver.ask({ type: 'reset' });
       const result = await loop.ask<LoopResult>({
         type: 'run',
         origin,
         path: '/durable',
-        connections: config.connections,
+        connections,
         durationMs: config.trialMs,
         headers,
         body,
@@ -252,7 +283,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         },
       } satisfies LoopCommand);
       const counted = await receiver.ask<ReceiverStats>({ type: 'stats' });
-      durableTrials.push({
+      into.push({
         deliveriesPerSec: Math.round((result.requests / result.durationMs) * 1000),
         requests: result.requests,
         receiverCounted: counted.requests,
@@ -261,29 +292,80 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         p99Ms: result.p99Ms,
       });
       log(
-        `  raw durable loop ${durableTrials.length}: ${durableTrials.at(-1)!.deliveriesPerSec} deliveries/s recorded`,
+        `  raw durable loop ${into.length} (${connections} connections): ${into.at(-1)!.deliveriesPerSec} deliveries/s recorded`,
       );
     };
+    const multi = endpoints > 1;
     // Raw trials before and after the dispatcher's run, so both see about the same background load.
     const before = Math.ceil(config.trials / 2);
     for (let trial = 0; trial < before; trial++) {
       await rawTrial();
       await durableTrial();
+      if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
     }
     const dispatcher = await runDispatcher(config, receiver, origin, 1);
     const twoDispatchers = config.twoDispatchers === false ? null : await runDispatcher(config, receiver, origin, 2);
-    const steady =
-      (config.steadyEventsPerSec ?? 1000) > 0 ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
-    if (steady?.latency) {
-      const l = steady.latency;
-      log(
-        `  steady ${l.eventsPerSec} events/s (${l.publishedPerSec} achieved): commit → receiver p50 ${l.fromCommit.p50Ms} ms, p99 ${l.fromCommit.p99Ms} ms`,
-      );
-    } else if (steady) log(`  steady: ${steady.status} ${steady.reason ?? ''}`);
+    // Several endpoints: the same number of deliveries, twice over (events × endpoints).
+    const multiEvents = Math.max(1, Math.round((config.dispatcherEvents * 2) / endpoints));
+    const multiOne = multi ? await runDispatcher(config, receiver, origin, 1, 'backlog', endpoints, multiEvents) : null;
+    const multiTwo =
+      multi && config.twoDispatchers !== false
+        ? await runDispatcher(config, receiver, origin, 2, 'backlog', endpoints, multiEvents)
+        : null;
+    const steadyOn = (config.steadyEventsPerSec ?? 1000) > 0;
+    const notifyTrial = () =>
+      steadyOn && config.steadyCompareNotify
+        ? runDispatcher(config, receiver, origin, 1, 'steady', 1, config.dispatcherEvents, true)
+        : Promise.resolve(null);
+    const notifyFirst = config.steadyCompareNotify === 'first' ? await notifyTrial() : null;
+    const steady = steadyOn ? await runDispatcher(config, receiver, origin, 1, 'steady') : null;
+    const steadyNotify = config.steadyCompareNotify === 'first' ? notifyFirst : await notifyTrial();
+    for (const [label, run] of [
+      ['steady', steady],
+      ['steady with NOTIFY', steadyNotify],
+    ] as const) {
+      if (run?.latency) {
+        const l = run.latency;
+        log(
+          `  ${label} ${l.eventsPerSec} events/s (${l.publishedPerSec} achieved): commit → receiver p50 ${l.fromCommit.p50Ms} ms, p99 ${l.fromCommit.p99Ms} ms`,
+        );
+      } else if (run) log(`  ${label}: ${run.status} ${run.reason ?? ''}`);
+    }
     for (let trial = before; trial < config.trials; trial++) {
       await rawTrial();
       await durableTrial();
+      if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
     }
+    const wideDurable =
+      wideDurableTrials.length > 0
+        ? {
+            connections: endpoints * endpointCap,
+            trials: wideDurableTrials,
+            deliveriesPerSec: spread(wideDurableTrials.map((trial) => trial.deliveriesPerSec)),
+          }
+        : null;
+    const multiEndpoint: MultiEndpointResult | null =
+      multi && multiOne
+        ? {
+            endpoints,
+            deliveries: multiEvents * endpoints,
+            durableLoop: wideDurable,
+            dispatcher: multiOne,
+            twoDispatchers: multiTwo,
+            durableRatio:
+              multiOne.deliveriesPerSec !== undefined && wideDurable
+                ? round(multiOne.deliveriesPerSec / wideDurable.deliveriesPerSec.median, 3)
+                : null,
+            twoOverOne:
+              multiTwo?.deliveriesPerSec !== undefined && multiOne.deliveriesPerSec
+                ? round(multiTwo.deliveriesPerSec / multiOne.deliveriesPerSec, 3)
+                : null,
+          }
+        : null;
+    if (multiEndpoint)
+      log(
+        `  ${endpoints} endpoints: one dispatcher ${multiOne?.deliveriesPerSec ?? '–'}/s (${multiEndpoint.durableRatio ?? '–'}× raw durable at ${endpoints * endpointCap} connections), two ${multiTwo?.deliveriesPerSec ?? '–'}/s (${multiEndpoint.twoOverOne ?? '–'}× one)`,
+      );
     const rawLoop = {
       connections: config.connections,
       trials,
@@ -321,6 +403,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       dispatcher,
       twoDispatchers,
       steady,
+      steadyNotify,
       ratio:
         dispatcher.deliveriesPerSec !== undefined
           ? round(dispatcher.deliveriesPerSec / rawLoop.deliveriesPerSec.median, 3)
@@ -333,6 +416,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         twoDispatchers?.deliveriesPerSec !== undefined && dispatcher.deliveriesPerSec
           ? round(twoDispatchers.deliveriesPerSec / dispatcher.deliveriesPerSec, 3)
           : null,
+      multiEndpoint,
       schedulerPass,
     };
   } finally {
@@ -346,6 +430,12 @@ async function runDispatcher(
   origin: string,
   processes: number,
   mode: 'backlog' | 'steady' = 'backlog',
+  /** Endpoints (on the same receiver, paths /hook/0…) that get every event. */
+  endpointCount = 1,
+  /** Events in the backlog. @default config.dispatcherEvents */
+  backlogEvents = config.dispatcherEvents,
+  /** Steady mode: publishPost sends its NOTIFY (single mode's path) instead of the Redis wake-up. */
+  steadyNotify = false,
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
     return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
@@ -361,6 +451,7 @@ async function runDispatcher(
   const applicationName = `herald-bench-dispatcher-${randomBytes(4).toString('hex')}`;
   let monitor: pg.Client | undefined;
   let publisher: HeraldDatabase | undefined;
+  let wake: ReturnType<typeof connectOutboxWakePublisher> | undefined;
   try {
     herald = await startHeraldTarget({
       pods: 1,
@@ -371,17 +462,28 @@ async function runDispatcher(
       env: { WEBHOOK_ALLOW_PRIVATE_URLS: 'true', HERALD_REDIS_PREFIX: prefix },
       label: 'webhook setup',
     });
-    const created = await herald.graphql(
-      'mutation Endpoint($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
-      { input: { orgId: herald.orgId, url: `${origin}/hook`, eventTypes: ['post.published'] } },
+    const secrets: Record<string, string> = {};
+    for (let i = 0; i < endpointCount; i++) {
+      const path = endpointCount === 1 ? '/hook' : `/hook/${i}`;
+      const created = await herald.graphql(
+        'mutation Endpoint($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
+        { input: { orgId: herald.orgId, url: `${origin}${path}`, eventTypes: ['post.published'] } },
+      );
+      secrets[path] = created.createWebhookEndpoint.secret;
+    }
+    await receiver.ask(
+      endpointCount === 1
+        ? { type: 'reset', secret: secrets['/hook'], track: mode === 'steady' }
+        : { type: 'reset', secrets, track: mode === 'steady' },
     );
-    await receiver.ask({ type: 'reset', secret: created.createWebhookEndpoint.secret, track: mode === 'steady' });
 
     const steadyRate = config.steadyEventsPerSec ?? 1000;
     const steadyMs = config.steadyMs ?? 10_000;
     const events = await herald.prepareEvents(
-      mode === 'steady' ? Math.round((steadyRate * steadyMs) / 1000) : config.dispatcherEvents,
+      mode === 'steady' ? Math.round((steadyRate * steadyMs) / 1000) : backlogEvents,
     );
+    /** Deliveries the receiver must verify: every event at every endpoint. */
+    const expected = events.length * endpointCount;
     if (mode === 'backlog') {
       // The backlog: every event is in the outbox before the dispatcher starts.
       const t0 = wallNow();
@@ -391,7 +493,9 @@ async function runDispatcher(
           while (next < events.length) await herald!.publish(events[next++]!);
         }),
       );
-      log(`  published ${events.length} posts (the dispatcher's backlog) in ${Math.round(wallNow() - t0)} ms`);
+      log(
+        `  published ${events.length} posts (the dispatcher's backlog, ${expected} deliveries to ${endpointCount} endpoint${endpointCount === 1 ? '' : 's'}) in ${Math.round(wallNow() - t0)} ms`,
+      );
     }
     const dispatcherUrl = new URL(herald.env.DATABASE_URL!);
     dispatcherUrl.searchParams.set('application_name', applicationName);
@@ -492,7 +596,10 @@ async function runDispatcher(
     let publishing: Promise<SteadyPublish> | undefined;
     if (mode === 'steady') {
       publisher = await createDatabase({ kind: 'postgres', url: herald.env.DATABASE_URL!, poolMax: 16 });
-      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate);
+      // Cluster mode's path, as the API's resolver takes it: publishPost without NOTIFY, then the
+      // dispatchers woken through Redis after the commit.
+      wake = connectOutboxWakePublisher(config.redisUrl, webhookRedisKeys(prefix).outboxWakeChannel);
+      publishing = publishSteadily(publisher, herald.orgId, events, steadyRate, steadyNotify ? undefined : wake);
     }
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
@@ -502,7 +609,7 @@ async function runDispatcher(
       publishFailed = done.failed;
     });
     while (
-      stats.verified < events.length - publishFailed &&
+      stats.verified < expected - publishFailed * endpointCount &&
       wallNow() - ready < config.dispatcherTimeoutMs + steadyMs
     ) {
       await sleep(100);
@@ -545,11 +652,11 @@ async function runDispatcher(
       };
     }
     return {
-      status: stats.verified >= events.length ? 'ok' : 'incomplete',
-      ...(stats.verified < events.length
-        ? { reason: `${stats.verified} of ${events.length} delivered before giving up; ${output.slice(-3).join(' ')}` }
+      status: stats.verified >= expected ? 'ok' : 'incomplete',
+      ...(stats.verified < expected
+        ? { reason: `${stats.verified} of ${expected} delivered before giving up; ${output.slice(-3).join(' ')}` }
         : {}),
-      events: events.length,
+      events: expected,
       verified: stats.verified,
       invalid: stats.invalid,
       duplicate: stats.duplicate,
@@ -568,6 +675,7 @@ async function runDispatcher(
     await Promise.all(dispatchers.map((child) => stopChild(child)));
     await monitor?.end().catch(() => {});
     await publisher?.close().catch(() => {});
+    await wake?.close();
     await herald?.stop();
     const keys = webhookRedisKeys(prefix);
     if (config.redisUrl)
@@ -586,15 +694,18 @@ interface SteadyPublish {
 
 /**
  * Publishes the drafts at a steady rate (open loop: each at its scheduled time, whatever the previous
- * ones are doing) through the API's own one-statement publishPost (`publishPostWithWebhook`: the post,
- * its outbox row and the NOTIFY commit together), called directly so the API's HTTP and GraphQL layers
- * (priced elsewhere) do not limit the rate. `committedAt` is when the statement answered.
+ * ones are doing) through the API's own one-statement publishPost (`publishPostWithWebhook`: the post
+ * and its outbox row commit together), called directly so the API's HTTP and GraphQL layers (priced
+ * elsewhere) do not limit the rate. As in the API's cluster mode, the statement sends no NOTIFY and the
+ * dispatchers are woken through Redis after the commit. `committedAt` is when the statement answered.
  */
 async function publishSteadily(
   database: HeraldDatabase,
   orgId: string,
   events: readonly { postId: string }[],
   perSec: number,
+  /** Cluster mode's Redis wake-up; without it, the statement sends the NOTIFY (single mode). */
+  wake: { wake(): void } | undefined,
 ): Promise<SteadyPublish> {
   const times: SteadyPublish['times'] = [];
   let failed = 0;
@@ -608,9 +719,11 @@ async function publishSteadily(
     const one = (async () => {
       const sentAt = wallNow();
       try {
-        const published = await publishPostWithWebhook(database.db, postId, [orgId]);
-        if (published) times.push({ postId, sentAt, committedAt: wallNow() });
-        else failed++;
+        const published = await publishPostWithWebhook(database.db, postId, [orgId], { notify: !wake });
+        if (published) {
+          times.push({ postId, sentAt, committedAt: wallNow() });
+          wake?.wake();
+        } else failed++;
       } catch {
         failed++;
       }
@@ -727,6 +840,22 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     );
   } else if (steady) {
     lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);
+  }
+  const notify = w.steadyNotify;
+  if (notify?.latency) {
+    const l = notify.latency;
+    lines.push(
+      `- the same steady trial with publishPost's NOTIFY instead of the Redis wake-up (same run): ${num(l.publishedPerSec)}/s achieved (${num(l.publishFailed)} publish calls failed), commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms; from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms`,
+    );
+  }
+  const m = w.multiEndpoint;
+  if (m) {
+    const one = m.dispatcher;
+    const two = m.twoDispatchers;
+    const d = m.durableLoop?.deliveriesPerSec;
+    lines.push(
+      `- ${m.endpoints} endpoints on the same receiver (cap ${num(one.endpointCap)} each, ${num(m.deliveries)} deliveries): raw durable loop at ${num(m.durableLoop?.connections)} connections ${num(d?.median)}/s (${num(d?.min)}–${num(d?.max)}); one dispatcher ${num(one.deliveriesPerSec)}/s = ${num(m.durableRatio, 2)}× (${one.status}: ${num(one.verified)}/${num(one.events)} verified, ${num(one.duplicate)} duplicate; ${num(one.cpuUsPerDelivery)} µs dispatcher CPU, ${num(one.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(one.queriesPerDelivery, 3)} round trips per delivery); two dispatchers ${num(two?.deliveriesPerSec)}/s = ${num(m.twoOverOne, 2)}× one (${two?.status ?? 'skipped'}: ${num(two?.verified)}/${num(two?.events)} verified, ${num(two?.duplicate)} duplicate)`,
+    );
   }
   if (w.schedulerPass) {
     const p = w.schedulerPass.passMs;

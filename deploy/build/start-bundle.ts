@@ -27,6 +27,11 @@ import { type BuildOptions, build, type Plugin } from 'esbuild';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const START_BUNDLE_DIR = join(ROOT, 'apps/api/dist');
 export const START_BUNDLE = join(START_BUNDLE_DIR, 'main.js');
+/**
+ * The pre-initialised embedded data directory (packages/db/src/embedded-template.ts) the bundle's
+ * `createDatabase` copies on a first start: `embedded-template/` beside the bundle is its default.
+ */
+export const EMBEDDED_TEMPLATE_DIR = join(START_BUNDLE_DIR, 'embedded-template');
 /** The files the bundle was built from, for the staleness check. */
 const INPUTS_FILE = join(START_BUNDLE_DIR, 'main.inputs.json');
 const LOCKFILE = join(ROOT, 'pnpm-lock.yaml');

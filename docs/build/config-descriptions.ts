@@ -32,6 +32,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'A PostgreSQL query unanswered for this long fails as `SERVICE_UNAVAILABLE` (a frozen server that keeps its connections open) and its connection is replaced; 0 waits for ever. Migrations are exempt. The dispatcher uses the same 30 s.',
   DATABASE_PREPARED_STATEMENTS:
     'Send queries with parameters as named prepared statements (parsed and planned once per connection). Set `false` behind a PgBouncer in transaction mode older than 1.21.',
+  'dispatcher:DATABASE_PREPARED_STATEMENTS':
+    "Send the engine's statements as named prepared statements (parsed and planned once per connection: planning its claim and record statements costs more than running them). Set `false` behind a PgBouncer in transaction mode older than 1.21.",
   REDIS_URL:
     'Redis for pub/sub across pods and the webhook work stream: `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`. Needs `DATABASE_URL`; unset keeps pub/sub in memory (one pod).',
   'dispatcher:REDIS_URL':

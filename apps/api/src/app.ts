@@ -45,6 +45,16 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   const consoleAssets = loadConsole(config, logger);
   const database = await createDatabase(config.database, {
     onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
+    onEmbeddedCreated: (created) => {
+      if (created.from === 'template') {
+        logger.info({ ms: created.ms }, 'embedded database created from the template');
+      } else {
+        logger.info(
+          { ms: created.ms, reason: created.reason },
+          'embedded database created by initdb (template not used); migrating',
+        );
+      }
+    },
   });
   try {
     const results = await migrateToLatest(database.db);

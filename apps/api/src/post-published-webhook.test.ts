@@ -8,7 +8,9 @@ import {
   upsertUser,
 } from '@herald/db';
 import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createOutboxListener } from '@herald/webhook-engine';
 import type { Kysely } from 'kysely';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { publishPostWithWebhook } from './post-published-webhook.js';
 
@@ -106,4 +108,34 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
     expect(results.map((result) => result?.published).sort()).toEqual([false, true]);
     expect(await outboxOf(draft.id)).toHaveLength(1);
   });
+
+  concurrently(
+    'sends the outbox NOTIFY unless told not to (cluster mode wakes dispatchers through Redis)',
+    async () => {
+      // The dispatchers' LISTEN connection, counting this schema's outbox notifications.
+      let heard = 0;
+      const listener = createOutboxListener({
+        databaseUrl: schema!.url,
+        logger: pino({ level: 'silent' }),
+        onEvent: () => heard++,
+      });
+      await listener.start();
+      try {
+        const afterStart = heard; // one wake-up at start, for anything committed before
+        await upsertUser(db, { id: 'pub4', name: 'P' });
+        const quiet = await insertPost(db, { orgId: 'org-d', authorId: 'pub4', title: 'Quiet', tags: [] });
+        expect((await publishPostWithWebhook(db, quiet.id, ['org-d'], { notify: false }))?.published).toBe(true);
+        expect(await outboxOf(quiet.id)).toHaveLength(1);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        expect(heard).toBe(afterStart);
+        const loud = await insertPost(db, { orgId: 'org-d', authorId: 'pub4', title: 'Loud', tags: [] });
+        expect((await publishPostWithWebhook(db, loud.id, ['org-d']))?.published).toBe(true);
+        const deadline = Date.now() + 5_000;
+        while (heard === afterStart && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(heard).toBe(afterStart + 1);
+      } finally {
+        await listener.stop();
+      }
+    },
+  );
 });

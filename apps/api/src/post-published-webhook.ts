@@ -43,6 +43,12 @@ const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)))
  * The same statement decides who appends the event to the subscription history: its publisher, right
  * after the commit (`handedToRelay` false), or the history relay when the organisation still has an
  * event handed to it (`history_handed_at`, see `handPostEventToRelay`), so the relay keeps them in order.
+ *
+ * With `notify` (the default) the statement also sends the outbox NOTIFY, which dispatchers LISTEN for
+ * (embedded and single mode). In cluster mode the caller passes `notify: false` and wakes the
+ * dispatchers through Redis after the commit instead (`PubSubService.published`): a transaction that
+ * sent NOTIFY holds PostgreSQL's global notify lock across its WAL flush, so notifying publishes commit
+ * one at a time.
  * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
  * @returns undefined when no post with this id exists in those organisations
  */
@@ -50,6 +56,7 @@ export async function publishPostWithWebhook(
   db: Kysely<Database>,
   id: string,
   orgIds: readonly string[],
+  options: { notify?: boolean } = {},
 ): Promise<PostPublication | undefined> {
   if (orgIds.length === 0) return undefined;
   const publishedAt = new Date();
@@ -78,7 +85,7 @@ export async function publishPostWithWebhook(
       returning history_handed_at is not null as handed
     )
     -- The same wake-up insertOutboxEvent sends: delivered at commit, so dispatchers fan out at once.
-    select ${POST_COLUMN_LIST}, pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema()) as _notified,
+    select ${POST_COLUMN_LIST}, ${options.notify === false ? sql`null` : sql`pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema())`} as _notified,
       (select handed from recorded) as _handed
     from published p
   `.execute(db);

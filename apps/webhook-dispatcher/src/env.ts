@@ -19,6 +19,7 @@ export const EnvSchema = z.object({
   // storage: the dispatcher app is cluster mode only (embedded mode runs it inside the API)
   DATABASE_URL: postgresUrl,
   DATABASE_POOL_MAX: positiveInt.default(10),
+  DATABASE_PREPARED_STATEMENTS: z.stringbool().default(true),
   REDIS_URL: redisUrl(),
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
 
@@ -46,6 +47,8 @@ export interface DispatcherConfig {
   http: { host: string; port: number; shutdownGraceMs: number };
   databaseUrl: string;
   databasePoolMax: number;
+  /** Send the engine's statements as named prepared statements (`DATABASE_PREPARED_STATEMENTS`). */
+  databasePreparedStatements: boolean;
   /** `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://` (see `@herald/config`). */
   redisUrl: string;
   /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
@@ -68,6 +71,7 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
     http: { host: parsed.HOST, port: parsed.PORT, shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS },
     databaseUrl: parsed.DATABASE_URL,
     databasePoolMax: parsed.DATABASE_POOL_MAX,
+    databasePreparedStatements: parsed.DATABASE_PREPARED_STATEMENTS,
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
     testCrashAt: parsed.HERALD_TEST_CRASH_AT,

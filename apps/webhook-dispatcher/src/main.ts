@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import { InvalidConfigError } from '@herald/config';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
-import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
+import { createDispatcher, createOutboxWakeListener, createRedisStreamQueue } from '@herald/webhook-engine';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
@@ -19,7 +19,13 @@ try {
 }
 
 const logger = createLogger(config.logLevel);
-const database = await createDatabase({ kind: 'postgres', url: config.databaseUrl, poolMax: config.databasePoolMax });
+// Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
+const database = await createDatabase({
+  kind: 'postgres',
+  url: config.databaseUrl,
+  poolMax: config.databasePoolMax,
+  preparedStatements: config.databasePreparedStatements,
+});
 try {
   // Safe beside API pods doing the same: Kysely's migrator takes a lock. The dispatcher may start first.
   await migrateToLatest(database.db);
@@ -27,7 +33,8 @@ try {
   logger.fatal({ err: error }, 'database migration failed');
   process.exit(1);
 }
-const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys: webhookRedisKeys(config.redisPrefix), logger });
+const keys = webhookRedisKeys(config.redisPrefix);
+const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
 const dispatcher = createDispatcher({
   db: database.db,
   databaseUrl: config.databaseUrl,
@@ -40,6 +47,17 @@ const dispatcher = createDispatcher({
 });
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');
+  process.exit(1);
+});
+// API pods announce their publishPost commits on Redis (no NOTIFY there, see outbox-wake.ts).
+const wake = createOutboxWakeListener({
+  redisUrl: config.redisUrl,
+  channel: keys.outboxWakeChannel,
+  logger,
+  onWake: () => dispatcher.notifyOutbox(),
+});
+await wake.start().catch((error: unknown) => {
+  logger.fatal({ err: error }, 'could not subscribe to the outbox wake-up channel');
   process.exit(1);
 });
 
@@ -67,6 +85,7 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     hardExit.unref();
     (async () => {
       ops.close();
+      await wake.stop();
       await dispatcher.stop();
       await queue.close();
       await database.close();

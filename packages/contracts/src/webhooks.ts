@@ -57,6 +57,14 @@ export const WEBHOOK_DEAD_LETTER_STREAM = '{webhooks}:dead-letters';
  */
 export const WEBHOOK_PARKED_STREAM = 'webhooks:parked';
 
+/**
+ * Pub/sub channel (suffix of the prefixed name) on which API pods wake the dispatchers' relays right
+ * after committing outbox events, in cluster mode: a NOTIFY in the publishing transaction would
+ * serialise those commits (PostgreSQL holds one global lock across the WAL flush of every transaction
+ * that sent NOTIFY). Same hash tag as the streams; sharded pub/sub on Redis Cluster.
+ */
+export const WEBHOOK_OUTBOX_WAKE_CHANNEL = '{webhooks}:outbox-wake';
+
 /** Consumer group on {@link WEBHOOK_WORK_STREAM} shared by every dispatcher replica. */
 export const WEBHOOK_CONSUMER_GROUP = 'webhook-dispatchers';
 
@@ -73,6 +81,8 @@ export interface WebhookRedisKeys {
   parkedStream: string;
   /** The consumer group on the work stream (a name inside the stream, not a key: never prefixed). */
   consumerGroup: string;
+  /** The relay wake-up channel, `<prefix>{webhooks}:outbox-wake` (see {@link WEBHOOK_OUTBOX_WAKE_CHANNEL}). */
+  outboxWakeChannel: string;
 }
 
 /** The Redis keys for one installation. */
@@ -82,5 +92,6 @@ export function webhookRedisKeys(prefix: string = DEFAULT_REDIS_PREFIX): Webhook
     deadLetterStream: `${prefix}${WEBHOOK_DEAD_LETTER_STREAM}`,
     parkedStream: `${prefix}${WEBHOOK_PARKED_STREAM}`,
     consumerGroup: WEBHOOK_CONSUMER_GROUP,
+    outboxWakeChannel: `${prefix}${WEBHOOK_OUTBOX_WAKE_CHANNEL}`,
   };
 }

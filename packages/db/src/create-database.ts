@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
@@ -7,6 +7,8 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { copyEmbeddedTemplate } from './embedded-template.js';
+import { migrationProvider } from './migrations/index.js';
 import { withPreparedStatements } from './prepared-statements.js';
 import { poolWithQueryTimeout } from './query-timeout.js';
 
@@ -52,7 +54,18 @@ export type DatabaseConfig =
    * Embedded PostgreSQL (PGlite, WebAssembly) stored in `dataDir`, or in memory for `memory://`.
    * One process only: two processes must never open the same directory.
    */
-  | { kind: 'embedded'; dataDir: string };
+  | {
+      kind: 'embedded';
+      dataDir: string;
+      /**
+       * A pre-initialised, migrated data directory (see embedded-template.ts) copied into `dataDir` when
+       * that does not hold a database yet; null: none. A missing, stale or damaged template is skipped
+       * (reported through `onEmbeddedCreated`) and the directory is created by initdb as without one.
+       * @default DEFAULT_EMBEDDED_TEMPLATE: `embedded-template/` beside this module (where `pnpm start`'s
+       *   build puts it, next to the API bundle)
+       */
+      template?: string | null;
+    };
 
 export interface DatabaseOptions {
   /**
@@ -62,7 +75,19 @@ export interface DatabaseOptions {
    * @default one line on stderr
    */
   onConnectionError?: (error: Error) => void;
+  /**
+   * Called once when an embedded data directory is created: copied from the template, or by initdb
+   * (with why the template was not used). Not called for an existing directory or `memory://`.
+   * @default nothing
+   */
+  onEmbeddedCreated?: (created: EmbeddedCreation) => void;
 }
+
+/** How a new embedded data directory came to be, and how long that took (migrations excluded). */
+export type EmbeddedCreation = { from: 'template'; ms: number } | { from: 'initdb'; reason: string; ms: number };
+
+/** Where `createDatabase` looks for the embedded template by default: beside this module (or the bundle). */
+export const DEFAULT_EMBEDDED_TEMPLATE = fileURLToPath(new URL('./embedded-template', import.meta.url));
 
 export interface HeraldDatabase {
   db: Kysely<Database>;
@@ -87,7 +112,7 @@ export interface HeraldDatabase {
  */
 export async function createDatabase(config: DatabaseConfig, options: DatabaseOptions = {}): Promise<HeraldDatabase> {
   const onConnectionError = options.onConnectionError ?? logConnectionError;
-  const embedded = config.kind === 'embedded' ? await openEmbedded(config.dataDir) : undefined;
+  const embedded = config.kind === 'embedded' ? await openEmbedded(config, options.onEmbeddedCreated) : undefined;
   let dialect: PostgresDialect | PGliteDialect;
   if (config.kind === 'postgres') {
     const pool = new pg.Pool({
@@ -148,11 +173,40 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
 const EMBEDDED_SHARED_BUFFERS = '16MB';
 const EMBEDDED_START_PARAMS = [...PGlite.defaultStartParams, '-c', `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`];
 
-async function openEmbedded(dataDir: string): Promise<PGlite> {
+async function openEmbedded(
+  config: Extract<DatabaseConfig, { kind: 'embedded' }>,
+  onCreated: DatabaseOptions['onEmbeddedCreated'],
+): Promise<PGlite> {
+  const { dataDir } = config;
   if (dataDir.startsWith('memory://')) return PGlite.create(dataDir, { startParams: EMBEDDED_START_PARAMS });
+  if (existsSync(join(dataDir, 'PG_VERSION'))) return PGlite.create(dataDir, { startParams: EMBEDDED_START_PARAMS });
+  const started = performance.now();
+  const elapsed = () => Math.round(performance.now() - started);
+  const template = config.template === undefined ? DEFAULT_EMBEDDED_TEMPLATE : config.template;
+  const copy =
+    template === null
+      ? { copied: false as const, reason: 'no template configured' }
+      : copyEmbeddedTemplate(template, dataDir, Object.keys(await migrationProvider.getMigrations()));
+  let reason: string;
+  if (copy.copied) {
+    try {
+      const opened = await PGlite.create(dataDir, { startParams: EMBEDDED_START_PARAMS });
+      onCreated?.({ from: 'template', ms: elapsed() });
+      return opened;
+    } catch (error) {
+      // A damaged copy aborts PGlite's start (seen: "Aborted()", "PGlite failed to initialize properly").
+      // The directory is the copy made just now: nothing else is lost by removing it.
+      reason = `the template's copy does not open: ${(error as Error).message}`;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  } else {
+    reason = copy.reason;
+  }
   mkdirSync(dataDir, { recursive: true });
-  if (!existsSync(join(dataDir, 'PG_VERSION'))) await initEmbeddedInWorker(dataDir);
-  return PGlite.create(dataDir, { startParams: EMBEDDED_START_PARAMS });
+  await initEmbeddedInWorker(dataDir);
+  const opened = await PGlite.create(dataDir, { startParams: EMBEDDED_START_PARAMS });
+  onCreated?.({ from: 'initdb', reason, ms: elapsed() });
+  return opened;
 }
 
 /**

@@ -20,10 +20,25 @@ import type pg from 'pg';
 export const QUERY_TIMEOUT_MESSAGE = 'Query read timeout';
 
 const exempt = new AsyncLocalStorage<true>();
+/** Runs of {@link withoutQueryTimeout} not finished yet. */
+let exemptRuns = 0;
 
-/** Runs `work` with no query deadline for the queries it makes (migrations). */
-export function withoutQueryTimeout<T>(work: () => Promise<T>): Promise<T> {
-  return exempt.run(true, work);
+/**
+ * Runs `work` with no query deadline for the queries it makes (migrations).
+ *
+ * An enabled AsyncLocalStorage turns on Node's async hooks for the whole process (on Node 20): every
+ * promise made afterwards, anywhere, runs an init hook and carries three extra properties (two async ids
+ * and the store). Left on after the start-up migration, that cost every request and every WebSocket
+ * subscription's pending promises ~300 B and CPU for the life of the pod (bench/results/PROFILE.md,
+ * issue 14). So the storage is disabled again once the last run ends; the next `run` re-enables it.
+ */
+export async function withoutQueryTimeout<T>(work: () => Promise<T>): Promise<T> {
+  exemptRuns++;
+  try {
+    return await exempt.run(true, work);
+  } finally {
+    if (--exemptRuns === 0) exempt.disable();
+  }
 }
 
 /** The subset of `pg.Pool` Kysely's PostgresDialect uses. */

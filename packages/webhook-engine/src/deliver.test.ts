@@ -61,6 +61,38 @@ describe('deliver', () => {
     expect(cut.error).toBeTruthy();
   });
 
+  it('times out each of several staggered attempts on its own deadline, and answers the others', async () => {
+    receiver.behave(() => 'hang', '/hang-many');
+    const started = performance.now();
+    const hanging = [0, 100, 200].map(async (delayMs) => {
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      const outcome = await deliverer.deliver(request('/hang-many', `we_hang_${delayMs}`));
+      return { delayMs, outcome, endedAt: performance.now() - started };
+    });
+    // An answered attempt in between is not held back by the others' deadlines.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await deliverer.deliver(request('/ok-between'))).toMatchObject({ ok: true, statusCode: 200 });
+    for (const { delayMs, outcome, endedAt } of await Promise.all(hanging)) {
+      expect(outcome).toMatchObject({ ok: false, statusCode: null, error: 'timed out after 300 ms' });
+      // Its own deadline (start + 300 ms), not the first attempt's, and not much later either.
+      expect(endedAt).toBeGreaterThanOrEqual(delayMs + 290);
+      expect(endedAt).toBeLessThan(delayMs + 300 + 1_000);
+    }
+  });
+
+  it('follows an endpoint whose URL moved to another origin', async () => {
+    const other = await startTestReceiver();
+    try {
+      expect(await deliverer.deliver(request('/before-move', 'we_moving'))).toMatchObject({ ok: true });
+      const moved = { ...request('/after-move', 'we_moving'), url: other.url('/after-move') };
+      expect(await deliverer.deliver(moved)).toMatchObject({ ok: true });
+      expect(other.requestsTo('/after-move')).toHaveLength(1);
+      expect(receiver.requestsTo('/after-move')).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
+
   it('refuses a private address without connecting when private URLs are not allowed', async () => {
     const strict = createDeliverer({ timeoutMs: 300, policy: { allowPrivateUrls: false } });
     try {

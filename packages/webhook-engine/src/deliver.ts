@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { Agent, errors, request } from 'undici';
+import { errors, Pool } from 'undici';
 import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
 
 /** Idle keep-alive connections to a receiver are closed after this long. */
@@ -10,6 +10,8 @@ const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
 export const KEPT_RESPONSE_BODY_BYTES = 1_024;
 /** Sent as `User-Agent`, so receivers can tell Herald's deliveries apart. */
 export const WEBHOOK_USER_AGENT = 'Herald-Webhooks/1.0 (+https://github.com/herald)';
+/** Parsed, checked URLs kept (the same few endpoint URLs come back for every delivery). */
+const MAX_CACHED_URLS = 1_000;
 
 /** The result of one delivery attempt. Every failure is a value: `deliver` never throws. */
 export interface DeliveryOutcome {
@@ -54,49 +56,83 @@ export interface Deliverer {
 }
 
 /**
- * One HTTP attempt per call. Each endpoint gets its own undici `Agent` (a keep-alive connection pool):
- * repeated deliveries to an endpoint reuse their connections, and a slow receiver only ties up its own
- * pool, even when other endpoints live on the same host. Agents unused for a while are closed. Every
- * new connection resolves the host through the guarded lookup: the address checked is the address
- * connected to (no DNS rebinding between check and connect).
+ * One HTTP attempt per call. Each endpoint gets its own undici `Pool` (keep-alive connections to its
+ * origin): repeated deliveries to an endpoint reuse their connections, and a slow receiver only ties up
+ * its own pool, even when other endpoints live on the same host. Pools unused for a while are closed.
+ * Every new connection resolves the host through the guarded lookup: the address checked is the
+ * address connected to (no DNS rebinding between check and connect).
+ *
+ * Per request it does what a raw keep-alive POST loop does and little more: the URL is parsed and
+ * checked once per distinct URL (cached), the pool is found by endpoint and origin, and the attempt's
+ * deadline is kept in one list swept by one timer (no timer or `AbortSignal.timeout` per attempt).
  */
 export function createDeliverer(options: DelivererOptions): Deliverer {
   const { timeoutMs, policy } = options;
   const lookup = createGuardedLookup(policy);
-  const agents = new Map<string, { agent: Agent; usedAt: number }>();
-  const agentFor = (endpointId: string): Agent => {
-    let entry = agents.get(endpointId);
+  const pools = new Map<string, { pool: Pool; usedAt: number }>();
+  const urls = new Map<string, ReturnType<typeof parseWebhookUrl>>();
+  const parse = (raw: string) => {
+    let parsed = urls.get(raw);
+    if (!parsed) {
+      if (urls.size >= MAX_CACHED_URLS) urls.clear();
+      parsed = parseWebhookUrl(raw, policy);
+      urls.set(raw, parsed);
+    }
+    return parsed;
+  };
+  const poolFor = (endpointId: string, origin: string): Pool => {
+    // Keyed by origin too: an endpoint whose URL changed gets a pool for its new origin.
+    const key = `${endpointId} ${origin}`;
+    let entry = pools.get(key);
     if (!entry) {
-      const agent = new Agent({
+      const pool = new Pool(origin, {
         connections: options.connectionsPerEndpoint ?? 10,
         keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
         connect: { timeout: timeoutMs, lookup },
       });
-      entry = { agent, usedAt: Date.now() };
-      agents.set(endpointId, entry);
+      entry = { pool, usedAt: Date.now() };
+      pools.set(key, entry);
     }
     entry.usedAt = Date.now();
-    return entry.agent;
+    return entry.pool;
   };
   const sweep = setInterval(() => {
     const idleSince = Date.now() - 2 * KEEP_ALIVE_TIMEOUT_MS;
-    for (const [endpointId, entry] of agents) {
+    for (const [key, entry] of pools) {
       if (entry.usedAt < idleSince) {
-        agents.delete(endpointId);
-        void entry.agent.close();
+        pools.delete(key);
+        void entry.pool.close();
       }
     }
   }, KEEP_ALIVE_TIMEOUT_MS);
   sweep.unref();
+
+  // Attempts in flight, oldest first (every attempt gets the same timeout, so the order of starting is
+  // the order of their deadlines); one timer aborts those past their deadline.
+  const inFlight = new Set<{ deadline: number; controller: AbortController }>();
+  let deadlineTimer: NodeJS.Timeout | undefined;
+  const checkDeadlines = () => {
+    deadlineTimer = undefined;
+    const now = performance.now();
+    for (const attempt of inFlight) {
+      if (attempt.deadline > now) {
+        deadlineTimer = setTimeout(checkDeadlines, Math.max(1, attempt.deadline - now));
+        deadlineTimer.unref();
+        return;
+      }
+      inFlight.delete(attempt);
+      attempt.controller.abort(new DOMException('The attempt timed out', 'TimeoutError'));
+    }
+  };
 
   return {
     async deliver({ endpointId, url, body, headers }) {
       const started = performance.now();
       const elapsed = () => Math.round(performance.now() - started);
       // An IP-literal host is connected to without any lookup, so it is checked here.
-      const parsed = parseWebhookUrl(url, policy);
+      const parsed = parse(url);
       if ('refused' in parsed) {
         return {
           ok: false,
@@ -106,17 +142,26 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
           retryAfter: null,
         };
       }
-      const signal = AbortSignal.timeout(timeoutMs);
+      const attempt = { deadline: started + timeoutMs, controller: new AbortController() };
+      inFlight.add(attempt);
+      if (!deadlineTimer) {
+        deadlineTimer = setTimeout(checkDeadlines, timeoutMs);
+        deadlineTimer.unref();
+      }
+      const signal = attempt.controller.signal;
       try {
-        const response = await request(parsed.url, {
+        const response = await poolFor(endpointId, parsed.url.origin).request({
+          path: parsed.url.pathname + parsed.url.search,
           method: 'POST',
           headers: { ...headers, 'User-Agent': WEBHOOK_USER_AGENT },
           body,
-          dispatcher: agentFor(endpointId),
           signal,
         });
-        // Read what the receiver sent (bounded) so the connection can serve the next delivery; keep its start.
-        const responseBody = await readResponseStart(response.body, signal);
+        // Read what the receiver sent (bounded) so the connection can serve the next delivery; keep its
+        // start. An empty answer (Content-Length: 0, the usual 2xx) is simply drained.
+        let responseBody: string | null = null;
+        if (response.headers['content-length'] === '0') await response.body.dump();
+        else responseBody = await readResponseStart(response.body, signal);
         const statusCode = response.statusCode;
         const retryAfter = response.headers['retry-after'];
         return {
@@ -135,13 +180,16 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
           error: describeError(error, timeoutMs),
           retryAfter: null,
         };
+      } finally {
+        inFlight.delete(attempt);
       }
     },
     async close() {
       clearInterval(sweep);
-      const all = [...agents.values()];
-      agents.clear();
-      await Promise.all(all.map((entry) => entry.agent.close()));
+      if (deadlineTimer) clearTimeout(deadlineTimer);
+      const all = [...pools.values()];
+      pools.clear();
+      await Promise.all(all.map((entry) => entry.pool.close()));
     },
   };
 }

@@ -162,7 +162,15 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     reclaimIdleMs: leaseMs,
     logger,
     async handle(entries) {
-      await Promise.all(entries.flatMap((entry) => (entry.message ? [lanes.push(entry.message)] : [])));
+      await Promise.all(
+        entries.flatMap(({ message }) =>
+          message
+            ? message.deliveryIds.map((deliveryId) =>
+                lanes.push({ deliveryId, endpointId: message.endpointId, lease: message.lease }),
+              )
+            : [],
+        ),
+      );
     },
   });
   const lanes = createEndpointLanes({

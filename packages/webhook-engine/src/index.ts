@@ -5,6 +5,8 @@ export * from './dispatcher.js';
 export * from './embedded.js';
 export * from './lease-protocol.js';
 export * from './metrics.js';
+export * from './outbox-listener.js';
+export * from './outbox-wake.js';
 export * from './queue/database-queue.js';
 export * from './queue/redis-stream-queue.js';
 export * from './queue/webhook-queue.js';

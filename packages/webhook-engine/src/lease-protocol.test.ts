@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
+import { createDatabase, deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
 import { sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -102,6 +102,43 @@ describe('fan-out', () => {
     expect((await byEvent('evt_exclude')).map((row) => row.endpoint_id).sort()).toEqual(
       [enabled.id, disabled.id].sort(),
     );
+  });
+});
+
+describe('prepared statements', () => {
+  it('sends fan-out, claim, hand-over record and due scan as prepared statements (planned once per connection)', async () => {
+    // One connection, so pg_prepared_statements (per session) shows everything this pool prepared.
+    const prepared = await createDatabase({
+      kind: 'postgres',
+      url: harness.schema.url,
+      poolMax: 1,
+      preparedStatements: true,
+    });
+    try {
+      const endpoint = await harness.createEndpoint('org-prep', receiver.url('/prep'));
+      await harness.publish('org-prep', 3);
+      const { queued } = await fanOutOutbox(prepared.db, { limit: 100, queueLeaseMs: 60_000 });
+      const claimed = await claimDeliveries(prepared.db, { queued, endpointCap: 2, leaseMs: 60_000 });
+      expect(claimed).toHaveLength(2);
+      const result = await recordOutcomes(
+        prepared.db,
+        claimed.map((delivery) => outcome(delivery, { next: { status: 'SUCCEEDED' }, health: 'success' })),
+        { disableAfterMs: DAY_MS, handOver: { endpointId: endpoint.id, leaseMs: 60_000 } },
+      );
+      expect(result.handedOver).toHaveLength(1);
+      await queueDueDeliveries(prepared.db, { limit: 10, queueLeaseMs: 60_000 });
+      const { rows } = await sql<{ statement: string }>`select statement from pg_prepared_statements`.execute(
+        prepared.db,
+      );
+      const has = (fragment: string) => rows.some((row) => row.statement.includes(fragment));
+      expect(has('insert into webhook_deliveries')).toBe(true);
+      expect(has('pg_advisory_xact_lock')).toBe(true);
+      expect(has('), claimed as (')).toBe(true);
+      expect(has('insert into webhook_attempts')).toBe(true);
+      expect(has('where delivery.id = due.id')).toBe(true);
+    } finally {
+      await prepared.close();
+    }
   });
 });
 
@@ -360,7 +397,7 @@ describe('dead letters and poison entries', () => {
   it(`parks an entry that keeps failing after ${MAX_ENTRY_RECEIVES} receives`, async () => {
     const queue = harness.newQueue();
     await queue.init();
-    await queue.enqueue([{ kind: 'delivery', deliveryId: 'del_poison', endpointId: 'we_poison', lease: 'q:x' }]);
+    await queue.enqueue([{ kind: 'delivery', deliveryIds: ['del_poison'], endpointId: 'we_poison', lease: 'q:x' }]);
     let handled = 0;
     const consumer = createConsumer({
       queue,
@@ -380,7 +417,7 @@ describe('dead letters and poison entries', () => {
         () => harness.redis.xrange(harness.keys.parkedStream, '-', '+'),
         (entries) => entries.length > 0,
       );
-      expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryId', 'del_poison']));
+      expect(parked[0]?.[1]).toEqual(expect.arrayContaining(['deliveryIds', 'del_poison']));
       expect(handled).toBe(MAX_ENTRY_RECEIVES);
       // Parking copies the entry, then acknowledges it: it leaves the pending list.
       const pending = await until(

@@ -17,7 +17,8 @@
  *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
  *    queued (q-lease, one token per batch). A disabled endpoint gets a SKIPPED delivery instead; an
  *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
- *    The caller then XADDs one entry per delivery. Killed before the XADD: the q-lease expires and
+ *    The caller then XADDs one entry per endpoint of the batch (naming up to 100 deliveries: per-batch,
+ *    not per-delivery, stream work). Killed before the XADD: the q-lease expires and
  *    step 2 hands the deliveries out.
  * 2. due scan ({@link queueDueDeliveries}): PENDING, due, free deliveries, earliest first, through the
  *    partial index on `next_attempt_at` with a LIMIT (a pass costs the same with 100 or 100,000
@@ -130,7 +131,7 @@ export async function fanOutOutbox(
     )
     select counted.events, created.id, created.endpoint_id, created.status,
       set_config('synchronous_commit', 'off', true) as async_commit
-    from (select count(*)::int as events from event) counted left join created on true
+    from (select count(1)::int as events from event) counted left join created on true
   `.execute(db);
   const queued: QueuedDelivery[] = [];
   let skipped = 0;
@@ -226,7 +227,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       secrets: string[] | null;
     }>`
       with input as (
-        select * from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
+        select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
       ), cand as (
         select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq
         from input join webhook_deliveries delivery on delivery.id = input.id
@@ -250,7 +251,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
           coalesce(paused_until > now(), false) as paused
         from webhook_endpoints where id in (select endpoint_id from cand)
       ), busy as (
-        select endpoint_id, count(*)::int as n from webhook_deliveries
+        select endpoint_id, count(1)::int as n from webhook_deliveries
         where lease_token like 'a:%' and endpoint_id in (select endpoint_id from cand)
           and status = 'PENDING' and leased_until > now()
         group by endpoint_id
@@ -386,7 +387,9 @@ export async function recordOutcomes(
     reason: string | null;
   }>`
     with input as (
-      select * from unnest(
+      select input.id, input.lease, input.at, input.status_code, input.duration_ms, input.error,
+        input.response_body, input.next_status, input.retry_ms
+      from unnest(
         ${outcomes.map((o) => o.deliveryId)}::text[], ${outcomes.map((o) => o.lease)}::text[],
         ${outcomes.map((o) => o.at.toISOString())}::timestamptz[], ${outcomes.map((o) => o.statusCode)}::int[],
         ${outcomes.map((o) => o.durationMs)}::int[], ${outcomes.map((o) => o.error)}::text[],
@@ -412,13 +415,14 @@ export async function recordOutcomes(
       returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
         delivery.org_id, delivery.attempt_count, input.error
     ), health_input as (
-      select * from unnest(
+      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at
+      from unnest(
         ${h.map(([id]) => id)}::text[], ${h.map(([, e]) => e.ok)}::boolean[], ${h.map(([, e]) => e.failed)}::boolean[],
         ${h.map(([, e]) => e.gone)}::boolean[], ${h.map(([, e]) => e.pauseMs)}::double precision[],
         ${h.map(([, e]) => e.at.toISOString())}::timestamptz[]
       ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at)
     ), verdict as (
-      select health.*, case
+      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at, case
         when endpoint.status <> 'ENABLED' then null
         when health.gone then 'the receiver answered 410 Gone'
         when not health.ok and health.failed
@@ -476,7 +480,7 @@ export async function recordOutcomes(
             and not coalesce(endpoint.paused_until > now(), false)
         )
       order by next.next_attempt_at, next.seq
-      limit (select count(*) from updated where updated.id in (select id from live))
+      limit (select count(1) from updated where updated.id in (select id from live))
       for update skip locked
     ), taken as (
       update webhook_deliveries delivery
@@ -499,7 +503,7 @@ export async function recordOutcomes(
       join webhook_outbox event on event.id = taken.event_id
     )
     union all select 'disabled', id, disabled_now from health where disabled_now is not null
-    union all select 'events', null, ((select count(*) from disabled_event) + (select count(*) from dead_event))::text
+    union all select 'events', null, ((select count(1) from disabled_event) + (select count(1) from dead_event))::text
     -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
     union all select 'async', null, set_config('synchronous_commit', 'off', true)
   `.execute(db);

@@ -3,7 +3,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import { fanOutOutbox } from './lease-protocol.js';
 import { createPollLoop, type PollLoop } from './poll-loop.js';
-import type { WebhookQueue } from './queue/webhook-queue.js';
+import { toWorkMessages, type WebhookQueue } from './queue/webhook-queue.js';
 
 export interface RelayOptions {
   db: Kysely<Database>;
@@ -23,7 +23,8 @@ export type Relay = Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'>;
 
 /**
  * Turns outbox events into deliveries and hands them to the stream (lease protocol step 1): one
- * statement per batch creates the deliveries already queued, then one pipelined XADD per delivery.
+ * statement per batch creates the deliveries already queued, then one pipelined XADD per endpoint of
+ * the batch (an entry names up to 100 deliveries).
  * Woken right after an outbox commit (LISTEN/NOTIFY, or in-process); polls as the safety net.
  */
 export function createRelay(options: RelayOptions): Relay {
@@ -35,14 +36,7 @@ export function createRelay(options: RelayOptions): Relay {
       if (result.events === 0) return false;
       options.onFannedOut?.();
       // Killed or failing here: the deliveries' q-leases expire and the due scan queues them again.
-      await queue.enqueue(
-        result.queued.map((item) => ({
-          kind: 'delivery',
-          deliveryId: item.deliveryId,
-          endpointId: item.endpointId,
-          lease: item.lease,
-        })),
-      );
+      await queue.enqueue(toWorkMessages(result.queued));
       logger.debug({ events: result.events, deliveries: result.queued.length }, 'fanned out outbox events');
       return result.events === batchSize;
     },

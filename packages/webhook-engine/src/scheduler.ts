@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { streamMissedDeadLetters } from './dead-letters.js';
 import { queueDueDeliveries, releaseQueuedDeliveries } from './lease-protocol.js';
 import { createPollLoop, type PollLoop } from './poll-loop.js';
-import type { WebhookQueue } from './queue/webhook-queue.js';
+import { toWorkMessages, type WebhookQueue } from './queue/webhook-queue.js';
 
 /** How often DEAD deliveries missing from the dead-letter stream are looked for. */
 const DEAD_LETTER_CATCH_UP_INTERVAL_MS = 5_000;
@@ -47,14 +47,7 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
       const due = await queueDueDeliveries(db, { limit: batchSize, queueLeaseMs: options.queueLeaseMs });
       if (due.length === 0) return false;
       // Killed or failing here: the q-leases expire and a later pass queues them again.
-      await queue.enqueue(
-        due.map((item) => ({
-          kind: 'delivery',
-          deliveryId: item.deliveryId,
-          endpointId: item.endpointId,
-          lease: item.lease,
-        })),
-      );
+      await queue.enqueue(toWorkMessages(due));
       return due.length === batchSize;
     },
     { intervalMs: options.pollIntervalMs, logger },

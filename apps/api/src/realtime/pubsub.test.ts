@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type HistoryEntry, subscriptionRedisKeys } from '@herald/contracts';
+import { type HistoryEntry, subscriptionRedisKeys, webhookRedisKeys } from '@herald/contracts';
 import type { Post } from '@herald/db';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
@@ -131,6 +131,21 @@ describe('Redis history and live channel', () => {
     await expect(pod.history.readAfter(orgId, epoch, 4)).rejects.toMatchObject({
       extensions: { code: 'CURSOR_EXPIRED' },
     });
+  });
+
+  it('wakes the webhook dispatchers on the outbox wake-up channel after a commit (publishPost sends no NOTIFY with Redis)', async () => {
+    const prefix = `herald-test-${randomUUID()}:`;
+    const listener = new Redis(inject('redisUrl'));
+    opened.push({ close: () => listener.quit() });
+    const woken: string[] = [];
+    listener.on('message', (channel: string) => woken.push(channel));
+    await listener.subscribe(webhookRedisKeys(prefix).outboxWakeChannel);
+    const pod = service(inject('redisUrl'), prefix);
+    await pod.ready(5_000);
+    await pod.published({ post: post('org-wake'), eventId: 'evt_wake', handedToRelay: false });
+    const deadline = Date.now() + 5_000;
+    while (woken.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(woken).toEqual([webhookRedisKeys(prefix).outboxWakeChannel]);
   });
 
   it('refuses to become ready when Redis is unreachable', async () => {

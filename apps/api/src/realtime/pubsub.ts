@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
-import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
+import { DEFAULT_REDIS_PREFIX, webhookRedisKeys } from '@herald/contracts';
 import { type Database, handPostEventToRelay, type Post } from '@herald/db';
+import { createOutboxWakePublisher, type OutboxWakePublisher } from '@herald/webhook-engine';
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
@@ -40,7 +41,8 @@ export interface PubSubService {
    * order once it can, and later events of its organisation queue behind it.
    * @returns once the event is in the history; for a handed event, once the relay's pass finished or
    *   after {@link HANDOFF_WAIT_MAX_MS}. Never rejects: an event that could not be moved stays in the
-   *   outbox and the relay retries it.
+   *   outbox and the relay retries it. With Redis, it also wakes the webhook dispatchers' relays first
+   *   (a PUBLISH on the outbox wake-up channel, sent without waiting; publishPost sends no NOTIFY then).
    */
   published(publication: { post: Post; eventId: string; handedToRelay: boolean }): Promise<void>;
   /**
@@ -94,6 +96,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   let connections: RedisClient[] = [];
   let subscriberClient: RedisClient | undefined;
   let history: SubscriptionHistory;
+  let outboxWake: OutboxWakePublisher | undefined;
   if (!deps.redisUrl) {
     history = createMemoryHistory(limits);
   } else {
@@ -124,6 +127,12 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       { shardedSubscribers: true },
     );
     connections = [commands, reader, subscriber];
+    outboxWake = createOutboxWakePublisher(
+      commands,
+      webhookRedisKeys(deps.redisPrefix ?? DEFAULT_REDIS_PREFIX).outboxWakeChannel,
+      // The dispatchers' relays poll the outbox anyway: a lost wake-up only delays a fan-out.
+      (error) => logger.debug({ err: error }, 'waking the webhook dispatchers failed'),
+    );
     subscriberClient = subscriber;
     for (const [name, client] of [
       ['publish', commands],
@@ -210,6 +219,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     history,
     replay,
     async published({ post, eventId, handedToRelay }) {
+      outboxWake?.wake();
       if (!deps.db) return;
       if (!handedToRelay) {
         if (!closed && (await appendDirectly(post, eventId))) return;

@@ -78,6 +78,27 @@ describe('memory held per subscribed socket', () => {
   });
 });
 
+describe('timers per socket', () => {
+  it('keeps no timer per socket once connection_init is handled (keep-alive is one timer per server)', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
+    const before = timers();
+    const sockets: RawSocket[] = [];
+    try {
+      for (let i = 0; i < 12; i++) {
+        const raw = await openAckedSocket(wsUrl, { authToken: alice });
+        raw.send({ id: `t${i}`, type: 'subscribe', payload: { query: SUBSCRIBE, variables: { orgId: 'org-a' } } });
+        sockets.push(raw);
+      }
+      await untilActiveSubscriptions(12);
+      // graphql-ws's useServer kept a ping interval per socket (12 more here); a few unrelated timers may come and go.
+      expect(timers() - before).toBeLessThan(4);
+    } finally {
+      for (const raw of sockets) raw.socket.close();
+      await Promise.all(sockets.map((raw) => raw.closed));
+    }
+  });
+});
+
 describe('organisation listeners per shared group', () => {
   it("keeps one listener per group, not one per member, and none once every member's socket is closed", async () => {
     // Counts the live listeners of org-b (no other test here subscribes to it) by wrapping the real

@@ -3,13 +3,13 @@ import { AuthUnavailableError, type TokenVerifier, type Viewer } from '@herald/a
 import { ErrorCode } from '@herald/contracts';
 import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
-import { type Extra, useServer } from 'graphql-ws/use/ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
-import { type WebSocket, WebSocketServer } from 'ws';
+import { WebSocketServer } from 'ws';
 import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
 import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '../plugins/use-error-codes.js';
+import { type ConnectionExtra, HeraldSocket, serveGraphQLWs } from './graphql-ws-adapter.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
@@ -33,15 +33,6 @@ interface EnvelopedRoot {
   subscribe: typeof subscribe;
   /** Set when this subscription may share execution with identical ones (see subscription-groups.ts). */
   share?: { key: string; member: GroupMember; resuming: boolean };
-}
-
-/** What Herald keeps per socket beside graphql-ws's own state. */
-interface SocketState {
-  /** Set once at `connection_init`; null for an anonymous socket. */
-  viewer?: Viewer | null;
-  expiryTimer?: NodeJS.Timeout;
-  /** The earliest token expiry on this socket (Unix seconds). */
-  expiresAt?: number;
 }
 
 export interface WebSocketDeps {
@@ -91,43 +82,31 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     metrics,
     maxBufferedBytes: MAX_BUFFERED_BYTES,
   });
-  const wss = new WebSocketServer({ server: deps.httpServer, path: deps.path, maxPayload: MAX_WS_MESSAGE_BYTES });
-  const states = new WeakMap<object, SocketState>();
-  const stateOf = (extra: Extra): SocketState => {
-    let state = states.get(extra.socket);
-    if (!state) {
-      state = {};
-      states.set(extra.socket, state);
-    }
-    return state;
-  };
-
-  // One listener for every socket (ws emits `close` once, with the socket as `this`): no closure and no
-  // `once` wrapper per socket (bench/results/PROFILE.md).
-  function onSocketClose(this: WebSocket) {
-    metrics.openSockets.dec();
-    clearTimeout(states.get(this)?.expiryTimer);
-  }
-
-  wss.on('connection', (socket) => {
-    metrics.openSockets.inc();
-    socket.on('close', onSocketClose);
+  // Herald's own socket class carries the per-socket state (graphql-ws-adapter.ts).
+  const wss = new WebSocketServer({
+    server: deps.httpServer,
+    path: deps.path,
+    maxPayload: MAX_WS_MESSAGE_BYTES,
+    WebSocket: HeraldSocket,
   });
+
+  wss.on('connection', () => metrics.openSockets.inc());
 
   const decrementActive = () => metrics.activeSubscriptions.dec();
 
-  const server = useServer<Record<string, unknown>>(
+  const server = serveGraphQLWs<Record<string, unknown>>(
     {
       connectionInitWaitTimeout: CONNECTION_INIT_TIMEOUT_MS,
       async onConnect(ctx) {
-        const state = stateOf(ctx.extra);
+        const state = ctx.extra;
         let token: string | undefined;
         try {
           token = readConnectionToken(ctx.connectionParams);
         } catch {
           return false;
         }
-        forgetHandshake(ctx);
+        // The token is read: the `connection_init` payload (the token itself) is not kept for the socket's life.
+        (ctx as { connectionParams?: unknown }).connectionParams = undefined;
         if (token === undefined) {
           state.viewer = null;
           return true;
@@ -137,11 +116,11 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         } catch (error) {
           if (error instanceof AuthUnavailableError) {
             // Closed first, so graphql-ws's own 4403 for `false` finds the socket closing and is dropped.
-            ctx.extra.socket.close(AUTH_UNAVAILABLE_CLOSE_CODE, 'Try Again Later: authentication unavailable');
+            state.socket.close(AUTH_UNAVAILABLE_CLOSE_CODE, 'Try Again Later: authentication unavailable');
           }
           return false; // graphql-ws closes with 4403 Forbidden
         }
-        scheduleExpiry(ctx.extra, state, state.viewer.expiresAt);
+        scheduleExpiry(state, state.viewer.expiresAt);
         return true;
       },
       async onSubscribe(ctx, id, payload) {
@@ -153,14 +132,14 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
             }),
           ];
         }
-        const state = stateOf(ctx.extra);
+        const state = ctx.extra;
         let viewer = state.viewer ?? null;
         if (viewer === null) {
           const operationAuth = await authenticateOperation(payload.extensions);
           if (operationAuth instanceof GraphQLError) return [operationAuth];
           if (operationAuth) {
             viewer = operationAuth;
-            scheduleExpiry(ctx.extra, state, viewer.expiresAt);
+            scheduleExpiry(state, viewer.expiresAt);
           }
         }
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
@@ -249,18 +228,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       },
     },
     wss,
-    deps.keepAliveMs,
+    {
+      keepAliveMs: deps.keepAliveMs,
+      logger,
+      onClose(extra) {
+        metrics.openSockets.dec();
+        clearTimeout(extra.expiryTimer);
+      },
+    },
   );
-
-  /**
-   * Drops what graphql-ws would otherwise keep for the socket's whole life but Herald no longer needs
-   * once the token is read: the HTTP upgrade request (its headers and buffers, ~1.5 KB per socket) and
-   * the `connection_init` payload (the token itself). The viewer is kept in the socket's state.
-   */
-  function forgetHandshake(ctx: { extra: Extra; connectionParams?: unknown }) {
-    (ctx.extra as { request?: unknown }).request = undefined;
-    ctx.connectionParams = undefined;
-  }
 
   /**
    * Credentials sent with one operation rather than at `connection_init`: Yoga's GraphiQL puts its
@@ -325,26 +301,26 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
  * Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. The
  * timer calls a module function with arguments rather than a closure per socket.
  */
-function scheduleExpiry(extra: Extra, state: SocketState, expiresAt: number | undefined) {
+function scheduleExpiry(state: ConnectionExtra, expiresAt: number | undefined) {
   if (expiresAt === undefined) return;
   if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
   state.expiresAt = expiresAt;
   clearTimeout(state.expiryTimer);
   const remainingMs = expiresAt * 1000 - Date.now();
   if (remainingMs <= 0) {
-    extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+    state.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
     return;
   }
-  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, MAX_TIMER_MS), extra, state, expiresAt);
+  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, MAX_TIMER_MS), state, expiresAt);
   state.expiryTimer.unref();
 }
 
 /** The expiry timer fired: closes the socket, or re-arms a timer capped at Node's maximum. */
-function onExpiryTimer(extra: Extra, state: SocketState, expiresAt: number) {
+function onExpiryTimer(state: ConnectionExtra, expiresAt: number) {
   if (expiresAt * 1000 - Date.now() > 0) {
     state.expiresAt = undefined;
-    scheduleExpiry(extra, state, expiresAt);
-  } else extra.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
+    scheduleExpiry(state, expiresAt);
+  } else state.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
 }
 
 /**

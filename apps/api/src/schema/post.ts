@@ -160,7 +160,11 @@ builder.mutationFields((t) => ({
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, context) => {
       // The durable event caused by the change (webhook outbox row) is written by the same statement.
-      const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs);
+      // Cluster mode wakes the webhook dispatchers through Redis after the commit (in `published()`),
+      // not with a NOTIFY that would serialise the commits.
+      const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs, {
+        notify: context.pubsub.kind !== 'redis',
+      });
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
       // the committed outbox event is appended to the history (and goes out live) before the answer, by

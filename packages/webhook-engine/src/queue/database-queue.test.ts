@@ -17,7 +17,7 @@ afterAll(async () => {
 describe('the database queue (embedded mode)', () => {
   it(`counts receives and parks an entry that keeps failing after ${MAX_ENTRY_RECEIVES} of them`, async () => {
     const queue = createDatabaseQueue({ db: harness.db });
-    await queue.enqueue([{ kind: 'delivery', deliveryId: 'del_poison_db', endpointId: 'we_poison', lease: 'q:x' }]);
+    await queue.enqueue([{ kind: 'delivery', deliveryIds: ['del_poison_db'], endpointId: 'we_poison', lease: 'q:x' }]);
     let handled = 0;
     const receives: number[] = [];
     const consumer = createConsumer({

@@ -1,7 +1,7 @@
 import { EventEmitter, once } from 'node:events';
 import { ackWebhookWork, countUnclaimedWebhookWork, type Database, enqueueWebhookWork } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
-import { decodeWorkMessage, type QueueEntry, type WebhookQueue } from './webhook-queue.js';
+import { decodeWorkMessage, encodeWorkMessage, type QueueEntry, type WebhookQueue } from './webhook-queue.js';
 
 export interface DatabaseQueueOptions {
   db: Kysely<Database>;
@@ -55,7 +55,7 @@ export function createDatabaseQueue(options: DatabaseQueueOptions): WebhookQueue
     kind: 'database',
     async init() {},
     async enqueue(messages) {
-      await enqueueWebhookWork(db, messages);
+      await enqueueWebhookWork(db, messages.map(encodeWorkMessage));
       signals.emit('wake');
     },
     async read(_consumer, count, blockMs) {

@@ -46,8 +46,13 @@ function queueOn(redisUrl: string): WebhookQueue & { keys: ReturnType<typeof web
   return Object.assign(queue, { keys });
 }
 
-const event: WorkMessage = { kind: 'delivery', deliveryId: 'del_topology0', endpointId: 'we_topology', lease: 'l0' };
-const delivery: WorkMessage = { kind: 'delivery', deliveryId: 'del_topology', endpointId: 'we_topology', lease: 'l1' };
+const event: WorkMessage = { kind: 'delivery', deliveryIds: ['del_topology0'], endpointId: 'we_topology', lease: 'l0' };
+const delivery: WorkMessage = {
+  kind: 'delivery',
+  deliveryIds: ['del_topology'],
+  endpointId: 'we_topology',
+  lease: 'l1',
+};
 const letter: DeadLetter = {
   deliveryId: 'del_dead',
   eventId: 'evt_dead',

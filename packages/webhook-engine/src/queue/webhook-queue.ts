@@ -5,12 +5,38 @@
  * loses delays a delivery (the relay or the scheduler hands it out again) but never loses it.
  */
 
-/** One unit of work: attempt a delivery; `lease` is the q-lease taken for this entry (lease-protocol.ts). */
+/**
+ * One unit of work: attempt these deliveries, all of one endpoint; `lease` is the q-lease they were
+ * queued under (lease-protocol.ts). One entry per endpoint per fan-out or due-scan batch, so the stream's
+ * per-entry cost (XADD, read, XACK) is paid per batch rather than per delivery.
+ */
 export interface WorkMessage {
   kind: 'delivery';
-  deliveryId: string;
+  deliveryIds: string[];
   endpointId: string;
   lease: string;
+}
+
+/** Most deliveries named by one work entry. */
+export const MAX_DELIVERIES_PER_ENTRY = 100;
+
+/** Queued deliveries as work messages: grouped by endpoint and lease, at most {@link MAX_DELIVERIES_PER_ENTRY} each. */
+export function toWorkMessages(
+  queued: ReadonlyArray<{ deliveryId: string; endpointId: string; lease: string }>,
+): WorkMessage[] {
+  const groups = new Map<string, WorkMessage>();
+  const messages: WorkMessage[] = [];
+  for (const item of queued) {
+    const key = `${item.endpointId} ${item.lease}`;
+    let message = groups.get(key);
+    if (!message || message.deliveryIds.length >= MAX_DELIVERIES_PER_ENTRY) {
+      message = { kind: 'delivery', deliveryIds: [], endpointId: item.endpointId, lease: item.lease };
+      groups.set(key, message);
+      messages.push(message);
+    }
+    message.deliveryIds.push(item.deliveryId);
+  }
+  return messages;
 }
 
 export interface QueueEntry {
@@ -75,15 +101,23 @@ export interface WebhookQueue {
   close(): Promise<void>;
 }
 
-/** Reads a message back from its flat string fields; undefined when garbled. */
+/**
+ * Reads a message back from its flat string fields (`deliveryIds` comma-separated; an entry written
+ * before entries named several deliveries has one `deliveryId`); undefined when garbled.
+ */
 export function decodeWorkMessage(fields: Readonly<Record<string, string>>): WorkMessage | undefined {
-  if (fields.kind === 'delivery' && fields.deliveryId && fields.endpointId && fields.lease) {
-    return { kind: 'delivery', deliveryId: fields.deliveryId, endpointId: fields.endpointId, lease: fields.lease };
-  }
-  return undefined;
+  if (fields.kind !== 'delivery' || !fields.endpointId || !fields.lease) return undefined;
+  const ids = fields.deliveryIds ? fields.deliveryIds.split(',') : fields.deliveryId ? [fields.deliveryId] : [];
+  if (ids.length === 0 || ids.some((id) => id.length === 0)) return undefined;
+  return { kind: 'delivery', deliveryIds: ids, endpointId: fields.endpointId, lease: fields.lease };
 }
 
 /** The message as flat string fields (a Redis stream entry's field list, or a JSON object). */
 export function encodeWorkMessage(message: WorkMessage): Record<string, string> {
-  return { ...message };
+  return {
+    kind: message.kind,
+    deliveryIds: message.deliveryIds.join(','),
+    endpointId: message.endpointId,
+    lease: message.lease,
+  };
 }

@@ -293,9 +293,10 @@ describe('cursors the server cannot honour: an error message with CURSOR_EXPIRED
   });
 
   it('a cursor of a history that was flushed, never the new history’s events', async () => {
-    const live = subscribe(wsA, token, { orgId: org });
+    // Live before the publish (the count is read before subscribing: read after, the wait was a no-op).
     const before = await active(podA.app);
-    await until('the subscription', async () => (await active(podA.app)) >= before);
+    const live = subscribe(wsA, token, { orgId: org });
+    await until('the subscription', async () => (await active(podA.app)) === before + 1);
     await publishVia(podA.app, token, org, 'before flush');
     await until('the event', () => live.events.some((event) => event.title === 'before flush'));
     const recent = live.events.at(-1)!.cursor;

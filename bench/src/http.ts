@@ -7,7 +7,9 @@
  * - `raw`: `http-raw-server.ts` (token verified with node:crypto, the same SQL, one JSON write);
  * - `herald`: apps/api in embedded pub/sub mode on PostgreSQL (the schema it migrates is the one all use);
  * - `yoga`: `http-yoga-server.ts` (stock Yoga, SDL + hand-written resolvers over the same SQL, jose);
- * - `herald-pglite`: apps/api on PGlite (the `pnpm start` default), whose own database is in process.
+ * - `herald-pglite`: apps/api on PGlite (the `pnpm start` default), whose own database is in process;
+ * - `herald-yoga-path` (only when named): `herald` with HTTP_FAST_PATH=false, every request through Yoga
+ *   (its own schema, same rows), to price the fast path (apps/api/src/http-fast-path.ts) in the same run.
  * Operations: `posts(first: 10)` with authors, `me`, `createPost`, `publishPost` (outbox row and the
  * in-process publish included). For each operation every target gets a warm-up, then the trials take
  * turns (raw, herald, yoga, …, raw, herald, …) so each ratio compares trials under the same background
@@ -46,13 +48,17 @@ const FIRST_DRAFTS = 6_000;
 /** Drafts are made for this many times the rate the target reached before (never run out mid-trial). */
 const DRAFT_HEADROOM = 2;
 
-export type HttpTargetId = 'raw' | 'herald' | 'yoga' | 'herald-pglite';
+export type HttpTargetId = 'raw' | 'herald' | 'herald-yoga-path' | 'yoga' | 'herald-pglite';
+/** The default targets; `herald-yoga-path` (Herald with HTTP_FAST_PATH=false) only when asked for. */
 export const HTTP_TARGETS: HttpTargetId[] = ['raw', 'herald', 'yoga', 'herald-pglite'];
+/** The order trials take turns in (and the rows are listed in). */
+const TARGET_ORDER: HttpTargetId[] = ['raw', 'herald', 'herald-yoga-path', 'yoga', 'herald-pglite'];
 export const HTTP_OPERATION_IDS: HttpOperation[] = ['posts', 'me', 'createPost', 'publishPost'];
 
 const LABELS: Record<HttpTargetId, string> = {
   raw: 'raw node:http + pg',
   herald: 'Herald (PostgreSQL)',
+  'herald-yoga-path': 'Herald, HTTP_FAST_PATH=false',
   yoga: 'stock Yoga, same SQL',
   'herald-pglite': 'Herald embedded (PGlite)',
 };
@@ -201,6 +207,25 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
   let pool: pg.Pool | undefined;
   try {
     const wantsPostgres = config.targets.some((id) => id !== 'herald-pglite');
+    if (wantsPostgres && config.databaseUrl && config.targets.includes('herald-yoga-path')) {
+      const profileDir = profileDirFor(config, 'herald-yoga-path');
+      const slow = await startHeraldTarget({
+        pods: 1,
+        pubsub: 'memory',
+        databaseUrl: config.databaseUrl,
+        database: 'postgres',
+        env: { ...heraldEnv, HTTP_FAST_PATH: 'false' },
+        label: 'http-yoga-path',
+        inspect: false,
+        ...(profileDir ? { cpuProfDir: profileDir } : {}),
+      });
+      const slowPool = new pg.Pool({ connectionString: slow.env.DATABASE_URL!, max: 2 });
+      servers.push({
+        ...heraldServer('herald-yoga-path', slow, () => slowPool.end(), profileDir),
+        drafts: (count) => insertDrafts(slowPool, slow.orgId, count, 'Draft '),
+      });
+      await insertDrafts(slowPool, slow.orgId, config.seedPosts, 'Seeded post ');
+    }
     if (wantsPostgres && !config.databaseUrl) {
       skipped.push('HTTP: raw, herald and yoga need DATABASE_URL');
     } else if (wantsPostgres) {
@@ -267,7 +292,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       await embedded.prepareEvents(config.seedPosts);
     }
     // A fixed order (raw first) makes the per-trial pairs; a Herald started only to migrate is not measured.
-    const measured = HTTP_TARGETS.filter((id) => config.targets.includes(id))
+    const measured = TARGET_ORDER.filter((id) => config.targets.includes(id))
       .map((id) => servers.find((server) => server.id === id))
       .filter((server): server is Server => server !== undefined);
 

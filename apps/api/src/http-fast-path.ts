@@ -8,6 +8,7 @@ import {
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga';
+import type { Counter } from 'prom-client';
 import type { Context } from './context.js';
 import type { Logger } from './logger.js';
 import { maskError } from './mask-error.js';
@@ -69,6 +70,8 @@ export interface GraphQLFastPathOptions {
   context: (initial: YogaInitialContext & Record<string, unknown>) => Promise<Context>;
   /** The compiled-execution plugin's register of accepted query documents. */
   compiled: CompiledExecution;
+  /** Counted per request by route (`compiled`, `pipeline`, `yoga`); see ApiMetrics.httpRequests. */
+  requests: Counter<'route'>;
 }
 
 /** The `Content-Type` values whose bodies the fast path parses (Yoga's JSON parser takes them all). */
@@ -95,14 +98,18 @@ interface FastParams {
  */
 export function createGraphQLFastPath(options: GraphQLFastPathOptions): RequestListener {
   const { yoga, path, maxRequestBodyBytes } = options;
+  const toYoga = options.requests.labels('yoga');
   const shared: Shared = {
     options,
     getResultForParams: yoga.getResultForParams,
     logInfo: options.logger.isLevelEnabled('info'),
+    compiledRoute: options.requests.labels('compiled'),
+    pipelineRoute: options.requests.labels('pipeline'),
   };
 
   return (req, res) => {
     if (!isEligible(req, path, maxRequestBodyBytes)) {
+      toYoga.inc();
       void yoga(req, res);
       return;
     }
@@ -121,6 +128,7 @@ export function createGraphQLFastPath(options: GraphQLFastPathOptions): RequestL
       if (params === undefined) {
         // whatwg-node takes a non-empty, async-iterable `req.body` as the body of a consumed request.
         (req as IncomingMessage & { body?: unknown }).body = new ReadBody(body);
+        toYoga.inc();
         void yoga(req, res);
         return;
       }
@@ -134,6 +142,8 @@ interface Shared {
   getResultForParams: GraphQLFastPathOptions['yoga']['getResultForParams'];
   /** The access log is written at `info` and below (the level is fixed for the process). */
   logInfo: boolean;
+  compiledRoute: { inc(): void };
+  pipelineRoute: { inc(): void };
 }
 
 /** One request the fast path answers: exactly one answer, written once. */
@@ -188,12 +198,14 @@ class FastExchange {
       return this.runThroughYoga();
     }
     if (result.errors?.length) return this.runThroughYoga();
+    this.shared.compiledRoute.inc();
     const body = accepted.compiled.stringify(result);
     this.finish(200, { 'Content-Type': JSON_CONTENT_TYPE, 'content-length': String(Buffer.byteLength(body)) }, body);
   }
 
   /** Yoga's GraphQL pipeline for these parameters (everything but its HTTP layer). */
   async runThroughYoga(): Promise<void> {
+    this.shared.pipelineRoute.inc();
     let result: Awaited<ReturnType<Shared['getResultForParams']>>;
     try {
       result = await this.shared.getResultForParams(
@@ -272,8 +284,10 @@ function parseParams(body: Buffer): FastParams | undefined {
   if (typeof query !== 'string') return undefined;
   if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) return undefined;
   if (operationName != null && typeof operationName !== 'string') return undefined;
+  // Yoga ignores parameters that are null; any other one (`extensions`, unknown keys) is Yoga's to judge.
   for (const key in params) {
-    if (key !== 'query' && key !== 'variables' && key !== 'operationName') return undefined;
+    const known = key === 'query' || key === 'variables' || key === 'operationName';
+    if (!known && (params as Record<string, unknown>)[key] != null) return undefined;
   }
   return params as FastParams;
 }

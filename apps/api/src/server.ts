@@ -160,6 +160,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
           errorDetails: config.graphql.errorDetails,
           context,
           compiled,
+          requests: deps.metrics.httpRequests,
         })
       : yoga,
   );

@@ -178,9 +178,10 @@ class FastExchange {
   }
 
   /**
-   * A query document Yoga accepted before: the same context, then its compiled form. An answer with
-   * errors is left to Yoga's pipeline (the query runs again there, which a query may), so error
-   * formatting, masking and logging stay Yoga's; so is a refused context (bad token), before anything ran.
+   * A document Yoga accepted before: the same context, the same text-input check, then its compiled
+   * form. Until it runs, anything refused goes to Yoga's pipeline (a bad token, variables that don't
+   * coerce: nothing has executed yet). A result with errors goes through Yoga's execution hooks without
+   * running again (error codes, error logging, masking: `finish`), then Yoga's result processor.
    */
   async runAccepted(accepted: AcceptedQuery): Promise<void> {
     const { req, res, request, params } = this;
@@ -194,13 +195,30 @@ class FastExchange {
     let result: ExecutionResult;
     try {
       result = await accepted.compiled.query(undefined, context, params.variables);
-    } catch {
-      return this.runThroughYoga();
+    } catch (error) {
+      // graphql-jit returns resolver errors; a throw is its own failure: Yoga's catch-all answer.
+      this.shared.compiledRoute.inc();
+      return this.answer(this.unexpected(error));
     }
-    if (result.errors?.length) return this.runThroughYoga();
+    // Variables that don't coerce: refused before any resolver ran (no `data`).
+    if (!('data' in result)) return this.runThroughYoga();
     this.shared.compiledRoute.inc();
-    const body = accepted.compiled.stringify(result);
-    this.finish(200, { 'Content-Type': JSON_CONTENT_TYPE, 'content-length': String(Buffer.byteLength(body)) }, body);
+    if (!result.errors?.length) {
+      const body = accepted.compiled.stringify(result);
+      this.finish(200, { 'Content-Type': JSON_CONTENT_TYPE, 'content-length': String(Buffer.byteLength(body)) }, body);
+      return;
+    }
+    const { yoga, compiled } = this.shared.options;
+    compiled.finish(context, Object.assign(result, { stringify: accepted.compiled.stringify }));
+    const enveloped = yoga.getEnveloped(context);
+    const processed = await enveloped.execute({
+      schema: enveloped.schema,
+      document: accepted.document,
+      contextValue: context,
+      variableValues: params.variables,
+      operationName: params.operationName ?? undefined,
+    });
+    return this.answer(processed as ExecutionResult);
   }
 
   /** Yoga's GraphQL pipeline for these parameters (everything but its HTTP layer). */
@@ -213,15 +231,19 @@ class FastExchange {
         { req: this.req, res: this.res },
       );
     } catch (error) {
-      // Yoga's own catch-all (server.js `handle`): mask, log, answer with the error.
-      const masked = maskError(error, MASKED_MESSAGE, this.shared.options.errorDetails);
-      if (masked !== error) this.log.log.error({ err: error }, 'unexpected error');
-      result = { errors: [masked as never] };
+      result = this.unexpected(error);
     }
     if (result === undefined) result = { errors: [createGraphQLError(MASKED_MESSAGE)] };
     // Only a subscription answers with a stream, and Herald refuses those over HTTP before one exists.
     if (isAsyncIterable(result)) throw new Error('the fast path cannot stream a result');
     return this.answer(result);
+  }
+
+  /** Yoga's own catch-all (server.js `handle`): mask, log, answer with the error. */
+  unexpected(error: unknown): ExecutionResult {
+    const masked = maskError(error, MASKED_MESSAGE, this.shared.options.errorDetails);
+    if (masked !== error) this.log.log.error({ err: error }, 'unexpected error');
+    return { errors: [masked as never] };
   }
 
   /** What Yoga's JSON result processor makes of `result`. */

@@ -4,11 +4,12 @@ import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit';
 import type { Plugin } from 'graphql-yoga';
 import type { TransportContext } from '../context.js';
 
-/** Query documents the HTTP fast path may run without Yoga; past this the oldest is forgotten. */
+/** Documents the HTTP fast path may run without Yoga; past this the oldest is forgotten. */
 export const MAX_ACCEPTED_QUERIES = 500;
 
-/** A query document Yoga parsed and validated with every rule, ready to run compiled. */
+/** A document Yoga parsed and validated with every rule, ready to run compiled. */
 export interface AcceptedQuery {
+  document: DocumentNode;
   /** The operation's name, or undefined for an anonymous one (the document holds only it). */
   operationName: string | undefined;
   compiled: CompiledQuery;
@@ -22,11 +23,14 @@ export interface AcceptedQuery {
  *   (cached with the document, which Yoga's parse cache keeps the same object for the same text).
  *   WebSocket operations keep graphql-js: shared subscription execution is built on it. A document
  *   graphql-jit can't compile runs on graphql-js, which gives the usual errors.
- * - A query document that reaches execution over HTTP has passed Yoga's parser and every validation
- *   rule (graphql-armor limits, introspection policy, text literals…), none of which depend on the
- *   request. When it holds exactly one operation, a query, its text is recorded with its compiled form:
- *   `accepted(query, operationName)` then answers for the same text, and the fast path runs it without
- *   parsing or validating again. Mutations and documents with several operations are never recorded.
+ * - A document that reaches execution over HTTP has passed Yoga's parser and every validation rule
+ *   (graphql-armor limits, introspection policy, text literals…), none of which depend on the request.
+ *   When it holds exactly one operation, a query or a mutation, its text is recorded with its compiled
+ *   form: `accepted(query, operationName)` then answers for the same text, and the fast path runs it
+ *   without parsing or validating again. Documents with several operations are never recorded.
+ * - `finish(context, result)`: the next execution with that context answers `result` without running
+ *   anything, so the fast path can put a result it computed through Yoga's execution hooks (error codes,
+ *   error logging, masking) exactly once, as if Yoga had run it.
  *
  * Replaces `@envelop/graphql-jit`, which caches one compilation per document whatever the operation
  * name: a document with two operations ran the first one asked for on every later request.
@@ -35,6 +39,7 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
   const maxAccepted = options.maxAccepted ?? MAX_ACCEPTED_QUERIES;
   const compilations = new WeakMap<DocumentNode, Map<string | undefined, CompiledQuery | null>>();
   const accepted = new Map<string, AcceptedQuery>();
+  const finished = new WeakMap<object, ExecutionResult>();
 
   const compiledFor = (schema: GraphQLSchema, document: DocumentNode, operationName: string | undefined) => {
     let byName = compilations.get(document);
@@ -64,13 +69,19 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
     const operations = document.definitions.filter((definition) => definition.kind === 'OperationDefinition');
     if (operations.length !== 1) return;
     const operation = operations[0] as OperationDefinitionNode;
-    if (operation.operation !== 'query') return;
+    if (operation.operation === 'subscription') return;
     if (accepted.size >= maxAccepted) accepted.delete(accepted.keys().next().value!);
-    accepted.set(query, { operationName: operation.name?.value, compiled });
+    accepted.set(query, { document, operationName: operation.name?.value, compiled });
   };
 
   const plugin: Plugin = {
     onExecute({ args, setExecuteFn }) {
+      const done = finished.get(args.contextValue as object);
+      if (done) {
+        finished.delete(args.contextValue as object);
+        setExecuteFn(() => done);
+        return;
+      }
       const context = args.contextValue as TransportContext & { params?: { query?: unknown } };
       if (context.transport === 'websocket') return;
       const operationName = args.operationName ?? undefined;
@@ -92,6 +103,10 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
       const found = accepted.get(query);
       if (!found || (operationName != null && operationName !== found.operationName)) return undefined;
       return found;
+    },
+    /** The next execution with `context` answers `result` (already computed) instead of running. */
+    finish(context: object, result: ExecutionResult): void {
+      finished.set(context, result);
     },
   };
 }

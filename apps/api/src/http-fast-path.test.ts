@@ -239,6 +239,32 @@ describe('the HTTP fast path answers exactly as Yoga does', () => {
     expect(made).toHaveLength(4); // two requests, each to both servers: each ran exactly once
   });
 
+  it('Accept headers Yoga answers with application/json, and CORS answers, take the fast path', async () => {
+    const me = json('{ me { id } }');
+    for (const accept of [
+      'application/json, text/plain, */*',
+      'text/html, application/json;q=0.9',
+      'application/*',
+      'application/json; charset=utf-8',
+      'application/json;charset=latin1, */*',
+      'text/event-stream, */*',
+    ]) {
+      await expectParity(post(me, { accept }), 'compiled');
+    }
+    for (const accept of [
+      'application/graphql-response+json, application/json',
+      'application/json;charset=latin1',
+      'text/plain',
+      '',
+    ]) {
+      await expectParity(post(me, { accept }), 'yoga');
+    }
+    await expectParity(post(me, { origin: 'https://app.example' }), 'compiled');
+    await expectParity(post(json('{ me { id } nope }'), { origin: 'https://app.example' }), 'pipeline');
+    await expectParity(post(json(POSTS, { orgId: 'org-b' }, 'Posts'), { origin: 'http://localhost:3000' }), 'compiled');
+    await expectParity(post(me, { origin: 'https://app.example', authorization: 'Bearer x.y.z' }), 'pipeline');
+  });
+
   it('subscriptions over HTTP stay refused', async () => {
     const SUBSCRIBE = 'subscription { postPublished(orgId: "org-a") { id } }';
     await expectParity(post(json(SUBSCRIBE)), 'pipeline');
@@ -276,7 +302,11 @@ describe('the HTTP fast path answers exactly as Yoga does', () => {
     await expectParity(post(json('{ me { id } }'), { accept: 'application/graphql-response+json' }), 'yoga');
     await expectParity(post(json('{ me { nope } }'), { accept: 'application/graphql-response+json' }), 'yoga');
     await expectParity(post(json('{ me { id } }'), { accept: 'text/html' }), 'yoga');
-    await expectParity(post(json('{ me { id } }'), { origin: 'https://app.example' }), 'yoga');
+    await expectParity(post(json('{ me { id } }'), { origin: '*' }), 'yoga');
+    await expectParity(
+      post(json('{ me { id } }'), { origin: 'https://app.example', 'access-control-request-method': 'POST' }),
+      'yoga',
+    );
     await expectParity(
       { method: 'OPTIONS', headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' } },
       'yoga',

@@ -32,24 +32,30 @@ import { findInvalidTextVariable } from './plugins/use-text-input-guard.js';
  *
  * - Eligible, decided from the headers before the body is read: `POST` to exactly `/graphql`, a JSON
  *   content type Yoga's JSON parser takes (`application/json`, optionally `; charset=utf-8`), an `Accept`
- *   for which Yoga answers `application/json` (none, `*\/*`, `application/json`), no `Origin` (CORS
- *   answers stay Yoga's), a valid `Content-Length` within MAX_REQUEST_BODY_BYTES. Anything else (GET,
- *   other paths, chunked bodies, `graphql-response+json`, SSE, multipart, too large…) goes to Yoga unread.
+ *   for which Yoga answers `application/json` (none, `*\/*`, `application/json`, … see `acceptsJson`),
+ *   a valid `Content-Length` within MAX_REQUEST_BODY_BYTES, no CORS preflight headers. Anything else
+ *   (GET, other paths, chunked bodies, `graphql-response+json`, SSE, multipart, too large…) goes to Yoga
+ *   unread.
  * - Then the body is read and parsed: an object with a string `query`, `variables` an object or absent,
  *   `operationName` a string or absent, and nothing else (no `extensions`, no batch). Anything else goes
  *   to Yoga with the body already read (`req.body`, which whatwg-node takes as the request body), so its
  *   answer (400, 415, …) is exactly the one it gives today.
- * - The GraphQL part is Yoga's own: `yoga.getResultForParams` runs the `onParams` hooks, the envelop
- *   pipeline (parse and validation caches, graphql-armor limits, introspection policy, the context
- *   builder with the token check, text-input guard, error codes, error logging, masking, graphql-jit)
- *   and the `onExecutionResult` hooks, exactly as for a request Yoga parsed itself.
- * - The answer is what Yoga's JSON result processor makes of that result (`processRegularResult` with
- *   `application/json`, the processor Yoga picks for these `Accept` values): a result without errors is
- *   stringified here with the same stringifier (graphql-jit's when it ran) and status 200; a result with
- *   errors or HTTP extensions goes through `processRegularResult` itself (status, `WWW-Authenticate`,
- *   `Retry-After`, error formatting). Then the `x-request-id` header and the access-log line, as
- *   `useRequestLogging` does. Every request is answered once: nothing falls back after execution, so a
- *   mutation never runs twice.
+ * - A document Yoga accepted before (parsed, validated with every rule and executed over HTTP: one
+ *   query or mutation, see use-compiled-execution.ts) runs compiled, with the context Yoga's `context`
+ *   option builds and the same text-input check. Anything refused before execution (a bad token,
+ *   variables that don't coerce) goes to the pipeline below, where nothing has run yet either. A result
+ *   with errors goes through Yoga's execution hooks once without running again (error codes, error
+ *   logging, masking). Route `compiled` in `herald_http_requests_total`.
+ * - Any other document: `yoga.getResultForParams`, Yoga's GraphQL pipeline for these parameters (the
+ *   `onParams` hooks, parse and validation caches, graphql-armor limits, introspection policy, context,
+ *   execution hooks, graphql-jit), exactly as for a request Yoga parsed itself. Route `pipeline`.
+ * - The answer is what Yoga's JSON result processor makes of the result (`processRegularResult` with
+ *   `application/json`, the processor Yoga picks for these `Accept` values): without errors, the result
+ *   stringified with the same stringifier (graphql-jit's) and status 200; with errors or HTTP extensions,
+ *   `processRegularResult` itself (status, `WWW-Authenticate`, `Retry-After`, error formatting). Then the
+ *   `x-request-id` header and the access-log line as `useRequestLogging` does, and with an `Origin` the
+ *   headers Yoga's default CORS adds. Every request is answered once: nothing falls back after anything
+ *   executed, so a mutation never runs twice.
  *
  * What it does not run: Yoga's `onRequest`, `onRequestParse`, `onResultProcess` and `onResponse` hooks.
  * Herald's (request id, metrics, console, readiness, health, CSRF, body limit, CORS, GraphiQL, result
@@ -80,8 +86,8 @@ const JSON_CONTENT_TYPES = new Set([
   'application/json; charset=utf-8',
   'application/json;charset=utf-8',
 ]);
-/** `Accept` values for which Yoga's result processors choose `application/json` (undefined: no header). */
-const JSON_ACCEPTS = new Set([undefined, '*/*', 'application/json', 'application/json; charset=utf-8']);
+/** Distinct `Accept` values whose verdict is remembered (clients send a handful). */
+const MAX_REMEMBERED_ACCEPTS = 64;
 const CONTENT_LENGTH = /^\d+$/;
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 const MASKED_MESSAGE = 'Unexpected error.';
@@ -268,6 +274,13 @@ class FastExchange {
   finish(status: number, headers: Record<string, string>, body: string): void {
     const { res } = this;
     headers[REQUEST_ID_HEADER] = this.log.requestId;
+    const { origin } = this.req.headers;
+    if (origin !== undefined) {
+      // What Yoga's CORS plugin (whatwg-node useCORS, default options) adds to every answer.
+      headers['access-control-allow-origin'] = origin;
+      headers.vary = 'Origin';
+      headers['access-control-allow-credentials'] = 'true';
+    }
     if (!(res.closed || res.destroyed || res.writableEnded)) {
       res.writeHead(status, headers);
       res.end(body);
@@ -287,10 +300,48 @@ function isEligible(req: IncomingMessage, path: string, maxBodyBytes: number): b
   if (req.method !== 'POST' || req.url !== path) return false;
   const { headers } = req;
   if (!JSON_CONTENT_TYPES.has(headers['content-type'] as string)) return false;
-  if (!JSON_ACCEPTS.has(headers.accept)) return false;
-  if (headers.origin !== undefined || headers['transfer-encoding'] !== undefined) return false;
+  if (headers.accept !== undefined && !acceptsJson(headers.accept)) return false;
+  if (headers['transfer-encoding'] !== undefined) return false;
+  // CORS: Yoga's default (every origin, with credentials) is mirrored in `finish`; preflight-style
+  // headers on a POST and an `Origin: *` are left to it.
+  if (
+    headers.origin === '*' ||
+    headers['access-control-request-method'] !== undefined ||
+    headers['access-control-request-headers'] !== undefined
+  ) {
+    return false;
+  }
   const contentLength = headers['content-length'];
   return contentLength !== undefined && CONTENT_LENGTH.test(contentLength) && Number(contentLength) <= maxBodyBytes;
+}
+
+const acceptVerdicts = new Map<string, boolean>();
+
+/**
+ * Whether Yoga answers a (non-streamed) result to this `Accept` with `application/json`: its result
+ * processors (plugins/use-result-processor.js, result-processor/accept.js) take the media types in the
+ * header's order, drop those with a charset other than utf-8, and the JSON processor, listed last, wins
+ * with the first type it matches: `application/json` for `*\/*`, `application/*` and `application/json`,
+ * `application/graphql-response+json` (other status codes) for that one. A header where only SSE or
+ * multipart match is Yoga's too.
+ */
+function acceptsJson(accept: string): boolean {
+  let verdict = acceptVerdicts.get(accept);
+  if (verdict === undefined) {
+    verdict = false;
+    for (const entry of accept.replace(/\s/g, '').toLowerCase().split(',')) {
+      const [mediaType, ...parameters] = entry.split(';');
+      const charset = parameters.find((parameter) => parameter.includes('charset=')) ?? 'charset=utf-8';
+      if (charset !== 'charset=utf-8') continue;
+      if (mediaType === 'application/graphql-response+json') break;
+      if (mediaType === '*/*' || mediaType === 'application/*' || mediaType === 'application/json') {
+        verdict = true;
+        break;
+      }
+    }
+    if (acceptVerdicts.size < MAX_REMEMBERED_ACCEPTS) acceptVerdicts.set(accept, verdict);
+  }
+  return verdict;
 }
 
 /** The body as parameters the fast path takes, or undefined for anything Yoga must judge. */

@@ -47,6 +47,11 @@ const YOGA_SERVER = 'bench/src/http-yoga-server.ts';
 const FIRST_DRAFTS = 6_000;
 /** Drafts are made for this many times the rate the target reached before (never run out mid-trial). */
 const DRAFT_HEADROOM = 2;
+/** After a trial, its server is given up to this long to finish leftover work before the next target's turn. */
+const SETTLE_MAX_MS = 3_000;
+/** A server using less than this share of a core over one {@link SETTLE_WINDOW_MS} counts as idle. */
+const SETTLE_IDLE_SHARE = 0.05;
+const SETTLE_WINDOW_MS = 100;
 
 export type HttpTargetId = 'raw' | 'herald' | 'herald-yoga-path' | 'yoga' | 'herald-pglite';
 /** The default targets; `herald-yoga-path` (Herald with HTTP_FAST_PATH=false) only when asked for. */
@@ -321,6 +326,8 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         ...(ids ? { ids } : {}),
       } satisfies HttpLoadCommand);
       const cpuUs = procSample(server.pids[0]!).cpuUs - before;
+      // Work a trial leaves behind (relays, webhook engine, GC) must not eat into the next target's trial.
+      await settle(server.pids);
       if (durationMs === config.trialMs) {
         const key = `${server.id}/${operation}`;
         windows.set(key, [...(windows.get(key) ?? []), [startedUs, monotonicUs()]]);
@@ -405,7 +412,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       rows: withHttpRatios(rows),
       skipped,
       notes: [
-        `${config.connections} keep-alive connections (undici Pool, one request in flight each), one load-client process; every answer checked (HTTP 200, no errors; one in 8 parsed and compared field by field). Warm-up ${config.warmupMs} ms per target and operation, then ${config.trials} trials of ${config.trialMs} ms taking turns.`,
+        `${config.connections} keep-alive connections (undici Pool, one request in flight each), one load-client process; every answer checked (HTTP 200, no errors; one in 8 parsed and compared field by field). Warm-up ${config.warmupMs} ms per target and operation, then ${config.trials} trials of ${config.trialMs} ms taking turns; after each trial its server gets up to ${SETTLE_MAX_MS / 1000} s to go idle (under ${SETTLE_IDLE_SHARE * 100} % of a core) before the next one starts.`,
         `Herald: apps/api, NODE_ENV=production, ${Object.entries(heraldEnv)
           .map(([key, value]) => `${key}=${value}`)
           .join(
@@ -461,6 +468,21 @@ export function httpMarkdown(result: HttpResult | null | undefined): string {
   lines.push('', ...result.notes.map((note) => `- ${note}`));
   if (result.skipped.length) lines.push(...result.skipped.map((line) => `- skipped: ${line}`));
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Waits (at most SETTLE_MAX_MS) until the processes use under SETTLE_IDLE_SHARE of a core over a window:
+ * a target still working off a trial (history relay, in-process webhook engine) would otherwise take CPU
+ * from the next target's trial on this shared machine.
+ */
+async function settle(pids: readonly number[]): Promise<void> {
+  const deadline = Date.now() + SETTLE_MAX_MS;
+  const cpuOf = () => pids.reduce((sum, pid) => sum + procSample(pid).cpuUs, 0);
+  while (Date.now() < deadline) {
+    const before = cpuOf();
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_WINDOW_MS));
+    if (cpuOf() - before < SETTLE_WINDOW_MS * 1_000 * SETTLE_IDLE_SHARE) return;
+  }
 }
 
 const roundSpread = (value: Spread): Spread => ({ ...value, median: round(value.median, 1) });

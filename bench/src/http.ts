@@ -7,7 +7,9 @@
  * - `raw`: `http-raw-server.ts` (token verified with node:crypto, the same SQL, one JSON write);
  * - `herald`: apps/api in embedded pub/sub mode on PostgreSQL (the schema it migrates is the one all use);
  * - `yoga`: `http-yoga-server.ts` (stock Yoga, SDL + hand-written resolvers over the same SQL, jose);
- * - `herald-pglite`: apps/api on PGlite (the `pnpm start` default), whose own database is in process.
+ * - `herald-pglite`: apps/api on PGlite (the `pnpm start` default), whose own database is in process;
+ * - `herald-yoga-path` (only when named): `herald` with HTTP_FAST_PATH=false, every request through Yoga
+ *   (its own schema, same rows), to price the fast path (apps/api/src/http-fast-path.ts) in the same run.
  * Operations: `posts(first: 10)` with authors, `me`, `createPost`, `publishPost` (outbox row and the
  * in-process publish included). For each operation every target gets a warm-up, then the trials take
  * turns (raw, herald, yoga, …, raw, herald, …) so each ratio compares trials under the same background
@@ -45,14 +47,23 @@ const YOGA_SERVER = 'bench/src/http-yoga-server.ts';
 const FIRST_DRAFTS = 6_000;
 /** Drafts are made for this many times the rate the target reached before (never run out mid-trial). */
 const DRAFT_HEADROOM = 2;
+/** After a trial, its server is given up to this long to finish leftover work before the next target's turn. */
+const SETTLE_MAX_MS = 3_000;
+/** A server using less than this share of a core over one {@link SETTLE_WINDOW_MS} counts as idle. */
+const SETTLE_IDLE_SHARE = 0.05;
+const SETTLE_WINDOW_MS = 100;
 
-export type HttpTargetId = 'raw' | 'herald' | 'yoga' | 'herald-pglite';
+export type HttpTargetId = 'raw' | 'herald' | 'herald-yoga-path' | 'yoga' | 'herald-pglite';
+/** The default targets; `herald-yoga-path` (Herald with HTTP_FAST_PATH=false) only when asked for. */
 export const HTTP_TARGETS: HttpTargetId[] = ['raw', 'herald', 'yoga', 'herald-pglite'];
+/** The order trials take turns in (and the rows are listed in). */
+const TARGET_ORDER: HttpTargetId[] = ['raw', 'herald', 'herald-yoga-path', 'yoga', 'herald-pglite'];
 export const HTTP_OPERATION_IDS: HttpOperation[] = ['posts', 'me', 'createPost', 'publishPost'];
 
 const LABELS: Record<HttpTargetId, string> = {
   raw: 'raw node:http + pg',
   herald: 'Herald (PostgreSQL)',
+  'herald-yoga-path': 'Herald, HTTP_FAST_PATH=false',
   yoga: 'stock Yoga, same SQL',
   'herald-pglite': 'Herald embedded (PGlite)',
 };
@@ -201,6 +212,25 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
   let pool: pg.Pool | undefined;
   try {
     const wantsPostgres = config.targets.some((id) => id !== 'herald-pglite');
+    if (wantsPostgres && config.databaseUrl && config.targets.includes('herald-yoga-path')) {
+      const profileDir = profileDirFor(config, 'herald-yoga-path');
+      const slow = await startHeraldTarget({
+        pods: 1,
+        pubsub: 'memory',
+        databaseUrl: config.databaseUrl,
+        database: 'postgres',
+        env: { ...heraldEnv, HTTP_FAST_PATH: 'false' },
+        label: 'http-yoga-path',
+        inspect: false,
+        ...(profileDir ? { cpuProfDir: profileDir } : {}),
+      });
+      const slowPool = new pg.Pool({ connectionString: slow.env.DATABASE_URL!, max: 2 });
+      servers.push({
+        ...heraldServer('herald-yoga-path', slow, () => slowPool.end(), profileDir),
+        drafts: (count) => insertDrafts(slowPool, slow.orgId, count, 'Draft '),
+      });
+      await insertDrafts(slowPool, slow.orgId, config.seedPosts, 'Seeded post ');
+    }
     if (wantsPostgres && !config.databaseUrl) {
       skipped.push('HTTP: raw, herald and yoga need DATABASE_URL');
     } else if (wantsPostgres) {
@@ -267,7 +297,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       await embedded.prepareEvents(config.seedPosts);
     }
     // A fixed order (raw first) makes the per-trial pairs; a Herald started only to migrate is not measured.
-    const measured = HTTP_TARGETS.filter((id) => config.targets.includes(id))
+    const measured = TARGET_ORDER.filter((id) => config.targets.includes(id))
       .map((id) => servers.find((server) => server.id === id))
       .filter((server): server is Server => server !== undefined);
 
@@ -296,6 +326,8 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         ...(ids ? { ids } : {}),
       } satisfies HttpLoadCommand);
       const cpuUs = procSample(server.pids[0]!).cpuUs - before;
+      // Work a trial leaves behind (relays, webhook engine, GC) must not eat into the next target's trial.
+      await settle(server.pids);
       if (durationMs === config.trialMs) {
         const key = `${server.id}/${operation}`;
         windows.set(key, [...(windows.get(key) ?? []), [startedUs, monotonicUs()]]);
@@ -380,7 +412,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       rows: withHttpRatios(rows),
       skipped,
       notes: [
-        `${config.connections} keep-alive connections (undici Pool, one request in flight each), one load-client process; every answer checked (HTTP 200, no errors; one in 8 parsed and compared field by field). Warm-up ${config.warmupMs} ms per target and operation, then ${config.trials} trials of ${config.trialMs} ms taking turns.`,
+        `${config.connections} keep-alive connections (undici Pool, one request in flight each), one load-client process; every answer checked (HTTP 200, no errors; one in 8 parsed and compared field by field). Warm-up ${config.warmupMs} ms per target and operation, then ${config.trials} trials of ${config.trialMs} ms taking turns; after each trial its server gets up to ${SETTLE_MAX_MS / 1000} s to go idle (under ${SETTLE_IDLE_SHARE * 100} % of a core) before the next one starts.`,
         `Herald: apps/api, NODE_ENV=production, ${Object.entries(heraldEnv)
           .map(([key, value]) => `${key}=${value}`)
           .join(
@@ -436,6 +468,21 @@ export function httpMarkdown(result: HttpResult | null | undefined): string {
   lines.push('', ...result.notes.map((note) => `- ${note}`));
   if (result.skipped.length) lines.push(...result.skipped.map((line) => `- skipped: ${line}`));
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Waits (at most SETTLE_MAX_MS) until the processes use under SETTLE_IDLE_SHARE of a core over a window:
+ * a target still working off a trial (history relay, in-process webhook engine) would otherwise take CPU
+ * from the next target's trial on this shared machine.
+ */
+async function settle(pids: readonly number[]): Promise<void> {
+  const deadline = Date.now() + SETTLE_MAX_MS;
+  const cpuOf = () => pids.reduce((sum, pid) => sum + procSample(pid).cpuUs, 0);
+  while (Date.now() < deadline) {
+    const before = cpuOf();
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_WINDOW_MS));
+    if (cpuOf() - before < SETTLE_WINDOW_MS * 1_000 * SETTLE_IDLE_SHARE) return;
+  }
 }
 
 const roundSpread = (value: Spread): Spread => ({ ...value, median: round(value.median, 1) });

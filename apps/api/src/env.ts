@@ -37,6 +37,7 @@ export const EnvSchema = z.object({
   PORT: port.default(4000),
   HOST: z.string().min(1).default('0.0.0.0'),
   MAX_REQUEST_BODY_BYTES: positiveInt.default(MIB),
+  HTTP_FAST_PATH: z.stringbool().default(true),
   SHUTDOWN_GRACE_MS: positiveInt.default(10_000),
   SHUTDOWN_DRAIN_DELAY_MS: z.coerce.number().int().min(0).max(MAX_DRAIN_DELAY_MS).optional(),
 
@@ -105,6 +106,12 @@ export interface ApiConfig {
     host: string;
     port: number;
     maxRequestBodyBytes: number;
+    /**
+     * `HTTP_FAST_PATH`: answer `POST /graphql` with a JSON body straight from node:http instead of through
+     * Yoga's fetch-API request/response objects (http-fast-path.ts); same answers, less CPU per request.
+     * @default true
+     */
+    fastPath: boolean;
     shutdownGraceMs: number;
     /**
      * `SHUTDOWN_DRAIN_DELAY_MS`: after SIGTERM, how long `/readiness` answers 503 while the server still
@@ -199,6 +206,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       host: parsed.HOST,
       port: parsed.PORT,
       maxRequestBodyBytes: parsed.MAX_REQUEST_BODY_BYTES,
+      fastPath: parsed.HTTP_FAST_PATH,
       shutdownGraceMs: parsed.SHUTDOWN_GRACE_MS,
       drainDelayMs: parsed.SHUTDOWN_DRAIN_DELAY_MS ?? (mode === 'embedded' ? 0 : DEFAULT_DRAIN_DELAY_MS),
     },

@@ -17,6 +17,12 @@ export interface ApiMetrics {
   eventsReplayed: Counter;
   /** Shared-execution groups live now: each executes an event once for all its subscribers. */
   subscriptionGroups: Gauge;
+  /**
+   * HTTP requests by how they were answered (http-fast-path.ts): `compiled` (fast path, an accepted
+   * query run compiled), `pipeline` (fast path through Yoga's GraphQL pipeline), `yoga` (Yoga's HTTP
+   * layer: every other request, GET, other paths, other content types, probes included).
+   */
+  httpRequests: Counter<'route'>;
 }
 
 /** One registry per server instance, so tests and several servers in one process don't collide. */
@@ -70,6 +76,12 @@ export function createApiMetrics(): ApiMetrics {
     subscriptionGroups: new Gauge({
       name: 'herald_subscription_groups_active',
       help: 'Shared-execution subscription groups live now (same document and variables, executed once per event)',
+      registers: [registry],
+    }),
+    httpRequests: new Counter({
+      name: 'herald_http_requests_total',
+      help: 'HTTP requests by route: compiled (fast path, compiled query), pipeline (fast path, Yoga GraphQL pipeline), yoga (Yoga HTTP layer)',
+      labelNames: ['route'],
       registers: [registry],
     }),
   };

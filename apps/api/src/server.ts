@@ -1,15 +1,22 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
-import { useGraphQlJit } from '@envelop/graphql-jit';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
-import { createYoga, type Plugin, useReadinessCheck, type YogaServerInstance } from 'graphql-yoga';
+import {
+  createYoga,
+  type Plugin,
+  useReadinessCheck,
+  type YogaInitialContext,
+  type YogaServerInstance,
+} from 'graphql-yoga';
 import type { ConsoleAssets } from './console-assets.js';
 import { type Context, createContextBuilder, type TransportContext } from './context.js';
 import type { ApiConfig } from './env.js';
+import { createGraphQLFastPath } from './http-fast-path.js';
 import type { Logger } from './logger.js';
 import { maskError } from './mask-error.js';
 import type { ApiMetrics } from './metrics.js';
+import { createCompiledExecution } from './plugins/use-compiled-execution.js';
 import { useConsole } from './plugins/use-console.js';
 import { useDocumentLimits } from './plugins/use-document-limits.js';
 import { useErrorCodes } from './plugins/use-error-codes.js';
@@ -70,6 +77,10 @@ export function createServer(deps: ServerDeps): HeraldServer {
     webhooks: config.webhooks,
   });
 
+  const compiled = createCompiledExecution();
+  const context = (initial: YogaInitialContext & TransportContext) =>
+    buildContext({ ...initial, log: requestLogger(initial.request, logger) });
+
   const plugins: Plugin[] = [
     useRequestLogging(logger),
     useMetricsEndpoint(deps.metrics.registry),
@@ -101,12 +112,10 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
     useRequestBodyLimit(config.http.maxRequestBodyBytes),
-    // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document, cached);
-    // WebSocket operations keep graphql-js (the shared subscription execution is built on it).
-    useGraphQlJit(
-      {},
-      { enableIf: (args) => (args.contextValue as TransportContext).transport !== 'websocket' },
-    ) as Plugin,
+    // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document and
+    // operation); WebSocket operations keep graphql-js (the shared subscription execution is built on
+    // it). It also records the query documents the HTTP fast path may run by itself.
+    compiled.plugin,
     // Last: it must see every validation rule the plugins above add.
     useValidationCache(),
   ];
@@ -136,11 +145,25 @@ export function createServer(deps: ServerDeps): HeraldServer {
     // A database outage becomes 503 SERVICE_UNAVAILABLE (mask-error.ts). Details only where
     // `errorDetails` allows: never by default in single or cluster mode (env.ts).
     maskedErrors: { isDev: config.graphql.errorDetails, maskError },
-    context: (initial) => buildContext({ ...initial, log: requestLogger(initial.request, logger) }),
+    context,
     plugins,
   });
 
-  const httpServer = createHttpServer(yoga);
+  // POST /graphql with a JSON body skips Yoga's fetch-API machinery (http-fast-path.ts); the rest is Yoga's.
+  const httpServer = createHttpServer(
+    config.http.fastPath
+      ? createGraphQLFastPath({
+          yoga,
+          path: GRAPHQL_PATH,
+          maxRequestBodyBytes: config.http.maxRequestBodyBytes,
+          logger,
+          errorDetails: config.graphql.errorDetails,
+          context,
+          compiled,
+          requests: deps.metrics.httpRequests,
+        })
+      : yoga,
+  );
   const webSockets = createWebSocketServer({
     httpServer,
     yoga,

@@ -6,12 +6,47 @@ import type { Logger } from '../logger.js';
 export const REQUEST_ID_HEADER = 'x-request-id';
 /** A client-supplied id longer than this, or with odd characters, is replaced by a fresh one. */
 const REQUEST_ID_PATTERN = /^[\w.:-]{1,128}$/;
+/** Paths whose answers get no access-log line (probes every few seconds). */
+const UNLOGGED_PATHS = new Set(['/health', '/readiness']);
 
-const loggers = new WeakMap<Request, { log: Logger; requestId: string; startedAt: number }>();
+/** One HTTP request's id, its logger and when it started. */
+export interface RequestLog {
+  log: Logger;
+  requestId: string;
+  startedAt: number;
+}
 
-/** The logger bound to this request's id (the root logger for requests this plugin did not see). */
-export function requestLogger(request: Request | undefined, fallback: Logger): Logger {
+const loggers = new WeakMap<object, RequestLog>();
+
+/** The logger bound to this request's id (the root logger for requests no one started a log for). */
+export function requestLogger(request: object | undefined, fallback: Logger): Logger {
   return (request && loggers.get(request)?.log) ?? fallback;
+}
+
+/**
+ * Starts `request`'s log: its id (the caller's `x-request-id` when well-formed, else a UUID) and a child
+ * logger carrying it, found again by {@link requestLogger}. Shared by the Yoga plugin and the HTTP fast
+ * path (http-fast-path.ts), so both answer with the same id rules.
+ */
+export function startRequestLog(
+  request: object,
+  givenId: string | null | undefined,
+  logger: Logger,
+  startedAt = performance.now(),
+): RequestLog {
+  const requestId = givenId && REQUEST_ID_PATTERN.test(givenId) ? givenId : randomUUID();
+  const entry = { log: logger.child({ requestId }), requestId, startedAt };
+  loggers.set(request, entry);
+  return entry;
+}
+
+/** The access-log line of a completed request (written only at `info` and below). */
+export function logRequestCompleted(entry: RequestLog, method: string, path: string, status: number): void {
+  if (UNLOGGED_PATHS.has(path)) return;
+  entry.log.info(
+    { method, path, status, durationMs: Math.round((performance.now() - entry.startedAt) * 10) / 10 },
+    'request completed',
+  );
 }
 
 /**
@@ -21,9 +56,7 @@ export function requestLogger(request: Request | undefined, fallback: Logger): L
 export function useRequestLogging(logger: Logger): Plugin {
   return {
     onRequest({ request }) {
-      const given = request.headers.get(REQUEST_ID_HEADER);
-      const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : randomUUID();
-      loggers.set(request, { log: logger.child({ requestId }), requestId, startedAt: performance.now() });
+      startRequestLog(request, request.headers.get(REQUEST_ID_HEADER), logger);
     },
     onResponse({ request, response }) {
       const entry = loggers.get(request);
@@ -31,17 +64,7 @@ export function useRequestLogging(logger: Logger): Plugin {
       response.headers.set(REQUEST_ID_HEADER, entry.requestId);
       // At `warn` and above the access line is never written: don't parse the URL for it.
       if (!logger.isLevelEnabled('info')) return;
-      const url = new URL(request.url);
-      if (url.pathname === '/health' || url.pathname === '/readiness') return;
-      entry.log.info(
-        {
-          method: request.method,
-          path: url.pathname,
-          status: response.status,
-          durationMs: Math.round((performance.now() - entry.startedAt) * 10) / 10,
-        },
-        'request completed',
-      );
+      logRequestCompleted(entry, request.method, new URL(request.url).pathname, response.status);
     },
   };
 }

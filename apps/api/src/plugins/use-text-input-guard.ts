@@ -26,7 +26,7 @@ export function isInvalidText(text: string): boolean {
  */
 export function useTextInputGuard(): Plugin {
   const refuse = (variables: unknown) => {
-    const path = findInvalidText(variables, '');
+    const path = findInvalidTextVariable(variables);
     return path === undefined
       ? undefined
       : {
@@ -63,6 +63,14 @@ const NoInvalidTextLiteralRule: ValidationRule = function NoInvalidTextLiteralRu
     },
   };
 };
+
+/**
+ * The path of the first variable (string or object key, at any depth) holding invalid text, or undefined:
+ * what this guard refuses an operation for. The HTTP fast path asks it before running anything itself.
+ */
+export function findInvalidTextVariable(variables: unknown): string | undefined {
+  return findInvalidText(variables, '');
+}
 
 /** The dotted path of the first string (or object key) holding invalid text, or undefined. */
 function findInvalidText(value: unknown, path: string): string | undefined {

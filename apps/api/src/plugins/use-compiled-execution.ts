@@ -1,0 +1,114 @@
+import { makeExecute } from '@envelop/core';
+import type { DocumentNode, ExecutionArgs, ExecutionResult, GraphQLSchema, OperationDefinitionNode } from 'graphql';
+import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit';
+import type { Plugin } from 'graphql-yoga';
+import type { TransportContext } from '../context.js';
+
+/** Documents the HTTP fast path may run without Yoga; past this the oldest is forgotten. */
+export const MAX_ACCEPTED_QUERIES = 500;
+
+/** A document Yoga parsed and validated with every rule, ready to run compiled. */
+export interface AcceptedQuery {
+  document: DocumentNode;
+  /** The operation's name, or undefined for an anonymous one (the document holds only it). */
+  operationName: string | undefined;
+  compiled: CompiledQuery;
+}
+
+/**
+ * Compiled execution (graphql-jit) for queries and mutations over HTTP, and the register of query
+ * documents the HTTP fast path (http-fast-path.ts) may run by itself.
+ *
+ * - `plugin` runs HTTP operations through graphql-jit, one compilation per document and operation name
+ *   (cached with the document, which Yoga's parse cache keeps the same object for the same text).
+ *   WebSocket operations keep graphql-js: shared subscription execution is built on it. A document
+ *   graphql-jit can't compile runs on graphql-js, which gives the usual errors.
+ * - A document that reaches execution over HTTP has passed Yoga's parser and every validation rule
+ *   (graphql-armor limits, introspection policy, text literals…), none of which depend on the request.
+ *   When it holds exactly one operation, a query or a mutation, its text is recorded with its compiled
+ *   form: `accepted(query, operationName)` then answers for the same text, and the fast path runs it
+ *   without parsing or validating again. Documents with several operations are never recorded.
+ * - `finish(context, result)`: the next execution with that context answers `result` without running
+ *   anything, so the fast path can put a result it computed through Yoga's execution hooks (error codes,
+ *   error logging, masking) exactly once, as if Yoga had run it.
+ *
+ * Replaces `@envelop/graphql-jit`, which caches one compilation per document whatever the operation
+ * name: a document with two operations ran the first one asked for on every later request.
+ */
+export function createCompiledExecution(options: { maxAccepted?: number } = {}) {
+  const maxAccepted = options.maxAccepted ?? MAX_ACCEPTED_QUERIES;
+  const compilations = new WeakMap<DocumentNode, Map<string | undefined, CompiledQuery | null>>();
+  const accepted = new Map<string, AcceptedQuery>();
+  const finished = new WeakMap<object, ExecutionResult>();
+
+  const compiledFor = (schema: GraphQLSchema, document: DocumentNode, operationName: string | undefined) => {
+    let byName = compilations.get(document);
+    if (!byName) {
+      byName = new Map();
+      compilations.set(document, byName);
+    }
+    let compiled = byName.get(operationName);
+    if (compiled === undefined) {
+      const result = compileQuery(schema, document, operationName);
+      compiled = isCompiledQuery(result) ? result : null;
+      byName.set(operationName, compiled);
+    }
+    return compiled;
+  };
+
+  const execute = makeExecute((args: ExecutionArgs) => {
+    const compiled = compiledFor(args.schema, args.document, args.operationName ?? undefined);
+    if (!compiled) throw new Error('unreachable: only compiled operations are executed here');
+    const withStringify = (result: ExecutionResult) =>
+      Object.assign(result, { stringify: compiled.stringify }) as ExecutionResult;
+    const result = compiled.query(args.rootValue, args.contextValue, args.variableValues);
+    return result instanceof Promise ? result.then(withStringify) : withStringify(result);
+  });
+
+  const remember = (query: string, document: DocumentNode, compiled: CompiledQuery) => {
+    const operations = document.definitions.filter((definition) => definition.kind === 'OperationDefinition');
+    if (operations.length !== 1) return;
+    const operation = operations[0] as OperationDefinitionNode;
+    if (operation.operation === 'subscription') return;
+    if (accepted.size >= maxAccepted) accepted.delete(accepted.keys().next().value!);
+    accepted.set(query, { document, operationName: operation.name?.value, compiled });
+  };
+
+  const plugin: Plugin = {
+    onExecute({ args, setExecuteFn }) {
+      const done = finished.get(args.contextValue as object);
+      if (done) {
+        finished.delete(args.contextValue as object);
+        setExecuteFn(() => done);
+        return;
+      }
+      const context = args.contextValue as TransportContext & { params?: { query?: unknown } };
+      if (context.transport === 'websocket') return;
+      const operationName = args.operationName ?? undefined;
+      const compiled = compiledFor(args.schema, args.document, operationName);
+      if (!compiled) return;
+      setExecuteFn(execute);
+      const query = context.params?.query;
+      if (typeof query === 'string' && !accepted.has(query)) remember(query, args.document, compiled);
+    },
+  };
+
+  return {
+    plugin,
+    /**
+     * The compiled form of `query` when Yoga accepted that exact text before and `operationName` names
+     * its one operation (or is absent); undefined otherwise.
+     */
+    accepted(query: string, operationName: string | null | undefined): AcceptedQuery | undefined {
+      const found = accepted.get(query);
+      if (!found || (operationName != null && operationName !== found.operationName)) return undefined;
+      return found;
+    },
+    /** The next execution with `context` answers `result` (already computed) instead of running. */
+    finish(context: object, result: ExecutionResult): void {
+      finished.set(context, result);
+    },
+  };
+}
+
+export type CompiledExecution = ReturnType<typeof createCompiledExecution>;

@@ -183,6 +183,16 @@ describe('bench smoke: webhooks (engine section)', () => {
     // The durable loop recorded what it sent (it counts a request only once its INSERT committed).
     expect(result.durableLoop?.trials[0]?.requests).toBeGreaterThan(0);
     expect(result.durableLoop?.trials[0]?.errors).toBe(0);
+    // A duplicate's evidence (receiver arrivals, the database's deliveries and attempts), printed in full.
+    for (const run of [
+      result.dispatcher,
+      result.twoDispatchers,
+      result.steady,
+      result.multiEndpoint?.dispatcher,
+      result.multiEndpoint?.twoDispatchers,
+    ]) {
+      if (run?.duplicates) console.error('webhook duplicates:', JSON.stringify(run.duplicates, null, 1));
+    }
     for (const run of [result.dispatcher, result.twoDispatchers]) {
       expect(run).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
     }

@@ -21,6 +21,24 @@ export interface ReceiverStats {
   firstAt: number;
   lastAt: number;
   invalidSamples: string[];
+  /**
+   * The first few duplicates, for diagnosis: the key (event id, or path and event id), when each copy
+   * arrived (wallNow()), the client port it came from and its signature timestamp (signed per attempt).
+   */
+  duplicateSamples: DuplicateSample[];
+}
+
+export interface DuplicateSample {
+  key: string;
+  first: Arrival;
+  again: Arrival;
+}
+
+interface Arrival {
+  at: number;
+  port: number | undefined;
+  /** The `webhook-timestamp` header: Unix seconds of the signing, i.e. of the attempt. */
+  signedAt: string | undefined;
 }
 
 type Command =
@@ -35,7 +53,8 @@ let arrivals = new Map<string, number>();
 let secret: string | undefined;
 /** Several endpoints on this receiver: each path's secret; an event counts once per path. */
 let secretsByPath: Map<string, string> | undefined;
-let seen = new Set<string>();
+/** Each counted delivery's first arrival (for the duplicate samples). */
+let seen = new Map<string, Arrival>();
 let stats: ReceiverStats = empty();
 
 function empty(): ReceiverStats {
@@ -48,6 +67,7 @@ function empty(): ReceiverStats {
     firstAt: 0,
     lastAt: 0,
     invalidSamples: [],
+    duplicateSamples: [],
   };
 }
 
@@ -71,9 +91,17 @@ const server = createServer((req, res) => {
     try {
       const event = verifyWebhook({ rawBody: Buffer.concat(chunks), headers: req.headers, secrets: [pathSecret] });
       const key = secretsByPath ? `${req.url} ${event.id}` : event.id;
-      if (seen.has(key)) stats.duplicate++;
-      else {
-        seen.add(key);
+      const arrival: Arrival = {
+        at: now,
+        port: req.socket.remotePort,
+        signedAt: req.headers['webhook-timestamp'] as string | undefined,
+      };
+      const first = seen.get(key);
+      if (first) {
+        stats.duplicate++;
+        if (stats.duplicateSamples.length < 10) stats.duplicateSamples.push({ key, first, again: arrival });
+      } else {
+        seen.set(key, arrival);
         stats.verified++;
         if (track) {
           const postId = (event.data as { id?: string } | undefined)?.id;
@@ -94,7 +122,7 @@ process.on('message', (command: Command) => {
     secretsByPath = command.secrets ? new Map(Object.entries(command.secrets)) : undefined;
     track = command.track ?? false;
     arrivals = new Map();
-    seen = new Set();
+    seen = new Map();
     stats = empty();
     process.send?.({ type: 'reset' });
   } else if (command.type === 'stats') {

@@ -25,7 +25,7 @@ import {
 } from './common.js';
 import type { LoopCommand, LoopResult } from './post-loop.js';
 import { startHeraldTarget } from './targets.js';
-import type { ReceiverStats } from './webhook-receiver.js';
+import type { DuplicateSample, ReceiverStats } from './webhook-receiver.js';
 
 const RECEIVER = fileURLToPath(new URL('./webhook-receiver.ts', import.meta.url));
 const POST_LOOP = fileURLToPath(new URL('./post-loop.ts', import.meta.url));
@@ -101,6 +101,80 @@ export interface DispatcherRun {
   /** Latency trial only: publish → receiver, ms. */
   latency?: SteadyLatency;
   samples?: string[];
+  /**
+   * With duplicates: the first few, each with the receiver's arrivals (time, client port, signing
+   * second) and what the database holds about the event's deliveries and attempts.
+   */
+  duplicates?: DuplicateEvidence[];
+  /** Attempts the database recorded, and the failed ones by error (a failed attempt is retried: a duplicate if it had arrived). */
+  attempts?: { total: number; failed: Record<string, number> };
+}
+
+export interface DuplicateEvidence extends DuplicateSample {
+  deliveries: Array<{
+    id: string;
+    endpointId: string;
+    status: string;
+    attemptCount: number;
+    attempts: Array<{ at: string; statusCode: number | null; durationMs: number | null; error: string | null }>;
+  }>;
+}
+
+/** Every attempt the run's database recorded, and the failed ones counted by error. */
+async function countAttempts(databaseUrl: string): Promise<NonNullable<DispatcherRun['attempts']>> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ error: string | null; n: number }>(
+      'select error, count(1)::int as n from webhook_attempts group by error',
+    );
+    const failed: Record<string, number> = {};
+    for (const row of rows) if (row.error !== null) failed[row.error] = row.n;
+    return { total: rows.reduce((sum, row) => sum + row.n, 0), failed };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** The database's view of duplicated events: their deliveries and every attempt recorded. */
+async function explainDuplicates(
+  databaseUrl: string,
+  samples: readonly DuplicateSample[],
+): Promise<DuplicateEvidence[]> {
+  if (samples.length === 0) return [];
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const eventIds = samples.map((sample) => sample.key.split(' ').pop() ?? sample.key);
+    const { rows } = await client.query<{
+      event_id: string;
+      id: string;
+      endpoint_id: string;
+      status: string;
+      attempt_count: number;
+      attempts: DuplicateEvidence['deliveries'][number]['attempts'] | null;
+    }>(
+      `select d.event_id, d.id, d.endpoint_id, d.status, d.attempt_count,
+         (select json_agg(json_build_object('at', a.at, 'statusCode', a.status_code, 'durationMs', a.duration_ms,
+            'error', a.error) order by a.at) from webhook_attempts a where a.delivery_id = d.id) as attempts
+       from webhook_deliveries d where d.event_id = any($1::text[]) order by d.event_id, d.id`,
+      [eventIds],
+    );
+    return samples.map((sample, index) => ({
+      ...sample,
+      deliveries: rows
+        .filter((row) => row.event_id === eventIds[index])
+        .map((row) => ({
+          id: row.id,
+          endpointId: row.endpoint_id,
+          status: row.status,
+          attemptCount: row.attempt_count,
+          attempts: row.attempts ?? [],
+        })),
+    }));
+  } finally {
+    await client.end().catch(() => {});
+  }
 }
 
 export interface SteadyLatency {
@@ -668,6 +742,19 @@ async function runDispatcher(
       endpointCap,
       ...(latency ? { latency } : {}),
       samples: stats.invalidSamples,
+      attempts: await countAttempts(herald.env.DATABASE_URL!).catch(() => undefined),
+      ...(stats.duplicate > 0
+        ? {
+            duplicates: await explainDuplicates(herald.env.DATABASE_URL!, stats.duplicateSamples).catch(
+              (error: unknown) =>
+                stats.duplicateSamples.map((sample) => ({
+                  ...sample,
+                  deliveries: [],
+                  error: (error as Error).message,
+                })),
+            ),
+          }
+        : {}),
     };
   } catch (error) {
     return { status: 'failed', reason: (error as Error).message.slice(0, 500) };

@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
@@ -101,6 +103,51 @@ describe('deliver', () => {
       expect(receiver.requests.length).toBe(before);
     } finally {
       await strict.close();
+    }
+  });
+
+  it('reads an answer that arrived while this process was stalled past the deadline, instead of calling it a timeout', async () => {
+    // The receiver runs in its own process, so it answers while this one is busy: it says `got` on
+    // stdout when a request has arrived and answers 200 50 ms later.
+    const child = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const server = require('node:http').createServer((req, res) => {
+          req.resume();
+          req.on('end', () => {
+            process.stdout.write('got\\n');
+            setTimeout(() => res.writeHead(200, { 'content-length': '0' }).end(), 50);
+          });
+        });
+        server.listen(0, '127.0.0.1', () => process.stdout.write('port ' + server.address().port + '\\n'));`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const stalled = createDeliverer({ timeoutMs: 300, policy: { allowPrivateUrls: true } });
+    try {
+      child.stdout.setEncoding('utf8');
+      const [first] = (await once(child.stdout, 'data')) as [string];
+      const port = Number(/port (\d+)/.exec(first)?.[1]);
+      const post = { ...request('/stalled'), url: `http://127.0.0.1:${port}/stalled` };
+      // A first delivery opens the connection (and loads the HTTP parser).
+      const warm = stalled.deliver(post);
+      await once(child.stdout, 'data');
+      expect(await warm).toMatchObject({ ok: true, statusCode: 200 });
+
+      const pending = stalled.deliver(post);
+      await once(child.stdout, 'data');
+      // The request has arrived; this process now stalls past the 300 ms deadline while the answer
+      // comes in (as under CPU starvation or a long GC pause).
+      const until = performance.now() + 600;
+      while (performance.now() < until) {
+        // busy
+      }
+      // The receiver answered 200: the delivery is done, not a timeout to be retried (POSTed twice).
+      expect(await pending).toMatchObject({ ok: true, statusCode: 200, error: null });
+    } finally {
+      await stalled.close();
+      child.kill();
     }
   });
 });

@@ -88,8 +88,12 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
       const pool = new Pool(origin, {
         connections: options.connectionsPerEndpoint ?? 10,
         keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
+        // Off: the attempt's own deadline (below) governs the whole attempt. undici's header and body
+        // timers fire in the timers phase, before the poll phase reads the socket, so after a stall of
+        // this process they would throw away an answer that arrived in time. (The connect timeout
+        // already lets pending I/O run first.)
+        headersTimeout: 0,
+        bodyTimeout: 0,
         connect: { timeout: timeoutMs, lookup },
       });
       entry = { pool, usedAt: Date.now() };
@@ -113,18 +117,28 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
   // the order of their deadlines); one timer aborts those past their deadline.
   const inFlight = new Set<{ deadline: number; controller: AbortController }>();
   let deadlineTimer: NodeJS.Timeout | undefined;
+  const abort = (expired: ReadonlyArray<{ controller: AbortController }>) => {
+    for (const attempt of expired) attempt.controller.abort(new DOMException('The attempt timed out', 'TimeoutError'));
+  };
   const checkDeadlines = () => {
     deadlineTimer = undefined;
     const now = performance.now();
+    const expired: Array<{ controller: AbortController }> = [];
     for (const attempt of inFlight) {
       if (attempt.deadline > now) {
         deadlineTimer = setTimeout(checkDeadlines, Math.max(1, attempt.deadline - now));
         deadlineTimer.unref();
-        return;
+        break;
       }
       inFlight.delete(attempt);
-      attempt.controller.abort(new DOMException('The attempt timed out', 'TimeoutError'));
+      expired.push(attempt);
     }
+    // Aborted after the poll phase (setImmediate), not in this timer: when this process was stalled
+    // (CPU starvation, a long GC or synchronous stretch) past a deadline, an answer that arrived
+    // meanwhile is still unread in the socket. Aborting now would record that attempt as timed out and
+    // POST the delivery again although the receiver had answered 2xx; once its status is read, the
+    // abort only cuts the (bounded) body read and the outcome stays the answer's.
+    if (expired.length > 0) setImmediate(abort, expired);
   };
 
   return {

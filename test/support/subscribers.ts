@@ -43,12 +43,18 @@ export function subscribePostPublished(url: string, token: string, orgId: string
   return subscriber;
 }
 
-/** Creates and publishes a post through `baseUrl`; returns the HTTP response body of publishPost. */
+/**
+ * Creates and publishes a post through `baseUrl`; returns the HTTP response body of publishPost.
+ * Each request on a connection of its own (`connection: close`): tests restart pods behind this, and a
+ * pooled keep-alive connection can be closed by a draining or stopped pod just as a request is written on
+ * it (ECONNRESET, and the caller can't know whether the mutation ran); a new connection to a pod that is
+ * gone is refused instead, which committed nothing.
+ */
 export async function createAndPublish(baseUrl: string, token: string, orgId: string, title: string) {
   const call = async (query: string, variables: Record<string, unknown>) => {
     const response = await fetch(`${baseUrl}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, connection: 'close' },
       body: JSON.stringify({ query, variables }),
     });
     return (await response.json()) as { data?: any; errors?: unknown[] };

@@ -4,7 +4,7 @@ import { createTestSchema, type TestSchema } from '@herald/testing';
 import { freePorts, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
-import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
+import { type AppSubscriber, subscribeWithHeraldClient, warmUpClients, warmUpsSeen } from './support/herald-clients.js';
 import { type NginxProcess, startNginx } from './support/nginx.js';
 import { createAndPublish, readMetric } from './support/subscribers.js';
 
@@ -67,22 +67,7 @@ describe('rolling restart behind nginx', () => {
     // A subscription resumes from the last event it received: give every client one before the restarts.
     // The pods count a subscription a moment before it listens, and nothing is promised to a subscription
     // before it listens: under load a client can miss the first warm-up, so another goes out every 5 s.
-    const warmUps: string[] = [];
-    let warmedAt = 0;
-    await waitFor(
-      'every client to have a cursor',
-      async () => {
-        if (clients.every((client) => client.titles.length > 0)) return true;
-        if (Date.now() - warmedAt >= 5_000) {
-          const title = `warm-up ${warmUps.length + 1}`;
-          await createAndPublish(pods[0]!.baseUrl, writer, ORG, title);
-          warmUps.push(title);
-          warmedAt = Date.now();
-        }
-        return false;
-      },
-      { timeoutMs: 60_000 },
-    );
+    const warmUps = await warmUpClients(clients, (title) => createAndPublish(pods[0]!.baseUrl, writer, ORG, title));
 
     const published: string[] = [];
     let victim = -1;
@@ -161,7 +146,7 @@ describe('rolling restart behind nginx', () => {
       expect(client.errors).toEqual([]);
       expect(client.cursorExpired).toBe(0);
       // Every warm-up from the first it received, then every post: each once, in order.
-      expect(client.titles).toEqual([...warmUps.slice(warmUps.indexOf(client.titles[0] ?? '')), ...published]);
+      expect(client.titles).toEqual([...warmUpsSeen(client, warmUps), ...published]);
     }
     expect(reconnects).toBeGreaterThanOrEqual(CLIENTS); // each pod's clients moved at least once
   }, 400_000);

@@ -61,3 +61,44 @@ export function subscribeWithHeraldClient(
   );
   return subscriber;
 }
+
+/**
+ * Publishes warm-up posts (`publish(title)`) until every client has received one, so each holds a cursor
+ * to resume from. A pod counts a subscription a moment before it listens, a rebalancing pod may shed a
+ * socket meanwhile, and nothing is promised to a subscription before it listens (nor to a client without a
+ * cursor while it reconnects): so another warm-up goes out every `everyMs` until every client has one.
+ * @returns the warm-up titles, in order; a client's titles start with some suffix of them (see {@link warmUpsSeen})
+ */
+export async function warmUpClients(
+  clients: AppSubscriber[],
+  publish: (title: string) => Promise<unknown>,
+  { everyMs = 5_000, timeoutMs = 60_000 } = {},
+): Promise<string[]> {
+  const warmUps: string[] = [];
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const waiting = clients.filter((client) => client.titles.length === 0);
+    if (waiting.length === 0) return warmUps;
+    if (Date.now() > deadline) {
+      throw new Error(`${waiting.length} of ${clients.length} clients got none of ${warmUps.length} warm-up posts`);
+    }
+    if (warmUps.length > 0) {
+      const reconnects = waiting.reduce((total, client) => total + client.reconnects, 0);
+      console.log(
+        `warm-up: ${waiting.length} clients without an event after ${warmUps.length} (${reconnects} reconnects among them)`,
+      );
+    }
+    const title = `warm-up ${warmUps.length + 1}`;
+    await publish(title);
+    warmUps.push(title);
+    const until = Date.now() + everyMs;
+    while (Date.now() < until && clients.some((client) => client.titles.length === 0)) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+}
+
+/** The warm-ups `client` should have seen: every one from the first it received (each once, in order). */
+export function warmUpsSeen(client: AppSubscriber, warmUps: string[]): string[] {
+  return warmUps.slice(warmUps.indexOf(client.titles[0] ?? ''));
+}

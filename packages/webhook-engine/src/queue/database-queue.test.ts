@@ -1,3 +1,4 @@
+import type { KyselyPlugin, RootOperationNode } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createConsumer, MAX_ENTRY_RECEIVES } from '../consumer.js';
@@ -14,7 +15,47 @@ afterAll(async () => {
   await harness?.close();
 });
 
+/** Counts the claim statements (`update webhook_queue …`) run through the database it is plugged into. */
+function claimCounter(): KyselyPlugin & { claims: number } {
+  return {
+    claims: 0,
+    transformQuery({ node }) {
+      const raw = node as RootOperationNode & { kind: string; sqlFragments?: readonly string[] };
+      if (raw.kind === 'RawNode' && raw.sqlFragments?.join('').includes('update webhook_queue')) this.claims++;
+      return node;
+    },
+    async transformResult({ result }) {
+      return result;
+    },
+  };
+}
+
 describe('the database queue (embedded mode)', () => {
+  it('claims once per batch of work: not again right after a short claim, and not for an empty enqueue', async () => {
+    await harness.db.deleteFrom('webhook_queue').execute();
+    const counter = claimCounter();
+    const queue = createDatabaseQueue({ db: harness.db.withPlugin(counter) });
+    const work = (id: string) => ({
+      kind: 'delivery' as const,
+      deliveryIds: [id],
+      endpointId: 'we_batch',
+      lease: 'q:b',
+    });
+    await queue.enqueue([work('del_first')]);
+    const first = await queue.read('batch-test', 10, 5_000);
+    expect(first.map((entry) => entry.message?.deliveryIds)).toEqual([['del_first']]);
+    expect(counter.claims).toBe(1);
+
+    // The last claim came back short and nothing was enqueued since: this read waits without claiming,
+    // an empty enqueue (a fan-out with no subscribed endpoint) does not wake it, the next real one does.
+    const second = queue.read('batch-test', 10, 30_000);
+    await queue.enqueue([]);
+    await queue.enqueue([work('del_second')]);
+    expect((await second).map((entry) => entry.message?.deliveryIds)).toEqual([['del_second']]);
+    expect(counter.claims).toBe(2);
+    await harness.db.deleteFrom('webhook_queue').execute();
+  });
+
   it(`counts receives and parks an entry that keeps failing after ${MAX_ENTRY_RECEIVES} of them`, async () => {
     const queue = createDatabaseQueue({ db: harness.db });
     await queue.enqueue([{ kind: 'delivery', deliveryIds: ['del_poison_db'], endpointId: 'we_poison', lease: 'q:x' }]);

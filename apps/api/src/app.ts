@@ -77,12 +77,28 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
   });
   const metrics = createApiMetrics();
+  // --- webhooks (issue 4) -------------------------------------------------------------------------
+  // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
+  // runs in this process on the database-backed queue (embedded mode, SPEC §2). With Redis, separate
+  // dispatcher processes deliver and this process only writes the outbox. Made here, started below:
+  // publishes wake it in process (`wakeWebhookDispatcher`).
+  const webhookDispatcher = config.redisUrl
+    ? undefined
+    : createEmbeddedDispatcher({
+        db: database.db,
+        logger,
+        settings: config.webhooks,
+        registry: metrics.registry,
+        databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
+      });
+  // --- end webhooks -------------------------------------------------------------------------------
   const pubsub = createPubSubService({
     redisUrl: config.redisUrl,
     redisPrefix: config.redisPrefix,
     limits: config.subscriptionHistory,
     replayConcurrency: config.subscriptionReplayConcurrency,
     db: database.db,
+    wakeWebhookDispatcher: webhookDispatcher?.notifyOutbox,
     logger,
     metrics,
   });
@@ -106,21 +122,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   });
   const { httpServer } = server;
 
-  // --- webhooks (issue 4) -------------------------------------------------------------------------
-  // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
-  // runs in this process on the database-backed queue (embedded mode, SPEC §2). With Redis, separate
-  // dispatcher processes deliver and this process only writes the outbox.
-  const webhookDispatcher = config.redisUrl
-    ? undefined
-    : createEmbeddedDispatcher({
-        db: database.db,
-        logger,
-        settings: config.webhooks,
-        registry: metrics.registry,
-        databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
-      });
-  await webhookDispatcher?.start();
-  // --- end webhooks -------------------------------------------------------------------------------
+  await webhookDispatcher?.start(); // webhooks, see above
 
   // Cluster mode: even out sockets across pods (issue 14; see realtime/socket-rebalancer.ts).
   let rebalancer: SocketRebalancer | undefined;

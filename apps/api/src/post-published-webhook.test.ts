@@ -1,9 +1,12 @@
 import {
   createDatabase,
   type Database,
+  deleteWebhookEndpoint,
+  disableWebhookEndpoint,
   findPostById,
   type HeraldDatabase,
   insertPost,
+  insertWebhookEndpoint,
   migrateToLatest,
   upsertUser,
 } from '@herald/db';
@@ -96,6 +99,41 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
     expect(await outboxOf(draft.id)).toEqual([]);
   });
 
+  const endpointIn = (orgId: string, eventTypes = ['post.published']) =>
+    insertWebhookEndpoint(db, { orgId, url: 'https://receiver.example/hook', eventTypes, secret: 'whsec_test' });
+  const dispatchedAt = (eventId: string | undefined) =>
+    db
+      .selectFrom('webhook_outbox')
+      .select('dispatched_at')
+      .where('id', '=', eventId ?? '')
+      .executeTakeFirstOrThrow()
+      .then((row) => row.dispatched_at);
+
+  it('records the event already dispatched when no endpoint of the organisation selects it, and due otherwise', async () => {
+    await upsertUser(db, { id: 'pub5', name: 'P' });
+    const publish = async (orgId: string) => {
+      const draft = await insertPost(db, { orgId, authorId: 'pub5', title: 'T', tags: [] });
+      const publication = await publishPostWithWebhook(db, draft.id, [orgId]);
+      expect(publication?.published).toBe(true);
+      return { due: publication?.fanOutDue, dispatchedAt: await dispatchedAt(publication?.eventId) };
+    };
+    // Nothing to fan out: no endpoint at all, one selecting other events only, one deleted.
+    const nothingDue = { due: false, dispatchedAt: expect.any(Date) };
+    expect(await publish('org-none')).toEqual(nothingDue);
+    await endpointIn('org-other', ['webhook.delivery.dead']);
+    expect(await publish('org-other')).toEqual(nothingDue);
+    const deleted = await endpointIn('org-deleted');
+    expect(await deleteWebhookEndpoint(db, deleted.id, ['org-deleted'])).toBe(true);
+    expect(await publish('org-deleted')).toEqual(nothingDue);
+    // Due: an endpoint selecting it, or a disabled one (its delivery is recorded SKIPPED, SPEC §7.2).
+    const due = { due: true, dispatchedAt: null };
+    await endpointIn('org-hooked');
+    expect(await publish('org-hooked')).toEqual(due);
+    const disabled = await endpointIn('org-disabled');
+    await disableWebhookEndpoint(db, { id: disabled.id, orgIds: ['org-disabled'], reason: 'test' });
+    expect(await publish('org-disabled')).toEqual(due);
+  });
+
   // PGlite has one connection: publishes cannot overlap there.
   const concurrently = name === 'PostgreSQL' ? it : () => {};
   concurrently('of two concurrent publishes, exactly one announces the post', async () => {
@@ -110,7 +148,7 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
   });
 
   concurrently(
-    'sends the outbox NOTIFY unless told not to (cluster mode wakes dispatchers through Redis)',
+    'sends the outbox NOTIFY when a fan-out is due, unless told not to (the caller wakes the dispatchers)',
     async () => {
       // The dispatchers' LISTEN connection, counting this schema's outbox notifications.
       let heard = 0;
@@ -123,6 +161,10 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
       try {
         const afterStart = heard; // one wake-up at start, for anything committed before
         await upsertUser(db, { id: 'pub4', name: 'P' });
+        // Nothing due (no endpoint yet): no NOTIFY even when allowed.
+        const unheard = await insertPost(db, { orgId: 'org-d', authorId: 'pub4', title: 'Unheard', tags: [] });
+        expect((await publishPostWithWebhook(db, unheard.id, ['org-d']))?.fanOutDue).toBe(false);
+        await endpointIn('org-d');
         const quiet = await insertPost(db, { orgId: 'org-d', authorId: 'pub4', title: 'Quiet', tags: [] });
         expect((await publishPostWithWebhook(db, quiet.id, ['org-d'], { notify: false }))?.published).toBe(true);
         expect(await outboxOf(quiet.id)).toHaveLength(1);

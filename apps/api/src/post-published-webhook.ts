@@ -7,7 +7,7 @@ import {
   type Post,
   type PublishResult,
 } from '@herald/db';
-import { type Kysely, sql } from 'kysely';
+import { CompiledQuery, type Kysely } from 'kysely';
 
 /** `data` of a `post.published` webhook: the post as the API shows it (SPEC §5, §7). */
 export interface PostPublishedWebhookData {
@@ -29,10 +29,57 @@ export interface PostPublication extends PublishResult {
    * organisation has a handed event the relay has not moved yet, and later events must not overtake it.
    */
   handedToRelay: boolean;
+  /**
+   * True when the event waits for the webhook relay's fan-out (an endpoint of the organisation selects
+   * `post.published`): the caller wakes the dispatchers unless the statement sent the NOTIFY. False when
+   * nothing is due: the outbox row was recorded already dispatched.
+   */
+  fanOutDue: boolean;
 }
 
 /** The post's columns by name, not `*`: the statement is then prepared once per connection. */
-const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)));
+const POST_COLUMN_LIST = POST_COLUMNS.map((column) => `"${column}"`).join(', ');
+
+/**
+ * The publish statement's text, with and without the NOTIFY: built once, not by Kysely's builder and
+ * compiler on every call (the mutation's hot path, issue 15). Parameters: $1 published at, $2 post id,
+ * $3 organisations, $4 event id, $5 event type, $6 the envelope's head, $7 published at as ISO text.
+ */
+function publishStatement(notify: boolean): string {
+  return `with published as (
+      update posts set status = 'PUBLISHED', published_at = $1
+      where id = $2 and org_id = any($3::text[]) and status = 'DRAFT'
+      returning ${POST_COLUMN_LIST}
+    ), recorded as (
+      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at, dispatched_at)
+      select $4, p.org_id, $5::text,
+        $6 || json_build_object(
+          'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
+          'publishedAt', $7::text,
+          'author', json_build_object('id', u.id, 'name', u.name)
+        )::text || '}',
+        $1,
+        case when exists (
+          select from webhook_outbox h
+          where h.org_id = p.org_id and h.historied_at is null and h.history_handed_at is not null
+        ) then $1::timestamptz end,
+        case when not exists (
+          select from webhook_endpoints e
+          where e.org_id = p.org_id and e.deleted_at is null and $5::text = any(e.event_types)
+        ) then now() end
+      from published p join users u on u.id = p.author_id
+      returning history_handed_at is not null as handed, dispatched_at is null as due
+    )
+    select ${POST_COLUMN_LIST}, (select handed from recorded) as _handed, (select due from recorded) as _due${
+      // The same wake-up insertOutboxEvent sends, delivered at commit, when there is something to fan out.
+      notify
+        ? `, (select pg_notify('${OUTBOX_NOTIFY_CHANNEL}', current_schema()) from recorded where due) as _notified`
+        : ''
+    }
+    from published p`;
+}
+const PUBLISH_AND_NOTIFY = publishStatement(true);
+const PUBLISH_QUIETLY = publishStatement(false);
 
 /**
  * Publishes a draft and records its `post.published` webhook event in ONE statement (one round trip,
@@ -44,11 +91,18 @@ const POST_COLUMN_LIST = sql.join(POST_COLUMNS.map((column) => sql.ref(column)))
  * after the commit (`handedToRelay` false), or the history relay when the organisation still has an
  * event handed to it (`history_handed_at`, see `handPostEventToRelay`), so the relay keeps them in order.
  *
- * With `notify` (the default) the statement also sends the outbox NOTIFY, which dispatchers LISTEN for
- * (embedded and single mode). In cluster mode the caller passes `notify: false` and wakes the
- * dispatchers through Redis after the commit instead (`PubSubService.published`): a transaction that
- * sent NOTIFY holds PostgreSQL's global notify lock across its WAL flush, so notifying publishes commit
- * one at a time.
+ * When no endpoint of the organisation selects `post.published` (deleted ones aside; a disabled one
+ * still gets its SKIPPED delivery), the fan-out would create no delivery: the row is recorded already
+ * dispatched (`dispatched_at`), so the webhook relay has nothing to do for it and nobody is woken
+ * (issue 15: on the embedded PGlite that fan-out statement cost as much CPU as the publish itself). The
+ * endpoints are read in the publish's own snapshot: an endpoint created after the publication committed
+ * does not get the event (before, one created in the milliseconds before the relay's pass did).
+ *
+ * With `notify` (the default) the statement also sends the outbox NOTIFY when a fan-out is due, which
+ * dispatchers on other connections LISTEN for. A caller that wakes the dispatchers itself after the
+ * commit (cluster mode through Redis; embedded and single mode in process, `PubSubService.published`)
+ * passes `notify: false`: a transaction that sent NOTIFY holds PostgreSQL's global notify lock across
+ * its WAL flush, so notifying publishes commit one at a time.
  * @param orgIds the organisations the caller may act on; a post outside them is treated as absent
  * @returns undefined when no post with this id exists in those organisations
  */
@@ -63,35 +117,20 @@ export async function publishPostWithWebhook(
   const eventId = newWebhookEventId();
   // `{"id":…,"type":…,"created":…,"data":` + data + `}`: the envelope is ours, `data` is the row's.
   const head = `${JSON.stringify({ id: eventId, type: POST_PUBLISHED_EVENT, created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
-  const { rows } = await sql<Post & { _notified: unknown; _handed: boolean }>`
-    with published as (
-      update posts set status = 'PUBLISHED', published_at = ${publishedAt}
-      where id = ${id} and org_id = any(${[...orgIds]}::text[]) and status = 'DRAFT'
-      returning ${POST_COLUMN_LIST}
-    ), recorded as (
-      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at)
-      select ${eventId}, p.org_id, ${POST_PUBLISHED_EVENT},
-        ${head} || json_build_object(
-          'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
-          'publishedAt', ${publishedAt.toISOString()}::text,
-          'author', json_build_object('id', u.id, 'name', u.name)
-        )::text || '}',
-        ${publishedAt},
-        case when exists (
-          select from webhook_outbox h
-          where h.org_id = p.org_id and h.historied_at is null and h.history_handed_at is not null
-        ) then ${publishedAt}::timestamptz end
-      from published p join users u on u.id = p.author_id
-      returning history_handed_at is not null as handed
-    )
-    -- The same wake-up insertOutboxEvent sends: delivered at commit, so dispatchers fan out at once.
-    select ${POST_COLUMN_LIST}, ${options.notify === false ? sql`null` : sql`pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema())`} as _notified,
-      (select handed from recorded) as _handed
-    from published p
-  `.execute(db);
+  const { rows } = await db.executeQuery<Post & { _handed: boolean; _due: boolean; _notified?: unknown }>(
+    CompiledQuery.raw(options.notify === false ? PUBLISH_QUIETLY : PUBLISH_AND_NOTIFY, [
+      publishedAt,
+      id,
+      [...orgIds],
+      eventId,
+      POST_PUBLISHED_EVENT,
+      head,
+      publishedAt.toISOString(),
+    ]),
+  );
   if (rows[0]) {
-    const { _notified, _handed, ...post } = rows[0];
-    return { post, published: true, eventId, handedToRelay: _handed === true };
+    const { _notified, _handed, _due, ...post } = rows[0];
+    return { post, published: true, eventId, handedToRelay: _handed === true, fanOutDue: _due === true };
   }
   // Not a draft (already published, perhaps a moment ago by a concurrent call), or not there at all.
   const current = await db
@@ -100,5 +139,5 @@ export async function publishPostWithWebhook(
     .where('id', '=', id)
     .where('org_id', 'in', [...orgIds])
     .executeTakeFirst();
-  return current ? { post: current, published: false, handedToRelay: false } : undefined;
+  return current ? { post: current, published: false, handedToRelay: false, fanOutDue: false } : undefined;
 }

@@ -89,7 +89,12 @@ describe.each(backends)('direct history appends on $name', (backend) => {
     const draft = await insertPost(db, { orgId, authorId: 'writer', title, tags: [] });
     const publication = await publishPostWithWebhook(db, draft.id, [orgId]);
     if (!publication?.eventId) throw new Error('not published');
-    return { post: publication.post, eventId: publication.eventId, handedToRelay: publication.handedToRelay };
+    return {
+      post: publication.post,
+      eventId: publication.eventId,
+      handedToRelay: publication.handedToRelay,
+      fanOutDue: publication.fanOutDue,
+    };
   }
 
   async function publish(service: PubSubService, orgId: string, title: string) {

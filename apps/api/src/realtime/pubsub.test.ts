@@ -133,7 +133,7 @@ describe('Redis history and live channel', () => {
     });
   });
 
-  it('wakes the webhook dispatchers on the outbox wake-up channel after a commit (publishPost sends no NOTIFY with Redis)', async () => {
+  it('wakes the webhook dispatchers on the outbox wake-up channel after a commit whose fan-out is due (publishPost sends no NOTIFY with Redis)', async () => {
     const prefix = `herald-test-${randomUUID()}:`;
     const listener = new Redis(inject('redisUrl'));
     opened.push({ close: () => listener.quit() });
@@ -142,7 +142,12 @@ describe('Redis history and live channel', () => {
     await listener.subscribe(webhookRedisKeys(prefix).outboxWakeChannel);
     const pod = service(inject('redisUrl'), prefix);
     await pod.ready(5_000);
-    await pod.published({ post: post('org-wake'), eventId: 'evt_wake', handedToRelay: false });
+    expect(pod.wakesWebhookDispatchers).toBe(true);
+    // No endpoint selects the event (recorded already dispatched): nobody is woken.
+    await pod.published({ post: post('org-wake'), eventId: 'evt_nothing_due', handedToRelay: false, fanOutDue: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(woken).toEqual([]);
+    await pod.published({ post: post('org-wake'), eventId: 'evt_wake', handedToRelay: false, fanOutDue: true });
     const deadline = Date.now() + 5_000;
     while (woken.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
     expect(woken).toEqual([webhookRedisKeys(prefix).outboxWakeChannel]);

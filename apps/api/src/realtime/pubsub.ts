@@ -41,10 +41,16 @@ export interface PubSubService {
    * order once it can, and later events of its organisation queue behind it.
    * @returns once the event is in the history; for a handed event, once the relay's pass finished or
    *   after {@link HANDOFF_WAIT_MAX_MS}. Never rejects: an event that could not be moved stays in the
-   *   outbox and the relay retries it. With Redis, it also wakes the webhook dispatchers' relays first
-   *   (a PUBLISH on the outbox wake-up channel, sent without waiting; publishPost sends no NOTIFY then).
+   *   outbox and the relay retries it. When its fan-out is due, it also wakes the webhook dispatchers'
+   *   relays first: with Redis a PUBLISH on the outbox wake-up channel, sent without waiting; otherwise
+   *   the in-process dispatcher ({@link PubSubDeps.wakeWebhookDispatcher}).
    */
-  published(publication: { post: Post; eventId: string; handedToRelay: boolean }): Promise<void>;
+  published(publication: { post: Post; eventId: string; handedToRelay: boolean; fanOutDue: boolean }): Promise<void>;
+  /**
+   * True when {@link published} wakes the webhook dispatchers itself for an event whose fan-out is due
+   * (cluster mode through Redis, embedded and single mode in process): publishPost then sends no NOTIFY.
+   */
+  readonly wakesWebhookDispatchers: boolean;
   /**
    * Appends one post's event directly (for callers without an outbox row: tests, the bench).
    * @returns the entry, or the error (Redis unreachable)
@@ -76,6 +82,13 @@ export interface PubSubDeps {
   replayConcurrency?: number;
   /** The outbox the history relay reads; without it, only `publishPostPublished` feeds the history. */
   db?: Kysely<Database>;
+  /**
+   * Wakes the webhook dispatcher running in this process (embedded and single mode, no Redis) after a
+   * publish whose fan-out is due, instead of a NOTIFY: the NOTIFY would make PostgreSQL commit notifying
+   * transactions one at a time, and on PGlite it is one more thing each publish statement carries.
+   * Ignored with Redis (the dispatchers are other processes, woken through Redis). @default none
+   */
+  wakeWebhookDispatcher?: () => void;
   /** The relay's grace for events nobody appended or handed over. @default HISTORY_ORPHAN_AFTER_MS */
   orphanAfterMs?: number;
   logger: Logger;
@@ -164,6 +177,12 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     ? createHistoryRelay({ db: deps.db, history, logger, metrics, orphanAfterMs: deps.orphanAfterMs })
     : undefined;
   const marks: HistoryMarks | undefined = deps.db ? createHistoryMarks({ db: deps.db, logger }) : undefined;
+  const redisWake = outboxWake;
+  const wakeDispatchers: (() => void) | undefined = redisWake
+    ? () => redisWake.wake()
+    : deps.redisUrl
+      ? undefined
+      : deps.wakeWebhookDispatcher;
   let closed = false;
   let appendFailing = false;
 
@@ -218,8 +237,9 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     kind: deps.redisUrl ? 'redis' : 'memory',
     history,
     replay,
-    async published({ post, eventId, handedToRelay }) {
-      outboxWake?.wake();
+    wakesWebhookDispatchers: wakeDispatchers !== undefined,
+    async published({ post, eventId, handedToRelay, fanOutDue }) {
+      if (fanOutDue) wakeDispatchers?.();
       if (!deps.db) return;
       if (!handedToRelay) {
         if (!closed && (await appendDirectly(post, eventId))) return;

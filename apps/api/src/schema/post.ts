@@ -160,10 +160,10 @@ builder.mutationFields((t) => ({
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, context) => {
       // The durable event caused by the change (webhook outbox row) is written by the same statement.
-      // Cluster mode wakes the webhook dispatchers through Redis after the commit (in `published()`),
-      // not with a NOTIFY that would serialise the commits.
+      // The webhook dispatchers are woken after the commit (in `published()`: through Redis, or in
+      // process), not with a NOTIFY that would serialise the commits.
       const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs, {
-        notify: context.pubsub.kind !== 'redis',
+        notify: !context.pubsub.wakesWebhookDispatchers,
       });
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
@@ -174,6 +174,7 @@ builder.mutationFields((t) => ({
           post: result.post,
           eventId: result.eventId,
           handedToRelay: result.handedToRelay,
+          fanOutDue: result.fanOutDue,
         });
       return result.post;
     },

@@ -26,22 +26,33 @@ let counting = false;
 let current = '?';
 const syncMs = new Map<string, { ms: number; calls: number; statements: number }>();
 const decoder = new TextDecoder();
+/** Named prepared statements (packages/db pglite-prepared-statements.ts): name → text. */
+const named = new Map<string, string>();
 function statementOf(message: Uint8Array): string | undefined {
   const type = String.fromCharCode(message[0] ?? 0);
   if (type === 'Q') return decoder.decode(message.subarray(5, message.indexOf(0, 5)));
   if (type === 'P') {
     const nameEnd = message.indexOf(0, 5);
-    return decoder.decode(message.subarray(nameEnd + 1, message.indexOf(0, nameEnd + 1)));
+    const text = decoder.decode(message.subarray(nameEnd + 1, message.indexOf(0, nameEnd + 1)));
+    if (nameEnd > 5) named.set(decoder.decode(message.subarray(5, nameEnd)), text);
+    return text;
+  }
+  if (type === 'B') {
+    // Bind: portal name, then statement name; a named statement runs without a Parse.
+    const portalEnd = message.indexOf(0, 5);
+    const name = decoder.decode(message.subarray(portalEnd + 1, message.indexOf(0, portalEnd + 1)));
+    if (name) return named.get(name) ?? `(prepared ${name})`;
   }
   return undefined;
 }
 let owner: Record<string, unknown> | null = PGlite.prototype;
+// Named statements are parsed before counting starts (warm-up): record their names all along.
 while (owner && !Object.hasOwn(owner, 'execProtocolRawSync')) owner = Object.getPrototypeOf(owner);
 if (!owner) throw new Error('PGlite has no execProtocolRawSync');
 const original = owner.execProtocolRawSync as (...args: unknown[]) => unknown;
 owner.execProtocolRawSync = function (this: unknown, ...callArgs: unknown[]) {
-  if (!counting) return original.apply(this, callArgs);
   const text = statementOf(callArgs[0] as Uint8Array);
+  if (!counting) return original.apply(this, callArgs);
   if (text !== undefined) current = text.replace(/\s+/g, ' ').trim().slice(0, 80);
   // CPU, not wall time: the machine is shared, and a blocking fsync inside PGlite is not CPU either.
   const started = process.cpuUsage();

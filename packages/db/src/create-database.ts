@@ -9,6 +9,7 @@ import pg from 'pg';
 import type { Database } from './database.js';
 import { copyEmbeddedTemplate } from './embedded-template.js';
 import { migrationProvider } from './migrations/index.js';
+import { withPglitePreparedStatements } from './pglite-prepared-statements.js';
 import { withPreparedStatements } from './prepared-statements.js';
 import { poolWithQueryTimeout } from './query-timeout.js';
 
@@ -129,7 +130,8 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     const timed = poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool;
     dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(timed) : timed });
   } else {
-    dialect = new PGliteDialect(embedded!);
+    // In process, no pooler in between: statements with parameters are always prepared (planned once).
+    dialect = new PGliteDialect(withPglitePreparedStatements(embedded!));
   }
   const db = new Kysely<Database>({ dialect });
   let closed: Promise<void> | undefined;

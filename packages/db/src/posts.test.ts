@@ -1,5 +1,5 @@
 import { createTestSchema, type TestSchema } from '@herald/testing';
-import type { Kysely, KyselyPlugin } from 'kysely';
+import { type Kysely, type KyselyPlugin, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
@@ -40,7 +40,7 @@ const backends = [
   },
 ];
 
-describe.each(backends)('data layer on $name', ({ open }) => {
+describe.each(backends)('data layer on $name', ({ name, open }) => {
   let database: HeraldDatabase;
   let schema: TestSchema | undefined;
   let db: Kysely<Database>;
@@ -122,6 +122,17 @@ describe.each(backends)('data layer on $name', ({ open }) => {
     const loader = createAuthorLoader(db);
     expect(await loader.load('newcomer')).toEqual({ id: 'newcomer', name: 'Renamed' });
   });
+
+  // The embedded backend always prepares statements with parameters (pglite-prepared-statements.ts).
+  (name === 'embedded PGlite' ? it : it.skip)(
+    'sends createPost as a statement that can be prepared (no `returning *`)',
+    async () => {
+      for (const title of ['one', 'two'])
+        await insertPostWithAuthor(db, { orgId: 'org-prep', authorId: 'preparer', authorName: 'P', title, tags: [] });
+      const { rows } = await sql<{ statement: string }>`select statement from pg_prepared_statements`.execute(db);
+      expect(rows.filter((row) => row.statement.includes('insert into posts'))).toHaveLength(1);
+    },
+  );
 
   it('loads the authors of many posts with one query', async () => {
     for (const id of ['a1', 'a2', 'a3']) await upsertUser(db, { id, name: id.toUpperCase() });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { CompiledQuery, type Kysely, sql } from 'kysely';
+import { CompiledQuery, type Kysely } from 'kysely';
 import type { Database, Post } from './database.js';
 
 export interface NewPostInput {
@@ -31,16 +31,16 @@ export async function insertPostWithAuthor(
   db: Kysely<Database>,
   input: NewPostInput & { authorName: string },
 ): Promise<Post> {
-  const { rows } = await sql<Post>`
-    with author as (
-      insert into users (id, name) values (${input.authorId}, ${input.authorName})
-      on conflict (id) do update set name = excluded.name, updated_at = now()
-      where users.name is distinct from excluded.name
-    )
-    insert into posts (id, org_id, author_id, title, tags)
-    values (${randomUUID()}, ${input.orgId}, ${input.authorId}, ${input.title}, ${[...new Set(input.tags)]}::text[])
-    returning *
-  `.execute(db);
+  const { rows } = await db.executeQuery<Post>(
+    CompiledQuery.raw(INSERT_POST_WITH_AUTHOR, [
+      input.authorId,
+      input.authorName,
+      randomUUID(),
+      input.orgId,
+      input.title,
+      [...new Set(input.tags)],
+    ]),
+  );
   return rows[0]!;
 }
 
@@ -67,6 +67,19 @@ export const POST_COLUMNS = [
 /** A column added to `PostsTable` must be added to POST_COLUMNS too: this fails to compile otherwise. */
 const everyPostColumn: [Exclude<keyof Post, (typeof POST_COLUMNS)[number]>] extends [never] ? true : never = true;
 void everyPostColumn;
+
+/**
+ * createPost's statement, as its SQL text (built once, not by Kysely per call) returning the columns by
+ * name: unlike `returning *`, it is prepared once per connection (prepared-statements.ts).
+ * Parameters: $1 author id, $2 author name, $3 post id, $4 org, $5 title, $6 tags.
+ */
+const INSERT_POST_WITH_AUTHOR = `with author as (
+    insert into users (id, name) values ($1, $2)
+    on conflict (id) do update set name = excluded.name, updated_at = now()
+    where users.name is distinct from excluded.name
+  )
+  insert into posts (id, org_id, author_id, title, tags) values ($3, $4, $1, $5, $6::text[])
+  returning ${POST_COLUMNS.map((column) => `"${column}"`).join(', ')}`;
 
 export interface PostPageQuery {
   orgId: string;

@@ -2,9 +2,13 @@
 // inside WebAssembly per statement (every `execProtocolRawSync` call, attributed to the SQL it runs), and the
 // whole process's CPU per publish, with N publishes in flight at once (as the bench's 64 connections) on a
 // data directory on disk (as `pnpm start`; `memory://` with --memory).
-// Usage: node --import tsx bench/src/pglite-publish-cost.ts [posts=1000] [concurrency=64] [--memory]
+// With --endpoint, the organisation has a webhook endpoint (a local receiver answering 200), so each
+// event is also fanned out, claimed, POSTed and recorded by the in-process engine.
+// Usage: node --import tsx bench/src/pglite-publish-cost.ts [posts=1000] [concurrency=64] [--memory] [--endpoint]
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -20,6 +24,7 @@ const args = process.argv.slice(2).filter((arg) => !arg.startsWith('--'));
 const posts = Number(args[0] ?? 1000);
 const concurrency = Number(args[1] ?? 64);
 const inMemory = process.argv.includes('--memory');
+const withEndpoint = process.argv.includes('--endpoint');
 
 let counting = false;
 /** The statement the wasm calls belong to: the last Parse or simple Query message seen. */
@@ -72,7 +77,10 @@ const { startTestApi } = (await import(pathToFileURL(join(root, 'apps/api/src/te
   startTestApi: typeof import('../../apps/api/src/testing/test-api.js').startTestApi;
 };
 const dataDir = inMemory ? 'memory://' : mkdtempSync(join(tmpdir(), 'herald-pglite-cost-'));
-const api = await startTestApi({ env: { HERALD_DATA_DIR: dataDir, NODE_ENV: 'production' }, listen: true });
+const api = await startTestApi({
+  env: { HERALD_DATA_DIR: dataDir, NODE_ENV: 'production', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' },
+  listen: true,
+});
 const token = await api.token({ sub: 'writer', name: 'Writer', orgs: ['org-s'] });
 const post = async (query: string, variables: Record<string, unknown>) => {
   const response = await fetch(`${api.baseUrl}/graphql`, {
@@ -100,6 +108,22 @@ const inParallel = async <T>(items: T[], work: (item: T) => Promise<unknown>) =>
   );
 };
 
+let received = 0;
+const receiver = createServer((request, response) => {
+  request.resume();
+  request.on('end', () => {
+    received++;
+    response.end();
+  });
+});
+if (withEndpoint) {
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  await post(
+    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
+    { input: { orgId: 'org-s', url, eventTypes: ['post.published'] } },
+  );
+}
 const warm = await Promise.all(Array.from({ length: 50 }, (_, i) => create(`warm ${i}`)));
 await inParallel(warm, publish);
 const drafts: string[] = [];
@@ -111,12 +135,16 @@ counting = true;
 const cpuStart = process.cpuUsage();
 const started = performance.now();
 await inParallel(drafts, publish);
+// With an endpoint, until every webhook of the run has arrived (the engine's work is part of the cost).
+while (withEndpoint && received < posts + warm.length) await new Promise((resolve) => setTimeout(resolve, 5));
 const wallMs = performance.now() - started;
 const cpu = process.cpuUsage(cpuStart);
 counting = false;
 
 const totalSync = [...syncMs.values()].reduce((sum, entry) => sum + entry.ms, 0);
-console.log(`${posts} publishPost, ${concurrency} in flight, ${inMemory ? 'memory://' : 'data dir on disk'}`);
+console.log(
+  `${posts} publishPost, ${concurrency} in flight, ${inMemory ? 'memory://' : 'data dir on disk'}, ${withEndpoint ? `one webhook endpoint (${received} received)` : 'no webhook endpoint'}`,
+);
 console.log(
   `${(posts / (wallMs / 1000)).toFixed(0)} publishes/s; process CPU per publish ${((cpu.user + cpu.system) / 1000 / posts).toFixed(2)} ms (load client included)`,
 );
@@ -127,4 +155,5 @@ for (const [text, entry] of [...syncMs.entries()].sort((a, b) => b[1].ms - a[1].
     `  ${(entry.ms / posts).toFixed(3).padStart(7)}  ${(entry.statements / posts).toFixed(2).padStart(5)}  ${String(entry.calls).padStart(6)}  ${text}`,
   );
 await api.close();
+receiver.close();
 if (!inMemory) rmSync(dataDir, { recursive: true, force: true });

@@ -11,9 +11,9 @@ import {
 } from '@herald/db';
 import { generateWebhookSecret } from '@herald/webhooks';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Dispatcher } from './dispatcher.js';
-import { createEmbeddedDispatcher } from './embedded.js';
+import { createEmbeddedDispatcher, throttleWakeUps } from './embedded.js';
 import { FAST_SETTINGS } from './testing/harness.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
@@ -64,5 +64,27 @@ describe('embedded mode (PGlite)', () => {
     });
     await receiver.waitFor((requests) => requests.some((request) => request.headers['webhook-id'] === id), 10_000);
     expect(receiver.requests.filter((request) => request.headers['webhook-id'] === id)).toHaveLength(1);
+  });
+});
+
+describe('wake-ups of the embedded relay', () => {
+  it('wakes at once after a quiet spell, then at most once per interval while publishes keep coming', () => {
+    vi.useFakeTimers();
+    try {
+      let woken = 0;
+      const wake = throttleWakeUps(() => woken++, 20);
+      wake();
+      expect(woken).toBe(1);
+      for (let i = 0; i < 5; i++) wake();
+      expect(woken).toBe(1);
+      vi.advanceTimersByTime(20);
+      expect(woken).toBe(2);
+      vi.advanceTimersByTime(1_000);
+      expect(woken).toBe(2);
+      wake();
+      expect(woken).toBe(3);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

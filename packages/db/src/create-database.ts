@@ -113,7 +113,11 @@ export interface HeraldDatabase {
  */
 export async function createDatabase(config: DatabaseConfig, options: DatabaseOptions = {}): Promise<HeraldDatabase> {
   const onConnectionError = options.onConnectionError ?? logConnectionError;
-  const embedded = config.kind === 'embedded' ? await openEmbedded(config, options.onEmbeddedCreated) : undefined;
+  // Embedded: in process, no pooler in between, so statements with parameters are always prepared.
+  const embedded =
+    config.kind === 'embedded'
+      ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated))
+      : undefined;
   let dialect: PostgresDialect | PGliteDialect;
   if (config.kind === 'postgres') {
     const pool = new pg.Pool({
@@ -130,8 +134,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     const timed = poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool;
     dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(timed) : timed });
   } else {
-    // In process, no pooler in between: statements with parameters are always prepared (planned once).
-    dialect = new PGliteDialect(withPglitePreparedStatements(embedded!));
+    dialect = new PGliteDialect(embedded!);
   }
   const db = new Kysely<Database>({ dialect });
   let closed: Promise<void> | undefined;

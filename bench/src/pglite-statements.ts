@@ -32,6 +32,37 @@ for (const method of ['query', 'exec'] as const) {
   };
 }
 
+// Statements run as named prepared statements (packages/db pglite-prepared-statements.ts) do not go
+// through `query`'s prototype method: count each Bind of a named statement, by the text it was parsed from.
+{
+  const named = new Map<string, string>();
+  const decoder = new TextDecoder();
+  const cString = (bytes: Uint8Array, from: number) => {
+    const end = bytes.indexOf(0, from);
+    return [decoder.decode(bytes.subarray(from, end)), end + 1] as const;
+  };
+  let owner: Record<string, unknown> | null = PGlite.prototype;
+  while (owner && !Object.hasOwn(owner, 'execProtocolRawSync')) owner = Object.getPrototypeOf(owner);
+  if (!owner) throw new Error('PGlite has no execProtocolRawSync');
+  const original = owner.execProtocolRawSync as (...args: unknown[]) => unknown;
+  owner.execProtocolRawSync = function (this: unknown, ...args: unknown[]) {
+    const message = args[0] as Uint8Array;
+    const type = String.fromCharCode(message[0] ?? 0);
+    if (type === 'P') {
+      const [name, next] = cString(message, 5);
+      if (name) named.set(name, cString(message, next)[0]);
+    } else if (type === 'B' && counting) {
+      const [statement] = cString(message, cString(message, 5)[1]);
+      const text = statement ? named.get(statement) : undefined;
+      if (text !== undefined) {
+        const key = text.replace(/\s+/g, ' ').trim().slice(0, 70);
+        statements.set(key, (statements.get(key) ?? 0) + 1);
+      }
+    }
+    return original.apply(this, args);
+  };
+}
+
 const { startTestApi } = (await import(pathToFileURL(join(root, 'apps/api/src/testing/test-api.ts')).href)) as {
   startTestApi: typeof import('../../apps/api/src/testing/test-api.js').startTestApi;
 };

@@ -7,10 +7,9 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { createDialectPool } from './dialect-pool.js';
 import { copyEmbeddedTemplate } from './embedded-template.js';
 import { migrationProvider } from './migrations/index.js';
-import { withPreparedStatements } from './prepared-statements.js';
-import { poolWithQueryTimeout } from './query-timeout.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -126,8 +125,12 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    const timed = poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool;
-    dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(timed) : timed });
+    dialect = new PostgresDialect({
+      pool: createDialectPool(pool, {
+        queryTimeoutMs: config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS,
+        preparedStatements: config.preparedStatements ?? false,
+      }),
+    });
   } else {
     dialect = new PGliteDialect(embedded!);
   }

@@ -5,7 +5,7 @@ import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg } from './posts.js';
+import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, POST_PAGE_COLUMNS } from './posts.js';
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
@@ -100,6 +100,35 @@ describe.each(backends)('data layer on $name', ({ open }) => {
     expect(first.map((post) => post.title)).toEqual(['p4', 'p3']);
     const next = await listPostsByOrg(db, { orgId: 'org-page', limit: 10, afterSeq: String(first[1]?.seq) });
     expect(next.map((post) => post.title)).toEqual(['p2', 'p1', 'p0']);
+  });
+
+  it("reads only the page's columns with columns: 'page', the same posts as every column, in every direction", async () => {
+    await upsertUser(db, { id: 'lister', name: 'L' });
+    for (let i = 0; i < 6; i++) {
+      await insertPost(db, { orgId: 'org-columns', authorId: 'lister', title: `c${i}`, tags: [`t${i}`] });
+    }
+    const all = await listPostsByOrg(db, { orgId: 'org-columns', limit: 10 });
+    const middle = { afterSeq: String(all[0]!.seq), beforeSeq: String(all[5]!.seq) };
+    for (const bounds of [{}, { afterSeq: middle.afterSeq }, { beforeSeq: middle.beforeSeq }, middle]) {
+      for (const inverted of [false, true]) {
+        const query = { orgId: 'org-columns', limit: 3, inverted, ...bounds };
+        const page = await listPostsByOrg(db, { ...query, columns: 'page' });
+        const full = await listPostsByOrg(db, query);
+        expect(page.length).toBeGreaterThan(0);
+        expect(page).toEqual(
+          full.map(({ id, org_id, author_id, title, tags, seq, author_name }) => ({
+            id,
+            org_id,
+            author_id,
+            title,
+            tags,
+            seq,
+            author_name,
+          })),
+        );
+        expect(Object.keys(page[0]!).sort()).toEqual([...POST_PAGE_COLUMNS, 'author_name'].sort());
+      }
+    }
   });
 
   it('inserts a draft and its new author in one statement, and follows a changed author name', async () => {

@@ -3,11 +3,12 @@ import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, type PostgresPool, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
 import { createDialectPool } from './dialect-pool.js';
+import { registerDirectReads } from './direct-reads.js';
 import { copyEmbeddedTemplate } from './embedded-template.js';
 import { migrationProvider } from './migrations/index.js';
 
@@ -113,6 +114,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
   const onConnectionError = options.onConnectionError ?? logConnectionError;
   const embedded = config.kind === 'embedded' ? await openEmbedded(config, options.onEmbeddedCreated) : undefined;
   let dialect: PostgresDialect | PGliteDialect;
+  let dialectPool: PostgresPool | undefined;
   if (config.kind === 'postgres') {
     const pool = new pg.Pool({
       connectionString: config.url,
@@ -125,16 +127,16 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    dialect = new PostgresDialect({
-      pool: createDialectPool(pool, {
-        queryTimeoutMs: config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS,
-        preparedStatements: config.preparedStatements ?? false,
-      }),
+    dialectPool = createDialectPool(pool, {
+      queryTimeoutMs: config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS,
+      preparedStatements: config.preparedStatements ?? false,
     });
+    dialect = new PostgresDialect({ pool: dialectPool });
   } else {
     dialect = new PGliteDialect(embedded!);
   }
   const db = new Kysely<Database>({ dialect });
+  if (dialectPool) registerDirectReads(db, dialectPool);
   let closed: Promise<void> | undefined;
   return {
     db,

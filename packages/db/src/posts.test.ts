@@ -9,14 +9,16 @@ import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, POST_PA
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
-function queryCounter(): KyselyPlugin & { count: number } {
+function queryCounter(): KyselyPlugin & { count: number; results: number } {
   return {
     count: 0,
+    results: 0,
     transformQuery(args) {
       this.count += 1;
       return args.node;
     },
     async transformResult(args) {
+      this.results += 1;
       return args.result;
     },
   };
@@ -129,6 +131,20 @@ describe.each(backends)('data layer on $name', ({ open }) => {
         expect(Object.keys(page[0]!).sort()).toEqual([...POST_PAGE_COLUMNS, 'author_name'].sort());
       }
     }
+  });
+
+  it('reads a page inside a transaction on the transaction, and through the plugins of a Kysely withPlugin', async () => {
+    await upsertUser(db, { id: 'trx-reader', name: 'T' });
+    await db.transaction().execute(async (trx) => {
+      await insertPost(trx, { orgId: 'org-trx', authorId: 'trx-reader', title: 'uncommitted', tags: [] });
+      // The page read inside the transaction sees its own insert (it runs on the transaction's connection)…
+      expect((await listPostsByOrg(trx, { orgId: 'org-trx', limit: 5, columns: 'page' })).length).toBe(1);
+    });
+    const counter = queryCounter();
+    const counted = db.withPlugin(counter);
+    expect((await listPostsByOrg(counted, { orgId: 'org-trx', limit: 5, columns: 'page' })).length).toBe(1);
+    // …and a Kysely made withPlugin still sees the page's result (the direct read is for `db` itself).
+    expect(counter.results).toBe(1);
   });
 
   it('inserts a draft and its new author in one statement, and follows a changed author name', async () => {

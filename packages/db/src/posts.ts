@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { CompiledQuery, type Kysely, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import type { Database, Post } from './database.js';
+import { readRows } from './direct-reads.js';
 
 export interface NewPostInput {
   orgId: string;
@@ -135,8 +136,7 @@ export async function listPostsByOrg(
   parameters.push(query.limit);
   if (query.inverted) variant |= INVERTED;
   const texts = query.columns === 'page' ? PAGE_TEXTS : ALL_TEXTS;
-  const { rows } = await db.executeQuery<PostWithAuthor>(CompiledQuery.raw(texts[variant]!, parameters));
-  return rows;
+  return readRows<PostWithAuthor>(db, texts[variant]!, parameters);
 }
 
 const AFTER = 1;

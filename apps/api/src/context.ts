@@ -72,6 +72,7 @@ export interface ContextDeps {
  * @throws AuthServiceUnavailableError (HTTP 503, AUTH_UNAVAILABLE) when the key source does not answer
  */
 export function createContextBuilder(deps: ContextDeps) {
+  const makeAuthorLoader = () => createAuthorLoader(deps.db);
   return async (initial: YogaInitialContext & TransportContext): Promise<Context> => {
     let viewer: Viewer | null;
     if (initial.socketViewer !== undefined) {
@@ -85,7 +86,7 @@ export function createContextBuilder(deps: ContextDeps) {
       viewer,
       db: deps.db,
       pubsub: deps.pubsub,
-      loaders: createLoaders(() => createAuthorLoader(deps.db)),
+      loaders: createLoaders(makeAuthorLoader),
       log: initial.log ?? deps.logger,
       webhooks: deps.webhooks,
     };

@@ -6,6 +6,7 @@ import type { ApiConfig } from './env.js';
 import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
 import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
+import { requestLogger } from './plugins/use-request-logging.js';
 import type { PubSubService } from './realtime/pubsub.js';
 
 /** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
@@ -87,7 +88,10 @@ export function createContextBuilder(deps: ContextDeps) {
       db: deps.db,
       pubsub: deps.pubsub,
       loaders: createLoaders(makeAuthorLoader),
-      log: initial.log ?? deps.logger,
+      // Looked up on first use: the request's child logger is made only if something logs.
+      get log() {
+        return initial.log ?? requestLogger(initial.request, deps.logger);
+      },
       webhooks: deps.webhooks,
     };
   };

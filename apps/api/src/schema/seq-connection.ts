@@ -34,7 +34,10 @@ export function resolveSeqConnection<Row extends { seq: string | number | bigint
   return resolveCursorConnection<Promise<Row[]>>(
     {
       args,
-      toCursor: (row: Row) => Buffer.from(`${prefix}${row.seq}`).toString('base64url'),
+      // A method, not an arrow property: see builder.ts's authScopes (esbuild's `__name` per request).
+      toCursor(row: Row) {
+        return Buffer.from(`${prefix}${row.seq}`).toString('base64url');
+      },
       defaultSize: DEFAULT_PAGE_SIZE,
       maxSize: MAX_PAGE_SIZE,
     },

@@ -1,11 +1,13 @@
 import type { FieldNode, GraphQLResolveInfo, SelectionSetNode } from 'graphql';
 
 /**
- * The `Post` fields a `columns: 'page'` row answers (listPostsByOrg, POST_PAGE_COLUMNS): `id`, `orgId`,
- * `title`, `tags`, and `author` (from the joined name). A field not listed here (`status`, `createdAt`,
- * `publishedAt`, or any field added later) makes the page read every column.
+ * The `Post` fields a `columns: 'page'` row answers (listPostsByOrg, POST_PAGE_COLUMNS): `id`, `title`,
+ * `tags`, and `author` when only its name is asked (the joined `author_name`). Any other field
+ * (`orgId`, `status`, `createdAt`, `publishedAt`, `author { id }`, or a field added later) makes the page
+ * read every column.
  */
-const PAGE_FIELDS = new Set(['__typename', 'id', 'orgId', 'title', 'tags', 'author']);
+const PAGE_FIELDS = new Set(['__typename', 'id', 'title', 'tags', 'author']);
+const PAGE_AUTHOR_FIELDS = new Set(['__typename', 'name']);
 
 /** Connection fields that hold no posts, and edge fields other than `node`: they need no column. */
 const CONNECTION_FIELDS = new Set(['__typename', 'pageInfo']);
@@ -66,5 +68,12 @@ function needsOnlyPageColumns(info: GraphQLResolveInfo): boolean {
     return false;
   }
   if (!edges.every((edge) => onlyKnown(edge.selectionSet, collect('node', nodes, EDGE_FIELDS)))) return false;
-  return nodes.every((node) => onlyKnown(node.selectionSet, (name) => PAGE_FIELDS.has(name)));
+  return nodes.every((node) =>
+    onlyKnown(
+      node.selectionSet,
+      (name, field) =>
+        PAGE_FIELDS.has(name) &&
+        (name !== 'author' || onlyKnown(field.selectionSet, (authorField) => PAGE_AUTHOR_FIELDS.has(authorField))),
+    ),
+  );
 }

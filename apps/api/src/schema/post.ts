@@ -51,7 +51,8 @@ export const PostRef = builder.objectRef<Post>('Post').implement({
       type: AuthorRef,
       resolve: (post, _args, context, info) => {
         // A posts page read each author by a join (`author_name`): answered from the row, with no
-        // loader and no promise. Subscription events always load theirs fresh.
+        // loader and no promise (a `page` row has no `author_id`: it is read only when `author { id }`
+        // is not asked, see post-page-columns.ts). Subscription events always load theirs fresh.
         const joined = (post as Partial<PostWithAuthor>).author_name;
         if (joined !== undefined && info.operation.operation !== 'subscription') {
           return { id: post.author_id, name: joined };

@@ -14,8 +14,9 @@ export interface DialectPoolOptions {
  * The pool Kysely's PostgresDialect gets: node-postgres' pool, with each pooled connection wrapped ONCE
  * (a {@link PooledConnection} lives as long as its `pg.Client`) to add the query deadline and the
  * prepared-statement names. Kysely keeps its own connection object per client it sees, so a stable
- * wrapper also spares it one per query (issue 15: a wrapper per checkout and a `query_timeout` timer per
- * query were ~35 µs of a posts page's ~110).
+ * wrapper also spares it one per query (before: a wrapper object per checkout, and so a new Kysely
+ * connection object per query). Measured alone (bench/posts-page-micro.ts) this and the deadline sweep
+ * were within noise; building pg's Query from the text (below) paid.
  */
 export function createDialectPool(pool: pg.Pool, options: DialectPoolOptions): PostgresPool {
   if (options.queryTimeoutMs <= 0 && !options.preparedStatements) return pool;

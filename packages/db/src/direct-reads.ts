@@ -26,8 +26,8 @@ export function registerDirectReads(db: Kysely<Database>, pool: PostgresPool): v
  * The rows of a statement written as SQL text (the API's hottest reads: the posts page). On a database
  * opened by `createDatabase` over PostgreSQL the statement goes straight to the same pool Kysely uses
  * (dialect-pool.ts: same connections, same deadline, same prepared statements), skipping Kysely's
- * executor, connection provider and driver layers: ~10 µs of CPU of a posts page's ~80 (issue 15,
- * bench/posts-page-micro.ts). Anything else — a transaction, a Kysely made `withPlugin` (its plugins
+ * executor, connection provider and driver layers: 5–10 µs of CPU per posts page (84–95 → 79–84 µs in
+ * one same-process A/B, issue 15). Anything else — a transaction, a Kysely made `withPlugin` (its plugins
  * must see the result), the embedded database — takes Kysely's own path.
  */
 export async function readRows<Row>(db: Kysely<Database>, text: string, values: unknown[]): Promise<Row[]> {

@@ -65,8 +65,8 @@ export interface PendingQuery {
 
 /**
  * The deadlines of one pool's queries, enforced by ONE sweep timer rather than a timer per query
- * (node-postgres' `query_timeout` arms and clears a `setTimeout` for every query: ~10 µs of a posts page's
- * ~100, issue 15). A query is registered when sent and removed when answered; the sweep, running every
+ * (node-postgres' `query_timeout` arms and clears a `setTimeout` for every query, and wraps its callback;
+ * issue 15). A query is registered when sent and removed when answered; the sweep, running every
  * tenth of the deadline (10 ms to 1 s) while anything is in flight, expires those past their deadline.
  * So a query fails between `timeoutMs` and `timeoutMs` + one sweep interval (≤ 10 %, at most 1 s) after
  * it was sent. The timer is unref'd and stops when nothing is in flight.

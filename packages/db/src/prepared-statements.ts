@@ -6,7 +6,7 @@ export const MAX_PREPARED_STATEMENTS = 200;
  * statement's result shape follows the table's. A `*` that multiplies or counts (`count(*)`, `x * y`)
  * does not, so a statement with only those is prepared.
  */
-const SELECTS_ALL_COLUMNS = /\b(?:select|returning)\s+(?:distinct\s+)?\*|\.\*|,\s*\*/i;
+export const SELECTS_ALL_COLUMNS = /\b(?:select|returning)\s+(?:distinct\s+)?\*|\.\*|,\s*\*/i;
 
 /**
  * The names under which one pool's statements are prepared (dialect-pool.ts sends a statement with a

@@ -6,6 +6,7 @@ import type { ApiConfig } from './env.js';
 import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
 import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
+import { requestLogger } from './plugins/use-request-logging.js';
 import type { PubSubService } from './realtime/pubsub.js';
 
 /** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
@@ -72,6 +73,7 @@ export interface ContextDeps {
  * @throws AuthServiceUnavailableError (HTTP 503, AUTH_UNAVAILABLE) when the key source does not answer
  */
 export function createContextBuilder(deps: ContextDeps) {
+  const makeAuthorLoader = () => createAuthorLoader(deps.db);
   return async (initial: YogaInitialContext & TransportContext): Promise<Context> => {
     let viewer: Viewer | null;
     if (initial.socketViewer !== undefined) {
@@ -85,8 +87,11 @@ export function createContextBuilder(deps: ContextDeps) {
       viewer,
       db: deps.db,
       pubsub: deps.pubsub,
-      loaders: createLoaders(() => createAuthorLoader(deps.db)),
-      log: initial.log ?? deps.logger,
+      loaders: createLoaders(makeAuthorLoader),
+      // Looked up on first use: the request's child logger is made only if something logs.
+      get log() {
+        return initial.log ?? requestLogger(initial.request, deps.logger);
+      },
       webhooks: deps.webhooks,
     };
   };

@@ -191,10 +191,10 @@ class FastExchange {
    */
   async runAccepted(accepted: AcceptedQuery): Promise<void> {
     const { req, res, request, params } = this;
-    const initial = { req, res, request, params };
     let context: Context;
     try {
-      context = Object.assign(initial, await this.shared.options.context(initial as never));
+      // The built context holds these initial fields too (it spreads them): no copy back into them.
+      context = await this.shared.options.context({ req, res, request, params } as never);
     } catch {
       return this.runThroughYoga();
     }

@@ -12,13 +12,19 @@ export interface Loaders {
  * (its cache Map and closures) for each of 10k subscribed sockets cost ~1 KB each for nothing.
  */
 export function createLoaders(makeAuthor: () => AuthorLoader): Loaders {
-  let author: AuthorLoader | undefined;
-  return {
-    get author() {
-      author ??= makeAuthor();
-      return author;
-    },
-  };
+  return new RequestLoaders(makeAuthor);
+}
+
+/** One object per request (a class: an object literal's getter is a new closure on every request). */
+class RequestLoaders implements Loaders {
+  #author: AuthorLoader | undefined;
+
+  constructor(readonly makeAuthor: () => AuthorLoader) {}
+
+  get author(): AuthorLoader {
+    this.#author ??= this.makeAuthor();
+    return this.#author;
+  }
 }
 
 /** Loaders of subscription events, keyed by the event (the root value of that event's execution). */

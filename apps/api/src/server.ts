@@ -24,7 +24,7 @@ import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
-import { requestLogger, useRequestLogging } from './plugins/use-request-logging.js';
+import { useRequestLogging } from './plugins/use-request-logging.js';
 import { useTextInputGuard } from './plugins/use-text-input-guard.js';
 import { useValidationCache } from './plugins/use-validation-cache.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
@@ -78,8 +78,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
   });
 
   const compiled = createCompiledExecution();
-  const context = (initial: YogaInitialContext & TransportContext) =>
-    buildContext({ ...initial, log: requestLogger(initial.request, logger) });
+  // The context finds the request's logger (use-request-logging.ts) itself, on first use.
+  const context = (initial: YogaInitialContext & TransportContext) => buildContext(initial);
 
   const plugins: Plugin[] = [
     useRequestLogging(logger),

@@ -3,15 +3,15 @@ import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, type PostgresPool, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import type { Database } from './database.js';
+import { createDialectPool } from './dialect-pool.js';
+import { registerDirectReads } from './direct-reads.js';
 import { copyEmbeddedTemplate } from './embedded-template.js';
 import { migrationProvider } from './migrations/index.js';
 import { withPglitePreparedStatements } from './pglite-prepared-statements.js';
-import { withPreparedStatements } from './prepared-statements.js';
-import { poolWithQueryTimeout } from './query-timeout.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
 const DEFAULT_POOL_MAX = 10;
@@ -119,6 +119,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
       ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated))
       : undefined;
   let dialect: PostgresDialect | PGliteDialect;
+  let dialectPool: PostgresPool | undefined;
   if (config.kind === 'postgres') {
     const pool = new pg.Pool({
       connectionString: config.url,
@@ -131,12 +132,16 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
     });
     pool.on('error', onConnectionError);
     pool.on('connect', (client) => client.on('error', onConnectionError));
-    const timed = poolWithQueryTimeout(pool, config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS) as pg.Pool;
-    dialect = new PostgresDialect({ pool: config.preparedStatements ? withPreparedStatements(timed) : timed });
+    dialectPool = createDialectPool(pool, {
+      queryTimeoutMs: config.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS,
+      preparedStatements: config.preparedStatements ?? false,
+    });
+    dialect = new PostgresDialect({ pool: dialectPool });
   } else {
     dialect = new PGliteDialect(embedded!);
   }
   const db = new Kysely<Database>({ dialect });
+  if (dialectPool) registerDirectReads(db, dialectPool);
   let closed: Promise<void> | undefined;
   return {
     db,

@@ -5,18 +5,20 @@ import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg } from './posts.js';
+import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, POST_PAGE_COLUMNS } from './posts.js';
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
-function queryCounter(): KyselyPlugin & { count: number } {
+function queryCounter(): KyselyPlugin & { count: number; results: number } {
   return {
     count: 0,
+    results: 0,
     transformQuery(args) {
       this.count += 1;
       return args.node;
     },
     async transformResult(args) {
+      this.results += 1;
       return args.result;
     },
   };
@@ -100,6 +102,41 @@ describe.each(backends)('data layer on $name', ({ name, open }) => {
     expect(first.map((post) => post.title)).toEqual(['p4', 'p3']);
     const next = await listPostsByOrg(db, { orgId: 'org-page', limit: 10, afterSeq: String(first[1]?.seq) });
     expect(next.map((post) => post.title)).toEqual(['p2', 'p1', 'p0']);
+  });
+
+  it("reads only the page's columns with columns: 'page', the same posts as every column, in every direction", async () => {
+    await upsertUser(db, { id: 'lister', name: 'L' });
+    for (let i = 0; i < 6; i++) {
+      await insertPost(db, { orgId: 'org-columns', authorId: 'lister', title: `c${i}`, tags: [`t${i}`] });
+    }
+    const all = await listPostsByOrg(db, { orgId: 'org-columns', limit: 10 });
+    const middle = { afterSeq: String(all[0]!.seq), beforeSeq: String(all[5]!.seq) };
+    for (const bounds of [{}, { afterSeq: middle.afterSeq }, { beforeSeq: middle.beforeSeq }, middle]) {
+      for (const inverted of [false, true]) {
+        const query = { orgId: 'org-columns', limit: 3, inverted, ...bounds };
+        const page = await listPostsByOrg(db, { ...query, columns: 'page' });
+        const full = await listPostsByOrg(db, query);
+        expect(page.length).toBeGreaterThan(0);
+        expect(page).toEqual(
+          full.map(({ id, title, tags, seq, author_name }) => ({ id, title, tags, seq, author_name })),
+        );
+        expect(Object.keys(page[0]!).sort()).toEqual([...POST_PAGE_COLUMNS, 'author_name'].sort());
+      }
+    }
+  });
+
+  it('reads a page inside a transaction on the transaction, and through the plugins of a Kysely withPlugin', async () => {
+    await upsertUser(db, { id: 'trx-reader', name: 'T' });
+    await db.transaction().execute(async (trx) => {
+      await insertPost(trx, { orgId: 'org-trx', authorId: 'trx-reader', title: 'uncommitted', tags: [] });
+      // The page read inside the transaction sees its own insert (it runs on the transaction's connection)…
+      expect((await listPostsByOrg(trx, { orgId: 'org-trx', limit: 5, columns: 'page' })).length).toBe(1);
+    });
+    const counter = queryCounter();
+    const counted = db.withPlugin(counter);
+    expect((await listPostsByOrg(counted, { orgId: 'org-trx', limit: 5, columns: 'page' })).length).toBe(1);
+    // …and a Kysely made withPlugin still sees the page's result (the direct read is for `db` itself).
+    expect(counter.results).toBe(1);
   });
 
   it('inserts a draft and its new author in one statement, and follows a changed author name', async () => {

@@ -11,9 +11,28 @@ const UNLOGGED_PATHS = new Set(['/health', '/readiness']);
 
 /** One HTTP request's id, its logger and when it started. */
 export interface RequestLog {
-  log: Logger;
-  requestId: string;
-  startedAt: number;
+  readonly log: Logger;
+  readonly requestId: string;
+  readonly startedAt: number;
+}
+
+/**
+ * A request's log whose child logger is made on first use: at `warn` most requests never log, and a
+ * pino child (bindings serialised, redaction set up) was ~4 µs of a posts request (issue 15).
+ */
+class RequestLogEntry implements RequestLog {
+  #log: Logger | undefined;
+
+  constructor(
+    readonly requestId: string,
+    readonly startedAt: number,
+    readonly parent: Logger,
+  ) {}
+
+  get log(): Logger {
+    this.#log ??= this.parent.child({ requestId: this.requestId });
+    return this.#log;
+  }
 }
 
 const loggers = new WeakMap<object, RequestLog>();
@@ -35,7 +54,7 @@ export function startRequestLog(
   startedAt = performance.now(),
 ): RequestLog {
   const requestId = givenId && REQUEST_ID_PATTERN.test(givenId) ? givenId : randomUUID();
-  const entry = { log: logger.child({ requestId }), requestId, startedAt };
+  const entry = new RequestLogEntry(requestId, startedAt, logger);
   loggers.set(request, entry);
   return entry;
 }

@@ -28,9 +28,13 @@ export const builder = new SchemaBuilder<{
   scopeAuth: {
     defaultStrategy: 'all',
     authorizeOnSubscribe: true,
+    // Runs for every request. `orgMember` is a method: an arrow function in an object literal gets
+    // esbuild's `__name` (keepNames, as tsx and the production bundle build), a defineProperty per call.
     authScopes: (context) => ({
       viewer: context.viewer != null,
-      orgMember: (orgId) => isMemberOf(context.viewer, orgId),
+      orgMember(orgId) {
+        return isMemberOf(context.viewer, orgId);
+      },
     }),
     unauthorizedError: (_parent, context) =>
       context.viewer == null ? new UnauthenticatedError() : new ForbiddenError(),

@@ -208,6 +208,75 @@ describe('posts connection', () => {
   });
 });
 
+describe('posts page columns', () => {
+  /** The column names of each page read through a counting server, in order. */
+  async function columnsRead(query: string) {
+    const reads: string[][] = [];
+    const recorder: KyselyPlugin = {
+      transformQuery: (args) => args.node,
+      transformResult: async (args) => {
+        const row = args.result.rows[0];
+        if (row && typeof row === 'object' && 'seq' in row) reads.push(Object.keys(row).sort());
+        return args.result;
+      },
+    };
+    const { body } = await startCountingApi(recorder).graphql(query, { orgId: 'org-a' }, alice);
+    return { body, reads };
+  }
+  const PAGE = ['author_name', 'id', 'seq', 'tags', 'title'];
+  const ALL = [
+    'author_id',
+    'author_name',
+    'created_at',
+    'id',
+    'org_id',
+    'published_at',
+    'seq',
+    'status',
+    'tags',
+    'title',
+  ];
+
+  it('reads only the page columns when no field asked of the posts needs another', async () => {
+    await createPost(alice, 'org-a', 'columns', ['x']);
+    const { body, reads } = await columnsRead(`query Page($orgId: ID!) {
+      posts(orgId: $orgId, first: 5) {
+        __typename pageInfo { hasNextPage } edges { cursor node { __typename id title tags author { __typename name } } }
+      }
+    }`);
+    expect(body.errors).toBeUndefined();
+    expect(body.data.posts.edges[0].node).toMatchObject({ title: 'columns', tags: ['x'], author: { name: 'Alice' } });
+    expect(reads).toEqual([PAGE]);
+  });
+
+  it.each([
+    ['a field outside the page', '{ edges { node { id status } } }'],
+    ['orgId', '{ edges { node { id orgId } } }'],
+    ["the author's id", '{ edges { node { author { id name } } } }'],
+    ["the author's id in a fragment", '{ edges { node { author { ...Who } } } } fragment Who on Author { id }'],
+    ['a named fragment', '{ edges { node { ...Dates } } } fragment Dates on Post { createdAt publishedAt }'],
+    ['an inline fragment', '{ ... on PostConnection { edges { node { ... on Post { createdAt } } } } }'],
+    ['a second, aliased edges', '{ edges { node { id } } more: edges { node { status } } }'],
+    ['a field skipped by a directive', '{ edges { node { id createdAt @skip(if: true) } } }'],
+  ])('reads every column for %s, and answers it', async (_name, selection) => {
+    const brace = selection.indexOf(' fragment ');
+    const [connection, fragments] = brace < 0 ? [selection, ''] : [selection.slice(0, brace), selection.slice(brace)];
+    const { body, reads } = await columnsRead(
+      `query Page($orgId: ID!) { posts(orgId: $orgId, first: 5) ${connection} }${fragments}`,
+    );
+    expect(body.errors).toBeUndefined();
+    expect(reads).toEqual([ALL]);
+    const nodes = body.data.posts.edges.map((edge: { node: Record<string, unknown> }) => edge.node);
+    for (const node of nodes) {
+      if ('status' in node) expect(node.status).toBe('DRAFT');
+      if ('orgId' in node) expect(node.orgId).toBe('org-a');
+      if (node.author && 'id' in (node.author as object))
+        expect((node.author as { id: unknown }).id).toEqual(expect.any(String));
+      if ('createdAt' in node) expect(node.createdAt).toMatch(/^\d{4}-\d\d-\d\dT/);
+    }
+  });
+});
+
 /** The webhook outbox rows that announce `postId`. */
 async function outboxRowsOf(postId: string) {
   const rows = await api.app.database.db.selectFrom('webhook_outbox').select(['id', 'body']).execute();

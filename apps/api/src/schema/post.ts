@@ -11,6 +11,7 @@ import { toPostRow } from '../realtime/post-event.js';
 import { openPostPublishedStream, type StreamedEntry } from '../realtime/post-published-stream.js';
 import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
 import { builder } from './builder.js';
+import { postPageColumns } from './post-page-columns.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 
 const MAX_TITLE_LENGTH = 300;
@@ -50,7 +51,8 @@ export const PostRef = builder.objectRef<Post>('Post').implement({
       type: AuthorRef,
       resolve: (post, _args, context, info) => {
         // A posts page read each author by a join (`author_name`): answered from the row, with no
-        // loader and no promise. Subscription events always load theirs fresh.
+        // loader and no promise (a `page` row has no `author_id`: it is read only when `author { id }`
+        // is not asked, see post-page-columns.ts). Subscription events always load theirs fresh.
         const joined = (post as Partial<PostWithAuthor>).author_name;
         if (joined !== undefined && info.operation.operation !== 'subscription') {
           return { id: post.author_id, name: joined };
@@ -109,11 +111,17 @@ builder.queryFields((t) => ({
       first: t.arg.int({ description: `Page size, at most ${MAX_PAGE_SIZE}. @default ${DEFAULT_PAGE_SIZE}` }),
       after: t.arg.string(),
     },
-    resolve: (_root, args, context) =>
-      // The page's query reads the authors too (a join): `author` is then answered from each row.
-      resolveSeqConnection<Post>('post', args, (page) =>
-        listPostsByOrg(context.db, { orgId: String(args.orgId), ...page }),
-      ),
+    resolve: (_root, args, context, info) => {
+      // Only the columns the asked fields use (postPageColumns: a `page` row has no timestamps nor
+      // status, and is asked for only when no such field is). The page's query reads the authors too
+      // (a join): `author` is then answered from each row.
+      const columns = postPageColumns(info);
+      return resolveSeqConnection<Post>(
+        'post',
+        args,
+        (page) => listPostsByOrg(context.db, { orgId: String(args.orgId), ...page, columns }) as Promise<Post[]>,
+      );
+    },
   }),
 }));
 

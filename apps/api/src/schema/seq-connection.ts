@@ -31,25 +31,30 @@ export function resolveSeqConnection<Row extends { seq: string | number | bigint
     throw new BadUserInputError(`first must be between 0 and ${MAX_PAGE_SIZE}`, 'first');
   }
   const prefix = `${kind}:`;
-  const decode = (cursor: string, argument: string): string => {
-    const decoded = Buffer.from(cursor, 'base64url').toString('utf8');
-    const seq = decoded.startsWith(prefix) ? decoded.slice(prefix.length) : '';
-    if (!/^\d{1,19}$/.test(seq)) throw new BadUserInputError(`${argument} is not a valid cursor`, argument);
-    return seq;
-  };
   return resolveCursorConnection<Promise<Row[]>>(
     {
       args,
-      toCursor: (row: Row) => Buffer.from(`${prefix}${row.seq}`).toString('base64url'),
+      // A method, not an arrow property: see builder.ts's authScopes (esbuild's `__name` per request).
+      toCursor(row: Row) {
+        return Buffer.from(`${prefix}${row.seq}`).toString('base64url');
+      },
       defaultSize: DEFAULT_PAGE_SIZE,
       maxSize: MAX_PAGE_SIZE,
     },
     ({ after, before, limit, inverted }) =>
       load({
-        afterSeq: after == null ? null : decode(after, 'after'),
-        beforeSeq: before == null ? null : decode(before, 'before'),
+        afterSeq: after == null ? null : decodeSeqCursor(prefix, after, 'after'),
+        beforeSeq: before == null ? null : decodeSeqCursor(prefix, before, 'before'),
         limit,
         inverted,
       }),
   );
+}
+
+/** The `seq` of a cursor made by `toCursor` above. @throws BadUserInputError for anything else */
+function decodeSeqCursor(prefix: string, cursor: string, argument: string): string {
+  const decoded = Buffer.from(cursor, 'base64url').toString('utf8');
+  const seq = decoded.startsWith(prefix) ? decoded.slice(prefix.length) : '';
+  if (!/^\d{1,19}$/.test(seq)) throw new BadUserInputError(`${argument} is not a valid cursor`, argument);
+  return seq;
 }

@@ -45,8 +45,9 @@ const RAW_SERVER = 'bench/src/http-raw-server.ts';
 const YOGA_SERVER = 'bench/src/http-yoga-server.ts';
 /** Drafts made for the first publishPost trial of a target (later trials size from the measured rate). */
 const FIRST_DRAFTS = 6_000;
-/** Drafts are made for this many times the rate the target reached before (never run out mid-trial). */
-const DRAFT_HEADROOM = 2;
+/** Drafts are made for this many times the rate the target reached before (never run out mid-trial: a
+ * target warming up can more than double its rate from one trial to the next). */
+const DRAFT_HEADROOM = 3;
 /** After a trial, its server is given up to this long to finish leftover work before the next target's turn. */
 const SETTLE_MAX_MS = 3_000;
 /** A server using less than this share of a core over one {@link SETTLE_WINDOW_MS} counts as idle. */

@@ -1,3 +1,4 @@
+import { createServer, type Server, Socket } from 'node:net';
 import { createRedisClient } from '@herald/config/redis';
 import { newWebhookEventId } from '@herald/db';
 import { pino } from 'pino';
@@ -34,6 +35,16 @@ async function until(done: () => boolean, timeoutMs: number): Promise<boolean> {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return true;
+}
+
+/** An outbox event committed without NOTIFY (as publishPost does in cluster mode): only a wake-up or a poll finds it. */
+async function insertQuietly(orgId: string): Promise<string> {
+  const id = newWebhookEventId();
+  await harness.db
+    .insertInto('webhook_outbox')
+    .values({ id, org_id: orgId, type: 'post.published', body: JSON.stringify({ id, type: 'post.published' }) })
+    .execute();
+  return id;
 }
 
 describe('outbox wake-up through Redis', () => {
@@ -87,21 +98,8 @@ describe('outbox wake-up through Redis', () => {
     await harness.createEndpoint('org-wake', receiver.url('/wake'));
     // Let the start-up passes (relay, listener) finish, so only a wake-up can find the next event.
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const insertQuietly = async () => {
-      const id = newWebhookEventId();
-      await harness.db
-        .insertInto('webhook_outbox')
-        .values({
-          id,
-          org_id: 'org-wake',
-          type: 'post.published',
-          body: JSON.stringify({ id, type: 'post.published' }),
-        })
-        .execute();
-      return id;
-    };
     // Without a wake-up (no NOTIFY, poll 60 s) the event waits.
-    const quiet = await insertQuietly();
+    const quiet = await insertQuietly('org-wake');
     expect(await until(() => receiver.requestsTo('/wake').length > 0, 700)).toBe(false);
     const publisher = createRedisClient(harness.redisUrl);
     try {
@@ -113,3 +111,108 @@ describe('outbox wake-up through Redis', () => {
     }
   });
 });
+
+describe('when the wake-up listener loses Redis', () => {
+  it('delivers what was committed meanwhile once Redis is back, and is woken again after', async () => {
+    // Only the listener's connection goes through the proxy: the stream queue and the publisher keep
+    // Redis. The relay polls once a minute, so nothing but the listener can find an event in time.
+    // Its own channel: the earlier tests' listeners (subscribed directly) must not hear these wake-ups.
+    const outageChannel = `${channel()}:outage`;
+    const proxy = await startCuttableProxy(new URL(harness.redisUrl));
+    const dispatcher = await harness.startDispatcher({ pollIntervalMs: 60_000 });
+    const listener = createOutboxWakeListener({
+      redisUrl: `redis://127.0.0.1:${proxy.port}`,
+      channel: outageChannel,
+      logger,
+      onWake: () => dispatcher.notifyOutbox(),
+    });
+    listeners.push(listener);
+    const publisher = createRedisClient(harness.redisUrl);
+    try {
+      await listener.start();
+      await harness.createEndpoint('org-outage', receiver.url('/outage'));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const wake = createOutboxWakePublisher(publisher, outageChannel);
+      const delivered = () => receiver.requestsTo('/outage').map((request) => JSON.parse(request.body).id as string);
+
+      const before = await insertQuietly('org-outage');
+      wake.wake();
+      expect(await until(() => delivered().includes(before), 5_000)).toBe(true);
+
+      // Redis gone for the listener (~10 s): wake-ups sent meanwhile reach nobody.
+      proxy.cut();
+      const during: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        during.push(await insertQuietly('org-outage'));
+        wake.wake();
+        await new Promise((resolve) => setTimeout(resolve, 2_000));
+      }
+      expect(delivered().filter((id) => during.includes(id))).toEqual([]);
+
+      // Back: the listener reconnects and wakes the relay for what was committed while it was away…
+      proxy.restore();
+      expect(await until(() => during.every((id) => delivered().includes(id)), 10_000)).toBe(true);
+      // …and is subscribed again: a wake-up after the outage is heard.
+      const after = await insertQuietly('org-outage');
+      wake.wake();
+      expect(await until(() => delivered().includes(after), 5_000)).toBe(true);
+      expect(delivered().filter((id) => id === after)).toHaveLength(1);
+    } finally {
+      await publisher.quit();
+      await listener.stop();
+      await proxy.close();
+    }
+  }, 40_000);
+});
+
+/**
+ * A TCP proxy to Redis that the test can cut (every connection closed, new ones refused) and restore
+ * on the same port: the client behind it sees Redis go away and come back, while the shared server
+ * keeps running for everyone else. Hand-written: a few lines of `node:net`.
+ */
+async function startCuttableProxy(
+  target: URL,
+): Promise<{ port: number; cut(): void; restore(): void; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let open = true;
+  const server: Server = createServer((client) => {
+    if (!open) {
+      client.destroy();
+      return;
+    }
+    const upstream = new Socket();
+    sockets.add(client);
+    sockets.add(upstream);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    upstream.connect(Number(target.port || 6379), target.hostname, () => {
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (!address || typeof address === 'string') throw new Error('proxy has no port');
+  const cut = () => {
+    open = false;
+    for (const socket of sockets) socket.destroy();
+  };
+  return {
+    port: address.port,
+    cut,
+    restore() {
+      open = true;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        cut();
+        server.close(() => resolve());
+      }),
+  };
+}

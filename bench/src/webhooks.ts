@@ -188,7 +188,36 @@ export interface SteadyLatency {
   fromCommit: { p50Ms: number; p99Ms: number; maxMs: number };
   /** From just before the publishPost statement was sent: an upper bound. */
   fromSend: { p50Ms: number; p99Ms: number; maxMs: number };
+  /** Where the time goes, per delivery (from the database's timestamps; see {@link steadyStages}). */
+  stages?: SteadyStages;
 }
+
+/**
+ * The steady trial's commit → receiver time cut into stages, per delivery, from what the run leaves
+ * behind (no instrumentation in the dispatcher): the outbox row's `dispatched_at` (the fan-out
+ * statement's `now()`), the first attempt's `at` and `duration_ms` (the dispatcher's clock when it began
+ * the POST, after the claim), the delivery's `updated_at` (the record statement's `now()`), and the
+ * receiver's arrival. All clocks are this machine's.
+ */
+export interface SteadyStages {
+  /** publishPost's commit → the fan-out statement that made its delivery (relay woken, pass started). */
+  commitToFanOut: Percentiles;
+  /** Fan-out → the POST began: XADD, XREADGROUP, waiting in the endpoint's lane for a slot, the claim. */
+  fanOutToPost: Percentiles;
+  /** The POST began → the receiver had it. */
+  postToReceiver: Percentiles;
+  /** The POST's own time (until the answer was read). */
+  post: Percentiles;
+  /** The answer → the record statement began (the batch's slower POSTs, then the statement's trip). */
+  answerToRecord: Percentiles;
+  /**
+   * Share of the endpoint's slot-time (cap × the trial's span of POSTs) with a POST in flight: near 1
+   * when the slots are the limit and always busy; low when they wait for the database between batches.
+   */
+  slotBusyShare: number;
+}
+
+type Percentiles = { p50Ms: number; p99Ms: number; maxMs: number };
 
 export interface WebhookResult {
   receiver: string;
@@ -588,13 +617,22 @@ async function runDispatcher(
       const profArgs = config.cpuProfDir && processes === 1 ? ['--cpu-prof', '--cpu-prof-dir', config.cpuProfDir] : [];
       const child = spawnTracked(
         process.execPath,
-        [...profArgs, '--import', TSX_IMPORT, '--import', QUERY_COUNTER, DISPATCHER_MAIN],
+        [
+          ...profArgs,
+          '--import',
+          TSX_IMPORT,
+          '--import',
+          QUERY_COUNTER,
+
+          DISPATCHER_MAIN,
+        ],
         {
           cwd: ROOT,
           env: {
             PATH: process.env.PATH ?? '',
             ...(process.env.BENCH_PG_QUERY_LOG ? { BENCH_PG_QUERY_LOG: process.env.BENCH_PG_QUERY_LOG } : {}),
             NODE_ENV: 'production',
+
             LOG_LEVEL: process.env.BENCH_DISPATCHER_LOG_LEVEL ?? 'info',
             HOST: '127.0.0.1',
             PORT: '0',
@@ -723,6 +761,9 @@ async function runDispatcher(
         publishedPerSec: Math.round((published.times.length / published.durationMs) * 1000),
         fromCommit: percentiles(fromCommit),
         fromSend: percentiles(fromSend),
+        stages: await steadyStages(herald.env.DATABASE_URL!, published.times, arrived, endpointCap).catch(
+          () => undefined,
+        ),
       };
     }
     return {
@@ -822,7 +863,87 @@ async function publishSteadily(
   return { durationMs: wallNow() - start, times, failed };
 }
 
-function percentiles(values: number[]): { p50Ms: number; p99Ms: number; maxMs: number } {
+/** One line: each stage's p50 / p99, and how busy the endpoint's slots were. */
+function stagesLine(stages: SteadyStages): string {
+  const one = (label: string, value: Percentiles) => `${label} ${round(value.p50Ms, 1)} / ${round(value.p99Ms, 1)}`;
+  return `stages, p50 / p99 ms per delivery: ${[
+    one('commit → fan-out', stages.commitToFanOut),
+    one('fan-out → POST began (stream, lane wait, claim)', stages.fanOutToPost),
+    one('POST', stages.post),
+    one('POST began → receiver', stages.postToReceiver),
+    one('answer → record began', stages.answerToRecord),
+  ].join('; ')}; the endpoint's slots had a POST in flight ${round(stages.slotBusyShare * 100, 0)} % of the time`;
+}
+
+/** {@link SteadyStages} of a steady trial, from its database (one endpoint). */
+async function steadyStages(
+  databaseUrl: string,
+  times: SteadyPublish['times'],
+  arrived: ReadonlyMap<string, number>,
+  endpointCap: number,
+): Promise<SteadyStages> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{
+      post_id: string;
+      fanned_out: number;
+      post_at: number;
+      post_ms: number;
+      recorded: number;
+    }>(`
+      select event.body::json->'data'->>'id' as post_id,
+        extract(epoch from event.dispatched_at) * 1000 as fanned_out,
+        extract(epoch from attempt.at) * 1000 as post_at, attempt.duration_ms as post_ms,
+        extract(epoch from delivery.updated_at) * 1000 as recorded
+      from webhook_outbox event
+      join webhook_deliveries delivery on delivery.event_id = event.id
+      cross join lateral (
+        select at, duration_ms from webhook_attempts where delivery_id = delivery.id order by at limit 1
+      ) attempt
+      where event.type = 'post.published'
+    `);
+    const committed = new Map(times.map((one) => [one.postId, one.committedAt]));
+    const stage = {
+      commitToFanOut: [] as number[],
+      fanOutToPost: [] as number[],
+      postToReceiver: [] as number[],
+      post: [] as number[],
+      answerToRecord: [] as number[],
+    };
+    let firstPost = Number.POSITIVE_INFINITY;
+    let lastAnswer = 0;
+    let busy = 0;
+    for (const row of rows) {
+      const commit = committed.get(row.post_id);
+      const arrival = arrived.get(row.post_id);
+      const [fannedOut, postAt, postMs, recorded] = [row.fanned_out, row.post_at, row.post_ms, row.recorded].map(
+        Number,
+      );
+      if (commit === undefined || arrival === undefined) continue;
+      stage.commitToFanOut.push(fannedOut! - commit);
+      stage.fanOutToPost.push(postAt! - fannedOut!);
+      stage.postToReceiver.push(arrival - postAt!);
+      stage.post.push(postMs!);
+      stage.answerToRecord.push(recorded! - (postAt! + postMs!));
+      firstPost = Math.min(firstPost, postAt!);
+      lastAnswer = Math.max(lastAnswer, postAt! + postMs!);
+      busy += postMs!;
+    }
+    return {
+      commitToFanOut: percentiles(stage.commitToFanOut),
+      fanOutToPost: percentiles(stage.fanOutToPost),
+      postToReceiver: percentiles(stage.postToReceiver),
+      post: percentiles(stage.post),
+      answerToRecord: percentiles(stage.answerToRecord),
+      slotBusyShare: round(busy / Math.max(1, endpointCap * (lastAnswer - firstPost)), 3),
+    };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+function percentiles(values: number[]): Percentiles {
   if (values.length === 0) return { p50Ms: Number.NaN, p99Ms: Number.NaN, maxMs: Number.NaN };
   const sorted = [...values].sort((a, b) => a - b);
   const at = (q: number) => round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!, 1);
@@ -925,6 +1046,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     lines.push(
       `- steady ${num(l.eventsPerSec)} events/s for ${num(l.published)} events (${num(l.publishedPerSec)}/s achieved, ${num(l.publishFailed)} publish calls failed), one dispatcher: publishPost's commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms, max ${num(l.fromCommit.maxMs, 1)} ms (target p50 ≤ 50, p99 ≤ 250); from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms; ${num(steady.verified)}/${num(steady.events)} verified, ${num(steady.duplicate)} duplicate; ${num(steady.cpuUsPerDelivery)} µs dispatcher CPU, ${num(steady.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(steady.queriesPerDelivery, 3)} round trips per delivery`,
     );
+    if (l.stages) lines.push(`  - ${stagesLine(l.stages)}`);
   } else if (steady) {
     lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);
   }
@@ -934,6 +1056,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     lines.push(
       `- the same steady trial with publishPost's NOTIFY instead of the Redis wake-up (same run): ${num(l.publishedPerSec)}/s achieved (${num(l.publishFailed)} publish calls failed), commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms; from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms`,
     );
+    if (l.stages) lines.push(`  - ${stagesLine(l.stages)}`);
   }
   const m = w.multiEndpoint;
   if (m) {

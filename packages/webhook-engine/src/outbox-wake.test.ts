@@ -85,6 +85,56 @@ describe('outbox wake-up through Redis', () => {
     }
   });
 
+  it('sends at most one PUBLISH per interval for a steady stream of wake-ups, and one after the last', async () => {
+    const channelName = `${channel()}:interval`;
+    let heard = 0;
+    let heardAt = 0;
+    const listener = createOutboxWakeListener({
+      redisUrl: harness.redisUrl,
+      channel: channelName,
+      logger,
+      onWake: () => {
+        heard++;
+        heardAt = performance.now();
+      },
+    });
+    listeners.push(listener);
+    await listener.start();
+    const publisher = createRedisClient(harness.redisUrl);
+    let published = 0;
+    const counting = new Proxy(publisher, {
+      get(target, property, receiverObject) {
+        if (property === 'publish' || property === 'spublish') {
+          return (...args: unknown[]) => {
+            published++;
+            return (target as never as Record<string, (...a: unknown[]) => Promise<number>>)[property]!(...args);
+          };
+        }
+        return Reflect.get(target, property, receiverObject);
+      },
+    });
+    try {
+      const wake = createOutboxWakePublisher(counting, channelName, () => {}, 50);
+      const heardBefore = heard;
+      const started = performance.now();
+      // One wake-up per millisecond or so, as publishPost's commits at ~1,000/s.
+      let lastWake = 0;
+      for (let i = 0; i < 200; i++) {
+        wake.wake();
+        lastWake = performance.now();
+        await new Promise((resolve) => setTimeout(resolve, 1));
+      }
+      const elapsed = lastWake - started;
+      // The last wake-up is not dropped: a message is heard after it.
+      expect(await until(() => heardAt > lastWake, 5_000)).toBe(true);
+      expect(heard).toBeGreaterThan(heardBefore);
+      // At most one per 50 ms while they kept coming, plus the one after the last.
+      expect(published).toBeLessThanOrEqual(Math.ceil(elapsed / 50) + 2);
+    } finally {
+      await publisher.quit();
+    }
+  });
+
   it('fans an event committed without NOTIFY out at once when woken, not at the next poll', async () => {
     const dispatcher = await harness.startDispatcher({ pollIntervalMs: 60_000 });
     const listener = createOutboxWakeListener({

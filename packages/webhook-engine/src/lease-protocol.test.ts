@@ -571,4 +571,38 @@ describe('cap across two running dispatchers', () => {
       server.close();
     }
   });
+
+  it('has at most WEBHOOK_ENDPOINT_CONCURRENCY requests in flight while batches are recorded during the next POSTs', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    let answered = 0;
+    // Answers at once or after 1–3 ms, so records and the next batches' POSTs overlap all the time.
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      req.resume();
+      setTimeout(() => {
+        inFlight--;
+        answered++;
+        res.end('ok');
+      }, answered % 4);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-cap3', `http://127.0.0.1:${port}/three`);
+      await harness.startDispatcher({ endpointConcurrency: 3 });
+      await harness.startDispatcher({ endpointConcurrency: 3 });
+      await harness.publish('org-cap3', 120);
+      await until(
+        async () => answered,
+        (count) => count >= 120,
+        60_000,
+      );
+      expect(maxInFlight).toBeLessThanOrEqual(3);
+      expect(maxInFlight).toBeGreaterThan(1);
+    } finally {
+      server.close();
+    }
+  });
 });

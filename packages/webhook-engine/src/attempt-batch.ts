@@ -11,7 +11,9 @@ import {
   createDurabilityBarrier,
   type DeliveryNext,
   flushCommits,
+  type HandOver,
   type QueuedDelivery,
+  type RecordResult,
   recordOutcomes,
 } from './lease-protocol.js';
 import type { DispatcherMetrics } from './metrics.js';
@@ -45,39 +47,35 @@ export interface BatchAttempterDeps {
   onStep?(step: 'after-claim' | 'after-post'): void;
 }
 
-export interface BatchResult {
-  /** Attempts made. */
-  attempted: number;
-  /** Endpoints that had an attempt: their slots are free again, to chain on. */
-  endpoints: string[];
-  /** Claimed by this batch's record in the slots it freed: the next batch, without a claim. */
-  handedOver: ClaimedDelivery[];
-  /**
-   * Resolves once the batch's claim and record are durable (the WAL is flushed past them) and its
-   * dead letters have been handed to the stream; only then may its work entries be acknowledged.
-   * Rejects when the flush failed (the entries are then reclaimed and found done or tried again).
-   */
-  settled: Promise<void>;
-}
-
 export interface BatchAttempter {
   /**
-   * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
-   * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
-   * one durability barrier (`settled`). With `handedOver` (the previous batch's record claimed them),
-   * they are attempted, and a claim is made only when entries are waiting and the hand-over left room
-   * under the cap (otherwise the named deliveries were considered by that hand-over). When every attempt of a one-endpoint batch succeeded and that endpoint is in
-   * `chainEndpoints`, the record hands its slots over to the endpoint's next due deliveries
-   * (`handedOver` of the result): two statements become one per batch while an endpoint has work.
-   * Rejects only when the database fails (the work entries are then reclaimed and done again).
+   * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones) under
+   * `lease` (lease protocol step 3, the cap enforced atomically). `settled` resolves once the claim is
+   * durable; only then may the entries naming these deliveries be acknowledged. Rejects when the
+   * database fails (the entries are then reclaimed and done again).
    */
-  run(
+  claim(
     queued: readonly QueuedDelivery[],
-    chainEndpoints?: readonly string[],
-    handedOver?: readonly ClaimedDelivery[],
-  ): Promise<BatchResult>;
-  /** Resolves once every batch run so far has settled (for a clean stop). */
+    chainEndpoints: readonly string[],
+    lease: string,
+  ): Promise<{ claimed: ClaimedDelivery[]; settled: Promise<void> }>;
+  /** Signs and POSTs one claimed delivery, and decides what comes next for it. Never rejects. */
+  attempt(delivery: ClaimedDelivery): Promise<AttemptOutcome>;
+  /**
+   * Records finished attempts (step 4, one statement) and, with `handOver`, moves the lane's slots on.
+   * Each outcome is recorded under its delivery's lease as it is now (`delivery.lease`: a held
+   * delivery may have been promoted since its POST started). `settled` resolves once the record is
+   * durable and its dead letters were handed to the stream. Rejects when the database fails.
+   */
+  record(
+    done: ReadonlyArray<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>,
+    handOver: HandOver | undefined,
+    /** Wait for durability even without outcomes (work entries ride on this record). */
+    durable?: boolean,
+  ): Promise<{ result: RecordResult; settled: Promise<void> }>;
+  /** Resolves once every claim and record so far has settled (for a clean stop). */
   drain(): Promise<void>;
+  onStep?(step: 'after-claim' | 'after-post'): void;
 }
 
 /**
@@ -217,31 +215,31 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     }
   }
 
+  const track = (settled: Promise<void>) => {
+    const tracked = settled.catch(() => {});
+    settling.add(tracked);
+    void tracked.then(() => settling.delete(tracked));
+  };
+
   return {
-    async run(queued, chainEndpoints, handedOver) {
-      const claimed = [...(handedOver ?? [])];
-      // A hand-over keeps the slots a batch had; new entries with room under the cap widen it.
-      if (claimed.length === 0 || (queued.length > 0 && claimed.length < deps.endpointCap)) {
-        claimed.push(
-          ...(await claimDeliveries(db, {
-            queued,
-            chainEndpoints,
-            endpointCap: deps.endpointCap,
-            leaseMs: deps.attemptLeaseMs,
-          })),
-        );
-      }
-      if (claimed.length === 0) return { attempted: 0, endpoints: [], handedOver: [], settled: Promise.resolve() };
-      deps.onStep?.('after-claim');
-      const outcomes = await Promise.all(claimed.map(attemptOne));
-      deps.onStep?.('after-post');
-      const endpointId = claimed[0]!.endpointId;
-      const handOver =
-        chainEndpoints?.includes(endpointId) &&
-        claimed.every((delivery) => delivery.endpointId === endpointId) &&
-        outcomes.every((outcome) => outcome.health === 'success')
-          ? { endpointId, leaseMs: deps.attemptLeaseMs }
-          : undefined;
+    onStep: deps.onStep,
+    async claim(queued, chainEndpoints, lease) {
+      const claimed = await claimDeliveries(db, {
+        queued,
+        chainEndpoints,
+        endpointCap: deps.endpointCap,
+        leaseMs: deps.attemptLeaseMs,
+        lease,
+      });
+      // Nothing to wait for unless work entries are to be acknowledged.
+      const settled = queued.length > 0 ? barrier.wait() : Promise.resolve();
+      track(settled);
+      return { claimed, settled };
+    },
+    attempt: attemptOne,
+    async record(done, handOver, durable) {
+      const claimed = done.map((one) => one.delivery);
+      const outcomes = done.map((one) => ({ ...one.outcome, lease: one.delivery.lease }));
       const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();
@@ -250,22 +248,18 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
           'webhook endpoint disabled',
         );
       }
-      // The record committed without waiting for the WAL flush: the endpoint's slots are free now, and
-      // the caller may chain on at once; the batch is done (acknowledged, dead letters streamed) once
-      // the shared barrier says it is durable.
-      const settled = barrier.wait().then(async () => {
+      // The record committed without waiting for the WAL flush: the endpoint's slots are free now. What
+      // must not run before it is durable (work entries acknowledged, dead letters streamed, outbox
+      // events relayed) waits for the shared barrier; a record that only moves slots and records
+      // successes needs none (a PostgreSQL crash that forgot it means the deliveries are made again).
+      const mustWait = durable || result.events > 0 || outcomes.some((outcome) => outcome.next.status === 'DEAD');
+      if (outcomes.length === 0 && !mustWait) return { result, settled: Promise.resolve() };
+      const settled = (mustWait ? barrier.wait() : Promise.resolve()).then(async () => {
         if (result.events > 0) deps.onOutboxEvents?.();
         await afterRecord(claimed, outcomes, result.recorded);
       });
-      const tracked = settled.catch(() => {});
-      settling.add(tracked);
-      void tracked.then(() => settling.delete(tracked));
-      return {
-        attempted: claimed.length,
-        endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))],
-        handedOver: result.handedOver,
-        settled,
-      };
+      track(settled);
+      return { result, settled };
     },
     async drain() {
       while (settling.size > 0) await Promise.all([...settling]);

@@ -88,6 +88,13 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   const { db, queue, deliverer, metrics, logger, retry } = deps;
   const barrier = createDurabilityBarrier(() => flushCommits(db));
   const settling = new Set<Promise<void>>();
+  // Each outcome's series, looked up once (not a label object hashed per attempt).
+  const series = (outcome: 'success' | 'failure') => ({
+    attempts: metrics.attempts.labels({ outcome }),
+    seconds: metrics.deliverySeconds.labels({ outcome }),
+  });
+  const succeeded = series('success');
+  const failed = series('failure');
 
   function decide(delivery: ClaimedDelivery, outcome: DeliveryOutcome, at: Date): AttemptOutcome {
     let next: DeliveryNext;
@@ -151,9 +158,9 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
             body: delivery.body,
             headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets: delivery.secrets }),
           });
-    const label = { outcome: outcome.ok ? 'success' : 'failure' };
-    metrics.attempts.inc(label);
-    metrics.deliverySeconds.observe(label, outcome.durationMs / 1_000);
+    const series = outcome.ok ? succeeded : failed;
+    series.attempts.inc();
+    series.seconds.observe(outcome.durationMs / 1_000);
     return decide(delivery, outcome, at);
   }
 

@@ -572,3 +572,97 @@ describe('cap across two running dispatchers', () => {
     }
   });
 });
+
+describe('continuous lanes', () => {
+  it('renew the leases of what they hold ahead: a delivery held past its first lease is attempted once', async () => {
+    // Timeout 1 s: leases of 2 s, a POST starts only within 0.5 s of the last renewal. With one slot and
+    // 250 ms per answer, what the lane holds ahead waits ~1 s, and the whole run outlasts the lease.
+    receiver.behave(() => ({ status: 200, delayMs: 250 }), '/renew');
+    await harness.createEndpoint('org-renew', receiver.url('/renew'));
+    const events = await harness.publish('org-renew', 12);
+    await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 1_000 });
+    await until(
+      async () => (await deliveriesOf('org-renew')).filter((delivery) => delivery.status === 'SUCCEEDED').length,
+      (count) => count === events.length,
+    );
+    expect(receiver.requestsTo('/renew').map((request) => request.headers['x-webhook-id'])).toHaveLength(events.length);
+    const attempts = await harness.db
+      .selectFrom('webhook_attempts')
+      .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
+      .select('webhook_attempts.id')
+      .where('webhook_deliveries.org_id', '=', 'org-renew')
+      .execute();
+    expect(attempts).toHaveLength(events.length);
+  });
+
+  it('go on POSTing what they hold while a record waits on the database, within the cap', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const arrived: string[] = [];
+    let answerFirst: (() => void) | undefined;
+    let firstArrived!: () => void;
+    const first = new Promise<void>((resolve) => {
+      firstArrived = resolve;
+    });
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      arrived.push(String(req.headers['x-webhook-id']));
+      req.resume();
+      const answer = () => {
+        inFlight--;
+        res.end('ok');
+      };
+      if (arrived.length === 1) {
+        answerFirst = answer;
+        firstArrived();
+      } else setTimeout(answer, 5);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let unlock: (() => void) | undefined;
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-lanes', `http://127.0.0.1:${port}/lanes`);
+      const events = await harness.publish('org-lanes', 10);
+      await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 10_000 });
+      await first;
+      // Lock the first delivery's row while its POST is in flight: recording its outcome must wait.
+      const unlocked = new Promise<void>((resolve) => {
+        unlock = resolve;
+      });
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => {
+        locked = resolve;
+      });
+      const holder = harness.db.transaction().execute(async (trx) => {
+        await sql`select id from webhook_deliveries where event_id = ${arrived[0]} for update`.execute(trx);
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      answerFirst?.();
+      // A lane in batches would wait for that record; a continuous one POSTs the deliveries it holds.
+      await until(
+        async () => arrived.length,
+        (count) => count >= 3,
+      );
+      const firstDelivery = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select('status')
+        .where('event_id', '=', arrived[0]!)
+        .executeTakeFirstOrThrow();
+      expect(firstDelivery.status).toBe('PENDING');
+      unlock?.();
+      await holder;
+      await until(
+        async () => (await deliveriesOf('org-lanes')).filter((delivery) => delivery.status === 'SUCCEEDED').length,
+        (count) => count === events.length,
+      );
+      expect([...arrived].sort()).toEqual([...events].sort());
+      expect(maxInFlight).toBe(1);
+    } finally {
+      unlock?.();
+      server.close();
+    }
+  });
+});

@@ -172,6 +172,8 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     const letters: DeadLetter[] = [];
     outcomes.forEach((outcome, index) => {
       const delivery = claimed[index] as ClaimedDelivery;
+      // The usual case, a recorded success, has nothing to log.
+      if (outcome.next.status === 'SUCCEEDED' && recorded.has(delivery.id)) return;
       const context = {
         deliveryId: delivery.id,
         eventId: delivery.eventId,

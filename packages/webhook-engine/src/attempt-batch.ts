@@ -62,10 +62,10 @@ export interface BatchAttempter {
   /** Signs and POSTs one claimed delivery, and decides what comes next for it. Never rejects. */
   attempt(delivery: ClaimedDelivery): Promise<AttemptOutcome>;
   /**
-   * Records finished attempts (step 4, one statement) and, with `handOver`, moves the lane's slots on.
-   * Each outcome is recorded under its delivery's lease as it is now (`delivery.lease`: a held
-   * delivery may have been promoted since its POST started). `settled` resolves once the record is
-   * durable and its dead letters were handed to the stream. Rejects when the database fails.
+   * Records finished attempts (step 4, one statement) and, with `handOver`, takes the endpoint's next
+   * due deliveries, renews or lets go of held ones. `settled` resolves once what must wait for
+   * durability has run (entries acknowledged, dead letters handed to the stream, outbox woken).
+   * Rejects when the database fails.
    */
   record(
     done: ReadonlyArray<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>,
@@ -79,8 +79,8 @@ export interface BatchAttempter {
 }
 
 /**
- * One batch: claim (lease protocol step 3), sign each body with its endpoint's active secrets
- * (`signWebhook`), POST them all at once, record (step 4). A 2xx is SUCCEEDED; anything else is
+ * The steps a lane (endpoint-lanes.ts) drives: claim (lease protocol step 3), sign each body with its
+ * endpoint's active secrets (`signWebhook`) and POST it, record outcomes (step 4). A 2xx is SUCCEEDED; anything else is
  * retried with the retry policy's delay, or DEAD past the horizon, in which case the delivery is also
  * written to the dead-letter stream (the alerting feed), counted, and logged as an alert.
  */
@@ -248,7 +248,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     attempt: attemptOne,
     async record(done, handOver, durable) {
       const claimed = done.map((one) => one.delivery);
-      const outcomes = done.map((one) => ({ ...one.outcome, lease: one.delivery.lease }));
+      const outcomes = done.map((one) => one.outcome);
       const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();

@@ -96,10 +96,10 @@ export interface Dispatcher {
 
 /**
  * Wires one dispatcher (SPEC §7; the protocol is in lease-protocol.ts): the relay fans outbox events
- * out into queued deliveries and XADDs them; the consumer reads batches, claims, POSTs and records
- * each batch in three statements, then keeps the endpoints' freed slots busy (chaining); the scheduler
- * queues due retries and anything whose lease expired; retention deletes old rows. Any number of
- * dispatchers can share one database and one queue.
+ * out into queued deliveries and XADDs them; the consumer reads batches and hands them to one lane per
+ * endpoint, which claims, then keeps its slots POSTing while coalesced records take the next due
+ * deliveries (endpoint-lanes.ts); the scheduler queues due retries and anything whose lease expired;
+ * retention deletes old rows. Any number of dispatchers can share one database and one queue.
  */
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { db, queue, settings } = deps;

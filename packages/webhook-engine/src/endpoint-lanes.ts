@@ -44,6 +44,8 @@ interface Lane {
   endpointId: string;
   /** The a-lease this lane holds its deliveries under. */
   lease: string;
+  /** The endpoint's URL as its claim found it. */
+  url: string | undefined;
   waiting: Waiting[];
   /** Held, not started. */
   ready: ClaimedDelivery[];
@@ -179,6 +181,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           renew: renew.map((delivery) => delivery.id),
           release: release.map((delivery) => delivery.id),
           take,
+          url: lane.url,
         },
         entries.length > 0,
       );
@@ -192,6 +195,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       lane.ready.push(...result.handedOver);
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
       if (take > 0) lane.exhausted = result.handedOver.length < take;
+      // Disabled, deleted, paused elsewhere, or moved: what it holds goes back, through a claim.
+      if (result.halt) lane.winding = true;
       // The cap counts held a-leases: holding fewer than its slots, the lane gives the rest up.
       lane.slots = Math.min(lane.slots, held(lane));
     } catch (error) {
@@ -210,6 +215,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.flight.clear();
     lane.done = [];
     lane.slots = claimed.length;
+    lane.url = claimed[0]?.url;
     lane.renewedAt = claimedAt;
     lane.winding = false;
     lane.exhausted = false;
@@ -284,6 +290,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         lane = {
           endpointId: item.endpointId,
           lease: newLease(ATTEMPT_LEASE_PREFIX),
+          url: undefined,
           waiting: [{ item, done, failed }],
           ready: [],
           flight: new Set(),

@@ -574,6 +574,34 @@ describe('cap across two running dispatchers', () => {
 });
 
 describe('continuous lanes', () => {
+  it('let go of what they hold once the endpoint is disabled elsewhere', async () => {
+    let disabling = false;
+    receiver.behave(() => {
+      // Disabled while the first attempt is in flight (as an operator or another dispatcher would).
+      if (!disabling) {
+        disabling = true;
+        void harness.db
+          .updateTable('webhook_endpoints')
+          .set({ status: 'DISABLED' })
+          .where('url', '=', receiver.url('/halt'))
+          .execute();
+      }
+      return { status: 200, delayMs: 500 };
+    }, '/halt');
+    await harness.createEndpoint('org-halt', receiver.url('/halt'));
+    const events = await harness.publish('org-halt', 12);
+    // One slot: the lane holds 4 (1 claimed + 3 ahead) and would POST them all without looking.
+    await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 5_000 });
+    const settled = await until(
+      async () => (await deliveriesOf('org-halt')).filter((d) => d.status === 'SUCCEEDED' || d.status === 'SKIPPED'),
+      (rows) => rows.length === events.length,
+    );
+    const sent = receiver.requestsTo('/halt').length;
+    expect(sent).toBeGreaterThanOrEqual(1);
+    expect(sent).toBeLessThan(4);
+    expect(settled.filter((d) => d.status === 'SUCCEEDED')).toHaveLength(sent);
+  });
+
   it('renew the leases of what they hold ahead: a delivery held past its first lease is attempted once', async () => {
     // Timeout 1 s: leases of 2 s, a POST starts only within 0.5 s of the last renewal. With one slot and
     // 250 ms per answer, what the lane holds ahead waits ~1 s, and the whole run outlasts the lease.

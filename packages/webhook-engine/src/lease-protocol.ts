@@ -364,6 +364,8 @@ export interface RecordResult {
   handedOver: ClaimedDelivery[];
   /** With `handOver.renew`: those of them still held under the lease (the others were replayed or taken over). */
   kept: Set<string>;
+  /** With `handOver.url`: the endpoint is disabled, deleted or paused, or its URL changed. */
+  halt: boolean;
   /** Endpoints disabled by this record (410, or failing for `disableAfterMs`). */
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
@@ -380,6 +382,11 @@ export interface HandOver {
   renew?: readonly string[];
   /** Deliveries held under `lease` to let go (lease cleared; the due scan hands them out again). @default none */
   release?: readonly string[];
+  /**
+   * The URL the caller's held deliveries go to: `RecordResult.halt` says when the endpoint no longer
+   * takes deliveries there (disabled, deleted, paused, or its URL changed).
+   */
+  url?: string;
   /**
    * How many of the endpoint's next due deliveries to take. @default as many as the recorded
    * deliveries whose a-lease was still live (a batch's hand-over: the count never grows)
@@ -403,7 +410,7 @@ export async function recordOutcomes(
 ): Promise<RecordResult> {
   const handOver = options.handOver;
   if (outcomes.length === 0 && !handOver)
-    return { recorded: new Set(), handedOver: [], kept: new Set(), disabled: [], events: 0 };
+    return { recorded: new Set(), handedOver: [], kept: new Set(), halt: false, disabled: [], events: 0 };
   const lease = handOver?.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
   const renew = handOver?.renew ?? [];
   const release = handOver?.release ?? [];
@@ -427,7 +434,7 @@ export async function recordOutcomes(
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
   const { rows } = await sql<{
-    kind: 'recorded' | 'kept' | 'released' | 'handed' | 'disabled' | 'events';
+    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events';
     id: string | null;
     reason: string | null;
   }>`
@@ -546,6 +553,12 @@ export async function recordOutcomes(
     select 'recorded' as kind, id, null as reason from updated
     union all select 'kept', id, null from renewed
     union all select 'released', null, (select count(1) from let_go)::text
+    union all select 'halt', null, 'halt' where ${handOver?.url ?? null}::text is not null and not exists (
+      select 1 from webhook_endpoints endpoint
+      where endpoint.id = ${handOver?.endpointId ?? null}::text and endpoint.url = ${handOver?.url ?? null}::text
+        and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+        and not coalesce(endpoint.paused_until > now(), false)
+    )
     union all select 'handed', null, (
       select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
         'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
@@ -563,10 +576,18 @@ export async function recordOutcomes(
     -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
     union all select 'async', null, set_config('synchronous_commit', 'off', true)
   `.execute(db);
-  const result: RecordResult = { recorded: new Set(), handedOver: [], kept: new Set(), disabled: [], events: 0 };
+  const result: RecordResult = {
+    recorded: new Set(),
+    handedOver: [],
+    kept: new Set(),
+    halt: false,
+    disabled: [],
+    events: 0,
+  };
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
     else if (row.kind === 'kept' && row.id) result.kept.add(row.id);
+    else if (row.kind === 'halt') result.halt = true;
     else if (row.kind === 'handed' && row.reason) {
       const taken = JSON.parse(row.reason) as Array<Omit<ClaimedDelivery, 'lease'>>;
       result.handedOver = taken.map((delivery) => ({ ...delivery, ageMs: Number(delivery.ageMs), lease }));

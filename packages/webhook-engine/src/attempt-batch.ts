@@ -8,6 +8,7 @@ import {
   type AttemptOutcome,
   type ClaimedDelivery,
   claimDeliveries,
+  countEndpointLeases,
   createDurabilityBarrier,
   type DeliveryNext,
   flushCommits,
@@ -59,6 +60,8 @@ export interface BatchAttempter {
     chainEndpoints: readonly string[],
     lease: string,
   ): Promise<{ claimed: ClaimedDelivery[]; settled: Promise<void> }>;
+  /** Live a-leases of an endpoint, this lane's (`lease`) and the others', counted under the claim's lock. */
+  countLeases(endpointId: string, lease: string): Promise<{ mine: number; others: number }>;
   /** Signs and POSTs one claimed delivery, and decides what comes next for it. Never rejects. */
   attempt(delivery: ClaimedDelivery): Promise<AttemptOutcome>;
   /**
@@ -245,6 +248,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
       track(settled);
       return { claimed, settled };
     },
+    countLeases: (endpointId, lease) => countEndpointLeases(db, endpointId, lease),
     attempt: attemptOne,
     async record(done, handOver, durable) {
       const claimed = done.map((one) => one.delivery);

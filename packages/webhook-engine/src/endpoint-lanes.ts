@@ -64,6 +64,8 @@ interface Lane {
   exhausted: boolean;
   /** A statement failed: the lane stops, and what it holds comes back when the leases expire. */
   broken: boolean;
+  /** `performance.now()` of the last look for more slots. */
+  grewAt: number;
   finished?: () => void;
 }
 
@@ -80,6 +82,9 @@ interface Lane {
  * records it) on a failed attempt (so pauses, disables and retries take the claim's path) and on
  * stop, and ends once it is out of work; while work comes, it claims again.
  */
+/** A lane below the cap looks for more slots at most this often. */
+const GROW_INTERVAL_MS = 50;
+
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
   const { attempter, endpointCap, logger } = options;
   const lanes = new Map<string, Lane>();
@@ -134,6 +139,19 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     }
     if (!lane.recording && !lane.broken && needsRecord(lane)) {
       void record(lane);
+      return;
+    }
+    // Saturated below the cap with work waiting: look (now and then) for slots nobody holds.
+    if (
+      !lane.recording &&
+      !lane.winding &&
+      !lane.broken &&
+      lane.slots < endpointCap &&
+      lane.flight.size >= lane.slots &&
+      lane.ready.length > 0 &&
+      performance.now() - lane.grewAt >= GROW_INTERVAL_MS
+    ) {
+      void grow(lane);
       return;
     }
     if (
@@ -209,6 +227,26 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     }
   }
 
+  /**
+   * More slots, when nobody holds them (lease protocol step 3b): counted under the claim's lock, and
+   * never more than the lane holds a-leases, so others' claims count them. Runs as the lane's one
+   * statement in flight (no record changes what the lane holds meanwhile).
+   */
+  async function grow(lane: Lane): Promise<void> {
+    lane.recording = true;
+    lane.grewAt = performance.now();
+    try {
+      const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
+      const slots = Math.min(endpointCap - others, mine, held(lane));
+      if (slots > lane.slots) lane.slots = slots;
+    } catch (error) {
+      logger.warn({ err: error, endpointId: lane.endpointId }, 'counting webhook slots failed');
+    } finally {
+      lane.recording = false;
+      pump(lane);
+    }
+  }
+
   /** Runs the lane from its claimed deliveries until it has wound down or run out of work. */
   function run(lane: Lane, claimed: readonly ClaimedDelivery[], claimedAt: number): Promise<void> {
     lane.ready = [...claimed];
@@ -220,6 +258,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.winding = false;
     lane.exhausted = false;
     lane.broken = false;
+    lane.grewAt = performance.now();
     return new Promise<void>((resolve) => {
       lane.finished = () => {
         lane.finished = undefined;
@@ -301,6 +340,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           winding: false,
           exhausted: false,
           broken: false,
+          grewAt: 0,
         };
         lanes.set(item.endpointId, lane);
         // Started after the current read's entries are all in, so the first claim takes them together.

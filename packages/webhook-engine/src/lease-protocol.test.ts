@@ -574,6 +574,42 @@ describe('cap across two running dispatchers', () => {
 });
 
 describe('continuous lanes', () => {
+  it('grow to the cap when more work comes than their claim found', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    let answered = 0;
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      req.resume();
+      setTimeout(() => {
+        inFlight--;
+        answered++;
+        res.end('ok');
+      }, 150);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-grow', `http://127.0.0.1:${port}/grow`);
+      await harness.startDispatcher({ endpointConcurrency: 4, timeoutMs: 5_000 });
+      // The lane's claim finds one delivery: one slot. The rest arrive while it is in flight.
+      await harness.publish('org-grow', 1);
+      await until(
+        async () => inFlight,
+        (count) => count === 1,
+      );
+      await harness.publish('org-grow', 24);
+      await until(
+        async () => answered,
+        (count) => count === 25,
+      );
+      expect(maxInFlight).toBe(4);
+    } finally {
+      server.close();
+    }
+  });
+
   it('let go of what they hold once the endpoint is disabled elsewhere', async () => {
     let disabling = false;
     receiver.behave(() => {

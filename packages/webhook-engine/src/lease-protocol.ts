@@ -53,9 +53,10 @@
  * rows, not POSTs: a lane's a-leased rows are its POSTs in flight, its finished but unrecorded ones
  * and those held ahead, never fewer than its POSTs in flight (each POST is on a row it holds), and it
  * keeps at least as many as its slots or gives the difference up for good (its slots only ever come
- * from a claim). Others' claims thus count at least every lane's slots, and the sum of all slots, and
- * of all POSTs in flight, stays within the cap; the over-count (held-ahead rows) only keeps others
- * from claiming while a lane is busy, as its slots would anyway. A lane starts a POST only while its
+ * from a claim, or from step 3b: under the claim's lock, `min(cap − others' live a-leases, its own)`).
+ * Others' claims thus count at least every lane's slots, and the sum of all slots, and of all POSTs
+ * in flight, stays within the cap; the over-count (held-ahead rows) only keeps others from claiming
+ * while a lane is busy, as its slots would anyway. A lane starts a POST only while its
  * leases, taken or renewed at most `(lease − WEBHOOK_TIMEOUT_MS) / 2` ago by its own clock, outlive
  * the attempt; a record renews them halfway there. The crash bound is unchanged: a dead lane's rows
  * are free `lease` after their last renewal. A replay clears the lease, so the renewal, the record and
@@ -329,6 +330,33 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       ageMs: Number(row.age_ms),
       lease,
     }));
+  });
+}
+
+/**
+ * Step 3b, for a lane that runs fewer slots than the cap (its claim found fewer due deliveries, or
+ * others held some): under the same advisory lock as a claim, counts the endpoint's live a-leases, its
+ * own and the others'. The lane may then run `min(cap − others, mine)` slots: others' a-leases are
+ * never fewer than their slots, and it holds at least that many itself, so every claim still counts
+ * them (see "Lanes"). Changes no row.
+ */
+export async function countEndpointLeases(
+  db: Kysely<Database>,
+  endpointId: string,
+  lease: string,
+): Promise<{ mine: number; others: number }> {
+  return db.transaction().execute(async (trx) => {
+    await sql`
+      select set_config('synchronous_commit', 'off', true),
+        pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-claim:' || ${endpointId}::text, 0))
+    `.execute(trx);
+    const { rows } = await sql<{ mine: number; others: number }>`
+      select count(1) filter (where lease_token = ${lease})::int as mine,
+        count(1) filter (where lease_token <> ${lease})::int as others
+      from webhook_deliveries
+      where endpoint_id = ${endpointId}::text and lease_token like 'a:%' and status = 'PENDING' and leased_until > now()
+    `.execute(trx);
+    return rows[0] ?? { mine: 0, others: 0 };
   });
 }
 

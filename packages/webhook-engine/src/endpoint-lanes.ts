@@ -64,8 +64,10 @@ interface Lane {
   exhausted: boolean;
   /** A statement failed: the lane stops, and what it holds comes back when the leases expire. */
   broken: boolean;
-  /** `performance.now()` of the last look for more slots. */
-  grewAt: number;
+  /** `performance.now()` when it may next look for more slots. */
+  growAt: number;
+  /** The wait before the look after that. */
+  growEveryMs: number;
   finished?: () => void;
 }
 
@@ -82,8 +84,10 @@ interface Lane {
  * records it) on a failed attempt (so pauses, disables and retries take the claim's path) and on
  * stop, and ends once it is out of work; while work comes, it claims again.
  */
-/** A lane below the cap looks for more slots at most this often. */
+/** A lane below the cap looks for more slots at most this often… */
 const GROW_INTERVAL_MS = 50;
+/** …and, while it finds none (others hold them), half as often each time, down to this. */
+const GROW_INTERVAL_MAX_MS = 1_000;
 
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
   const { attempter, endpointCap, logger } = options;
@@ -149,7 +153,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       lane.slots < endpointCap &&
       lane.flight.size >= lane.slots &&
       lane.ready.length > 0 &&
-      performance.now() - lane.grewAt >= GROW_INTERVAL_MS
+      performance.now() >= lane.growAt
     ) {
       void grow(lane);
       return;
@@ -234,12 +238,16 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
    */
   async function grow(lane: Lane): Promise<void> {
     lane.recording = true;
-    lane.grewAt = performance.now();
     try {
       const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
       const slots = Math.min(endpointCap - others, mine, held(lane));
       if (slots > lane.slots) lane.slots = slots;
+      // Others holding the rest: look less often; holding too few itself: as before.
+      lane.growEveryMs =
+        endpointCap - others <= lane.slots ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
+      lane.growAt = performance.now() + lane.growEveryMs;
     } catch (error) {
+      lane.growAt = performance.now() + GROW_INTERVAL_MAX_MS;
       logger.warn({ err: error, endpointId: lane.endpointId }, 'counting webhook slots failed');
     } finally {
       lane.recording = false;
@@ -258,7 +266,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.winding = false;
     lane.exhausted = false;
     lane.broken = false;
-    lane.grewAt = performance.now();
+    lane.growAt = performance.now() + GROW_INTERVAL_MS;
+    lane.growEveryMs = GROW_INTERVAL_MS;
     return new Promise<void>((resolve) => {
       lane.finished = () => {
         lane.finished = undefined;
@@ -340,7 +349,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           winding: false,
           exhausted: false,
           broken: false,
-          grewAt: 0,
+          growAt: 0,
+          growEveryMs: GROW_INTERVAL_MS,
         };
         lanes.set(item.endpointId, lane);
         // Started after the current read's entries are all in, so the first claim takes them together.

@@ -3,10 +3,11 @@ import type { AddressInfo } from 'node:net';
 import { createDatabase, deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
 import { sql } from 'kysely';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createConsumer, MAX_ENTRY_RECEIVES } from './consumer.js';
 import { streamMissedDeadLetters } from './dead-letters.js';
 import { readResponseStart } from './deliver.js';
+import type { Dispatcher } from './dispatcher.js';
 import {
   type AttemptOutcome,
   claimDeliveries,
@@ -539,6 +540,12 @@ describe('deleting an endpoint', () => {
   });
 });
 
+// Dispatchers started by a test run until it ends: each test's endpoint cap is its own.
+const running: Dispatcher[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((dispatcher) => dispatcher.stop()));
+});
+
 describe('cap across two running dispatchers', () => {
   it('has at most one request in flight to an endpoint with WEBHOOK_ENDPOINT_CONCURRENCY=1', async () => {
     let inFlight = 0;
@@ -558,8 +565,8 @@ describe('cap across two running dispatchers', () => {
     try {
       const { port } = server.address() as AddressInfo;
       await harness.createEndpoint('org-cap1', `http://127.0.0.1:${port}/one`);
-      await harness.startDispatcher({ endpointConcurrency: 1 });
-      await harness.startDispatcher({ endpointConcurrency: 1 });
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
       await harness.publish('org-cap1', 20);
       await until(
         async () => answered,
@@ -592,7 +599,7 @@ describe('continuous lanes', () => {
     try {
       const { port } = server.address() as AddressInfo;
       await harness.createEndpoint('org-grow', `http://127.0.0.1:${port}/grow`);
-      await harness.startDispatcher({ endpointConcurrency: 4, timeoutMs: 5_000 });
+      running.push(await harness.startDispatcher({ endpointConcurrency: 4, timeoutMs: 5_000 }));
       // The lane's claim finds one delivery: one slot. The rest arrive while it is in flight.
       await harness.publish('org-grow', 1);
       await until(
@@ -627,7 +634,7 @@ describe('continuous lanes', () => {
     await harness.createEndpoint('org-halt', receiver.url('/halt'));
     const events = await harness.publish('org-halt', 12);
     // One slot: the lane holds 4 (1 claimed + 3 ahead) and would POST them all without looking.
-    await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 5_000 });
+    running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 5_000 }));
     const settled = await until(
       async () => (await deliveriesOf('org-halt')).filter((d) => d.status === 'SUCCEEDED' || d.status === 'SKIPPED'),
       (rows) => rows.length === events.length,
@@ -644,7 +651,7 @@ describe('continuous lanes', () => {
     receiver.behave(() => ({ status: 200, delayMs: 250 }), '/renew');
     await harness.createEndpoint('org-renew', receiver.url('/renew'));
     const events = await harness.publish('org-renew', 12);
-    await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 1_000 });
+    running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 1_000 }));
     await until(
       async () => (await deliveriesOf('org-renew')).filter((delivery) => delivery.status === 'SUCCEEDED').length,
       (count) => count === events.length,
@@ -688,7 +695,7 @@ describe('continuous lanes', () => {
       const { port } = server.address() as AddressInfo;
       await harness.createEndpoint('org-lanes', `http://127.0.0.1:${port}/lanes`);
       const events = await harness.publish('org-lanes', 10);
-      await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 10_000 });
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 10_000 }));
       await first;
       // Lock the first delivery's row while its POST is in flight: recording its outcome must wait.
       const unlocked = new Promise<void>((resolve) => {

@@ -633,7 +633,7 @@ describe('continuous lanes', () => {
     }, '/halt');
     await harness.createEndpoint('org-halt', receiver.url('/halt'));
     const events = await harness.publish('org-halt', 12);
-    // One slot: the lane holds 4 (1 claimed + 3 ahead) and would POST them all without looking.
+    // One slot: the lane holds 6 (1 claimed + 5 ahead) and would POST them all without looking.
     running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 5_000 }));
     const settled = await until(
       async () => (await deliveriesOf('org-halt')).filter((d) => d.status === 'SUCCEEDED' || d.status === 'SKIPPED'),

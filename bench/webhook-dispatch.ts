@@ -20,6 +20,8 @@ const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000);
 const ENDPOINTS = Number(process.env.BENCH_ENDPOINTS ?? 1);
 const ENDPOINT_CONCURRENCY = Number(process.env.WEBHOOK_ENDPOINT_CONCURRENCY ?? 10);
 const CONCURRENCY = Number(process.env.WEBHOOK_CONCURRENCY ?? 100);
+/** Dispatchers sharing the work, in this process. */
+const DISPATCHERS = Number(process.env.BENCH_DISPATCHERS ?? 1);
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const INSERT_BATCH = 1_000;
@@ -55,15 +57,19 @@ try {
   const deliveries = EVENTS * ENDPOINTS;
 
   const started = performance.now();
-  const dispatcher = await harness.startDispatcher({
-    timeoutMs: 10_000,
-    retryBaseMs: 5_000,
-    retryHorizonMs: 3 * 24 * 3_600_000,
-    pollIntervalMs: 500,
-    concurrency: CONCURRENCY,
-    endpointConcurrency: ENDPOINT_CONCURRENCY,
-    batchSize: 200,
-  });
+  const dispatchers = await Promise.all(
+    Array.from({ length: DISPATCHERS }, () =>
+      harness.startDispatcher({
+        timeoutMs: 10_000,
+        retryBaseMs: 5_000,
+        retryHorizonMs: 3 * 24 * 3_600_000,
+        pollIntervalMs: 500,
+        concurrency: CONCURRENCY,
+        endpointConcurrency: ENDPOINT_CONCURRENCY,
+        batchSize: 200,
+      }),
+    ),
+  );
   const seen = new Set<string>();
   let counted = 0;
   await receiver.waitFor((requests) => {
@@ -74,7 +80,7 @@ try {
     return seen.size >= deliveries;
   }, 600_000);
   const seconds = (performance.now() - started) / 1_000;
-  await dispatcher.stop();
+  await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
 
   const rate = deliveries / seconds;
   process.stdout.write(
@@ -86,7 +92,7 @@ try {
       duplicates: receiver.requests.length - deliveries,
       seconds: Number(seconds.toFixed(2)),
       deliveriesPerSecond: Math.round(rate),
-      dispatchers: 1,
+      dispatchers: DISPATCHERS,
       concurrency: CONCURRENCY,
       endpointConcurrency: ENDPOINT_CONCURRENCY,
       cpus: availableParallelism(),

@@ -8,10 +8,13 @@ import {
   type AttemptOutcome,
   type ClaimedDelivery,
   claimDeliveries,
+  countEndpointLeases,
   createDurabilityBarrier,
   type DeliveryNext,
   flushCommits,
+  type HandOver,
   type QueuedDelivery,
+  type RecordResult,
   recordOutcomes,
 } from './lease-protocol.js';
 import type { DispatcherMetrics } from './metrics.js';
@@ -45,44 +48,42 @@ export interface BatchAttempterDeps {
   onStep?(step: 'after-claim' | 'after-post'): void;
 }
 
-export interface BatchResult {
-  /** Attempts made. */
-  attempted: number;
-  /** Endpoints that had an attempt: their slots are free again, to chain on. */
-  endpoints: string[];
-  /** Claimed by this batch's record in the slots it freed: the next batch, without a claim. */
-  handedOver: ClaimedDelivery[];
-  /**
-   * Resolves once the batch's claim and record are durable (the WAL is flushed past them) and its
-   * dead letters have been handed to the stream; only then may its work entries be acknowledged.
-   * Rejects when the flush failed (the entries are then reclaimed and found done or tried again).
-   */
-  settled: Promise<void>;
-}
-
 export interface BatchAttempter {
   /**
-   * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones), POSTs
-   * them concurrently and records the outcomes: three statements for the whole batch, plus a share of
-   * one durability barrier (`settled`). With `handedOver` (the previous batch's record claimed them),
-   * they are attempted, and a claim is made only when entries are waiting and the hand-over left room
-   * under the cap (otherwise the named deliveries were considered by that hand-over). When every attempt of a one-endpoint batch succeeded and that endpoint is in
-   * `chainEndpoints`, the record hands its slots over to the endpoint's next due deliveries
-   * (`handedOver` of the result): two statements become one per batch while an endpoint has work.
-   * Rejects only when the database fails (the work entries are then reclaimed and done again).
+   * Claims the named deliveries (and with `chainEndpoints`, those endpoints' next due ones) under
+   * `lease` (lease protocol step 3, the cap enforced atomically). `settled` resolves once the claim is
+   * durable; only then may the entries naming these deliveries be acknowledged. Rejects when the
+   * database fails (the entries are then reclaimed and done again).
    */
-  run(
+  claim(
     queued: readonly QueuedDelivery[],
-    chainEndpoints?: readonly string[],
-    handedOver?: readonly ClaimedDelivery[],
-  ): Promise<BatchResult>;
-  /** Resolves once every batch run so far has settled (for a clean stop). */
+    chainEndpoints: readonly string[],
+    lease: string,
+  ): Promise<{ claimed: ClaimedDelivery[]; settled: Promise<void> }>;
+  /** Live a-leases of an endpoint, this lane's (`lease`) and the others', counted under the claim's lock. */
+  countLeases(endpointId: string, lease: string): Promise<{ mine: number; others: number }>;
+  /** Signs and POSTs one claimed delivery, and decides what comes next for it. Never rejects. */
+  attempt(delivery: ClaimedDelivery): Promise<AttemptOutcome>;
+  /**
+   * Records finished attempts (step 4, one statement) and, with `handOver`, takes the endpoint's next
+   * due deliveries, renews or lets go of held ones. `settled` resolves once what must wait for
+   * durability has run (entries acknowledged, dead letters handed to the stream, outbox woken).
+   * Rejects when the database fails.
+   */
+  record(
+    done: ReadonlyArray<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>,
+    handOver: HandOver | undefined,
+    /** Wait for durability even without outcomes (work entries ride on this record). */
+    durable?: boolean,
+  ): Promise<{ result: RecordResult; settled: Promise<void> }>;
+  /** Resolves once every claim and record so far has settled (for a clean stop). */
   drain(): Promise<void>;
+  onStep?(step: 'after-claim' | 'after-post'): void;
 }
 
 /**
- * One batch: claim (lease protocol step 3), sign each body with its endpoint's active secrets
- * (`signWebhook`), POST them all at once, record (step 4). A 2xx is SUCCEEDED; anything else is
+ * The steps a lane (endpoint-lanes.ts) drives: claim (lease protocol step 3), sign each body with its
+ * endpoint's active secrets (`signWebhook`) and POST it, record outcomes (step 4). A 2xx is SUCCEEDED; anything else is
  * retried with the retry policy's delay, or DEAD past the horizon, in which case the delivery is also
  * written to the dead-letter stream (the alerting feed), counted, and logged as an alert.
  */
@@ -90,6 +91,13 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   const { db, queue, deliverer, metrics, logger, retry } = deps;
   const barrier = createDurabilityBarrier(() => flushCommits(db));
   const settling = new Set<Promise<void>>();
+  // Each outcome's series, looked up once (not a label object hashed per attempt).
+  const series = (outcome: 'success' | 'failure') => ({
+    attempts: metrics.attempts.labels({ outcome }),
+    seconds: metrics.deliverySeconds.labels({ outcome }),
+  });
+  const succeeded = series('success');
+  const failed = series('failure');
 
   function decide(delivery: ClaimedDelivery, outcome: DeliveryOutcome, at: Date): AttemptOutcome {
     let next: DeliveryNext;
@@ -153,9 +161,9 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
             body: delivery.body,
             headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets: delivery.secrets }),
           });
-    const label = { outcome: outcome.ok ? 'success' : 'failure' };
-    metrics.attempts.inc(label);
-    metrics.deliverySeconds.observe(label, outcome.durationMs / 1_000);
+    const series = outcome.ok ? succeeded : failed;
+    series.attempts.inc();
+    series.seconds.observe(outcome.durationMs / 1_000);
     return decide(delivery, outcome, at);
   }
 
@@ -167,6 +175,8 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     const letters: DeadLetter[] = [];
     outcomes.forEach((outcome, index) => {
       const delivery = claimed[index] as ClaimedDelivery;
+      // The usual case, a recorded success, has nothing to log.
+      if (outcome.next.status === 'SUCCEEDED' && recorded.has(delivery.id)) return;
       const context = {
         deliveryId: delivery.id,
         eventId: delivery.eventId,
@@ -217,31 +227,32 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     }
   }
 
+  const track = (settled: Promise<void>) => {
+    const tracked = settled.catch(() => {});
+    settling.add(tracked);
+    void tracked.then(() => settling.delete(tracked));
+  };
+
   return {
-    async run(queued, chainEndpoints, handedOver) {
-      const claimed = [...(handedOver ?? [])];
-      // A hand-over keeps the slots a batch had; new entries with room under the cap widen it.
-      if (claimed.length === 0 || (queued.length > 0 && claimed.length < deps.endpointCap)) {
-        claimed.push(
-          ...(await claimDeliveries(db, {
-            queued,
-            chainEndpoints,
-            endpointCap: deps.endpointCap,
-            leaseMs: deps.attemptLeaseMs,
-          })),
-        );
-      }
-      if (claimed.length === 0) return { attempted: 0, endpoints: [], handedOver: [], settled: Promise.resolve() };
-      deps.onStep?.('after-claim');
-      const outcomes = await Promise.all(claimed.map(attemptOne));
-      deps.onStep?.('after-post');
-      const endpointId = claimed[0]!.endpointId;
-      const handOver =
-        chainEndpoints?.includes(endpointId) &&
-        claimed.every((delivery) => delivery.endpointId === endpointId) &&
-        outcomes.every((outcome) => outcome.health === 'success')
-          ? { endpointId, leaseMs: deps.attemptLeaseMs }
-          : undefined;
+    onStep: deps.onStep,
+    async claim(queued, chainEndpoints, lease) {
+      const claimed = await claimDeliveries(db, {
+        queued,
+        chainEndpoints,
+        endpointCap: deps.endpointCap,
+        leaseMs: deps.attemptLeaseMs,
+        lease,
+      });
+      // Nothing to wait for unless work entries are to be acknowledged.
+      const settled = queued.length > 0 ? barrier.wait() : Promise.resolve();
+      track(settled);
+      return { claimed, settled };
+    },
+    countLeases: (endpointId, lease) => countEndpointLeases(db, endpointId, lease),
+    attempt: attemptOne,
+    async record(done, handOver, durable) {
+      const claimed = done.map((one) => one.delivery);
+      const outcomes = done.map((one) => one.outcome);
       const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();
@@ -250,22 +261,18 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
           'webhook endpoint disabled',
         );
       }
-      // The record committed without waiting for the WAL flush: the endpoint's slots are free now, and
-      // the caller may chain on at once; the batch is done (acknowledged, dead letters streamed) once
-      // the shared barrier says it is durable.
-      const settled = barrier.wait().then(async () => {
+      // The record committed without waiting for the WAL flush: the endpoint's slots are free now. What
+      // must not run before it is durable (work entries acknowledged, dead letters streamed, outbox
+      // events relayed) waits for the shared barrier; a record that only moves slots and records
+      // successes needs none (a PostgreSQL crash that forgot it means the deliveries are made again).
+      const mustWait = durable || result.events > 0 || outcomes.some((outcome) => outcome.next.status === 'DEAD');
+      if (outcomes.length === 0 && !mustWait) return { result, settled: Promise.resolve() };
+      const settled = (mustWait ? barrier.wait() : Promise.resolve()).then(async () => {
         if (result.events > 0) deps.onOutboxEvents?.();
         await afterRecord(claimed, outcomes, result.recorded);
       });
-      const tracked = settled.catch(() => {});
-      settling.add(tracked);
-      void tracked.then(() => settling.delete(tracked));
-      return {
-        attempted: claimed.length,
-        endpoints: [...new Set(claimed.map((delivery) => delivery.endpointId))],
-        handedOver: result.handedOver,
-        settled,
-      };
+      track(settled);
+      return { result, settled };
     },
     async drain() {
       while (settling.size > 0) await Promise.all([...settling]);

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { errors, Pool } from 'undici';
 import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
@@ -115,15 +116,15 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
 
   // Attempts in flight, oldest first (every attempt gets the same timeout, so the order of starting is
   // the order of their deadlines); one timer aborts those past their deadline.
-  const inFlight = new Set<{ deadline: number; controller: AbortController }>();
+  const inFlight = new Set<AttemptSignal>();
   let deadlineTimer: NodeJS.Timeout | undefined;
-  const abort = (expired: ReadonlyArray<{ controller: AbortController }>) => {
-    for (const attempt of expired) attempt.controller.abort(new DOMException('The attempt timed out', 'TimeoutError'));
+  const abort = (expired: readonly AttemptSignal[]) => {
+    for (const attempt of expired) attempt.abort(new DOMException('The attempt timed out', 'TimeoutError'));
   };
   const checkDeadlines = () => {
     deadlineTimer = undefined;
     const now = performance.now();
-    const expired: Array<{ controller: AbortController }> = [];
+    const expired: AttemptSignal[] = [];
     for (const attempt of inFlight) {
       if (attempt.deadline > now) {
         deadlineTimer = setTimeout(checkDeadlines, Math.max(1, attempt.deadline - now));
@@ -144,25 +145,23 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
   return {
     async deliver({ endpointId, url, body, headers }) {
       const started = performance.now();
-      const elapsed = () => Math.round(performance.now() - started);
       // An IP-literal host is connected to without any lookup, so it is checked here.
       const parsed = parse(url);
       if ('refused' in parsed) {
         return {
           ok: false,
           statusCode: null,
-          durationMs: elapsed(),
+          durationMs: Math.round(performance.now() - started),
           error: `refused: ${parsed.refused}`,
           retryAfter: null,
         };
       }
-      const attempt = { deadline: started + timeoutMs, controller: new AbortController() };
-      inFlight.add(attempt);
+      const signal = new AttemptSignal(started + timeoutMs);
+      inFlight.add(signal);
       if (!deadlineTimer) {
         deadlineTimer = setTimeout(checkDeadlines, timeoutMs);
         deadlineTimer.unref();
       }
-      const signal = attempt.controller.signal;
       try {
         const response = await poolFor(endpointId, parsed.url.origin).request({
           path: parsed.url.pathname + parsed.url.search,
@@ -181,7 +180,7 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
         return {
           ok: statusCode >= 200 && statusCode < 300,
           statusCode,
-          durationMs: elapsed(),
+          durationMs: Math.round(performance.now() - started),
           error: describeStatus(statusCode),
           retryAfter: Array.isArray(retryAfter) ? (retryAfter[0] ?? null) : (retryAfter ?? null),
           responseBody,
@@ -190,12 +189,12 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
         return {
           ok: false,
           statusCode: null,
-          durationMs: elapsed(),
+          durationMs: Math.round(performance.now() - started),
           error: describeError(error, timeoutMs),
           retryAfter: null,
         };
       } finally {
-        inFlight.delete(attempt);
+        inFlight.delete(signal);
       }
     },
     async close() {
@@ -216,7 +215,7 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
  */
 export async function readResponseStart(
   body: AsyncIterable<Uint8Array> & { destroy(): unknown },
-  signal: AbortSignal,
+  signal: { readonly aborted: boolean },
 ): Promise<string | null> {
   const kept: Uint8Array[] = [];
   let keptBytes = 0;
@@ -241,6 +240,24 @@ export async function readResponseStart(
   if (keptBytes === 0) return null;
   const text = new TextDecoder('utf-8').decode(Buffer.concat(kept), { stream: true }).replaceAll('\u0000', '');
   return text.length > 0 ? text : null;
+}
+
+/**
+ * One attempt's abort signal, in the shape undici also accepts (an EventEmitter with `aborted` and
+ * `reason`): a DOM `AbortController` costs several µs to create and collect, per attempt.
+ */
+class AttemptSignal extends EventEmitter {
+  aborted = false;
+  reason: unknown = undefined;
+  constructor(readonly deadline: number) {
+    super();
+  }
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.emit('abort');
+  }
 }
 
 function describeStatus(statusCode: number): string | null {

@@ -7,7 +7,7 @@ import type { Registry } from 'prom-client';
 import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
-import { createEndpointLanes } from './endpoint-lanes.js';
+import { createEndpointLanes, type EndpointLanes } from './endpoint-lanes.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
 import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
@@ -96,10 +96,10 @@ export interface Dispatcher {
 
 /**
  * Wires one dispatcher (SPEC §7; the protocol is in lease-protocol.ts): the relay fans outbox events
- * out into queued deliveries and XADDs them; the consumer reads batches, claims, POSTs and records
- * each batch in three statements, then keeps the endpoints' freed slots busy (chaining); the scheduler
- * queues due retries and anything whose lease expired; retention deletes old rows. Any number of
- * dispatchers can share one database and one queue.
+ * out into queued deliveries and XADDs them; the consumer reads batches and hands them to one lane per
+ * endpoint, which claims, then keeps its slots POSTing while coalesced records take the next due
+ * deliveries (endpoint-lanes.ts); the scheduler queues due retries and anything whose lease expired;
+ * retention deletes old rows. Any number of dispatchers can share one database and one queue.
  */
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { db, queue, settings } = deps;
@@ -166,18 +166,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         entries.flatMap(({ message }) =>
           message
             ? message.deliveryIds.map((deliveryId) =>
-                lanes.push({ deliveryId, endpointId: message.endpointId, lease: message.lease }),
+                lanes!.push({ deliveryId, endpointId: message.endpointId, lease: message.lease }),
               )
             : [],
         ),
       );
     },
   });
-  const lanes = createEndpointLanes({
-    run: (queued, chain, handedOver) => attempter!.run(queued, chain, handedOver),
-    running: () => state === 'running',
-    logger,
-  });
+  let lanes: EndpointLanes | undefined;
 
   queue.onReset(() => {
     void scheduler
@@ -214,6 +210,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         onStep: deps.onStep,
         random: deps.random,
       });
+      lanes = createEndpointLanes({
+        attempter,
+        running: () => state === 'running',
+        endpointCap: endpointConcurrency,
+        leaseMs,
+        timeoutMs: settings.timeoutMs,
+        logger,
+      });
       state = 'running';
       consumer.start();
       scheduler.start();
@@ -237,7 +241,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         state = 'stopping';
         await listener?.stop();
         await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
-        // Lanes end with the consumer; batches they chained settle (durable, dead letters streamed) here.
+        // Lanes end once their POSTs in flight are recorded; those records settle (durable, dead letters
+        // streamed) here.
+        await lanes?.drain();
         await attempter?.drain();
         await deliverer?.close();
         state = 'stopped';

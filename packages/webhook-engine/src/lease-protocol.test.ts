@@ -3,10 +3,11 @@ import type { AddressInfo } from 'node:net';
 import { createDatabase, deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
 import { sql } from 'kysely';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createConsumer, MAX_ENTRY_RECEIVES } from './consumer.js';
 import { streamMissedDeadLetters } from './dead-letters.js';
 import { readResponseStart } from './deliver.js';
+import type { Dispatcher } from './dispatcher.js';
 import {
   type AttemptOutcome,
   claimDeliveries,
@@ -539,6 +540,12 @@ describe('deleting an endpoint', () => {
   });
 });
 
+// Dispatchers started by a test run until it ends: each test's endpoint cap is its own.
+const running: Dispatcher[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((dispatcher) => dispatcher.stop()));
+});
+
 describe('cap across two running dispatchers', () => {
   it('has at most one request in flight to an endpoint with WEBHOOK_ENDPOINT_CONCURRENCY=1', async () => {
     let inFlight = 0;
@@ -558,8 +565,8 @@ describe('cap across two running dispatchers', () => {
     try {
       const { port } = server.address() as AddressInfo;
       await harness.createEndpoint('org-cap1', `http://127.0.0.1:${port}/one`);
-      await harness.startDispatcher({ endpointConcurrency: 1 });
-      await harness.startDispatcher({ endpointConcurrency: 1 });
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
       await harness.publish('org-cap1', 20);
       await until(
         async () => answered,
@@ -602,6 +609,164 @@ describe('cap across two running dispatchers', () => {
       expect(maxInFlight).toBeLessThanOrEqual(3);
       expect(maxInFlight).toBeGreaterThan(1);
     } finally {
+      server.close();
+    }
+  });
+});
+
+describe('continuous lanes', () => {
+  it('grow to the cap when more work comes than their claim found', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    let answered = 0;
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      req.resume();
+      setTimeout(() => {
+        inFlight--;
+        answered++;
+        res.end('ok');
+      }, 150);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-grow', `http://127.0.0.1:${port}/grow`);
+      running.push(await harness.startDispatcher({ endpointConcurrency: 4, timeoutMs: 5_000 }));
+      // The lane's claim finds one delivery: one slot. The rest arrive while it is in flight.
+      await harness.publish('org-grow', 1);
+      await until(
+        async () => inFlight,
+        (count) => count === 1,
+      );
+      await harness.publish('org-grow', 24);
+      await until(
+        async () => answered,
+        (count) => count === 25,
+      );
+      expect(maxInFlight).toBe(4);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('let go of what they hold once the endpoint is disabled elsewhere', async () => {
+    let disabling = false;
+    receiver.behave(() => {
+      // Disabled while the first attempt is in flight (as an operator or another dispatcher would).
+      if (!disabling) {
+        disabling = true;
+        void harness.db
+          .updateTable('webhook_endpoints')
+          .set({ status: 'DISABLED' })
+          .where('url', '=', receiver.url('/halt'))
+          .execute();
+      }
+      return { status: 200, delayMs: 500 };
+    }, '/halt');
+    await harness.createEndpoint('org-halt', receiver.url('/halt'));
+    const events = await harness.publish('org-halt', 12);
+    // One slot: the lane holds 6 (1 claimed + 5 ahead) and would POST them all without looking.
+    running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 5_000 }));
+    const settled = await until(
+      async () => (await deliveriesOf('org-halt')).filter((d) => d.status === 'SUCCEEDED' || d.status === 'SKIPPED'),
+      (rows) => rows.length === events.length,
+    );
+    const sent = receiver.requestsTo('/halt').length;
+    expect(sent).toBeGreaterThanOrEqual(1);
+    expect(sent).toBeLessThan(4);
+    expect(settled.filter((d) => d.status === 'SUCCEEDED')).toHaveLength(sent);
+  });
+
+  it('renew the leases of what they hold ahead: a delivery held past its first lease is attempted once', async () => {
+    // Timeout 1 s: leases of 2 s, a POST starts only within 0.5 s of the last renewal. With one slot and
+    // 250 ms per answer, what the lane holds ahead waits ~1 s, and the whole run outlasts the lease.
+    receiver.behave(() => ({ status: 200, delayMs: 250 }), '/renew');
+    await harness.createEndpoint('org-renew', receiver.url('/renew'));
+    const events = await harness.publish('org-renew', 12);
+    running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 1_000 }));
+    await until(
+      async () => (await deliveriesOf('org-renew')).filter((delivery) => delivery.status === 'SUCCEEDED').length,
+      (count) => count === events.length,
+    );
+    expect(receiver.requestsTo('/renew').map((request) => request.headers['x-webhook-id'])).toHaveLength(events.length);
+    const attempts = await harness.db
+      .selectFrom('webhook_attempts')
+      .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
+      .select('webhook_attempts.id')
+      .where('webhook_deliveries.org_id', '=', 'org-renew')
+      .execute();
+    expect(attempts).toHaveLength(events.length);
+  });
+
+  it('go on POSTing what they hold while a record waits on the database, within the cap', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const arrived: string[] = [];
+    let answerFirst: (() => void) | undefined;
+    let firstArrived!: () => void;
+    const first = new Promise<void>((resolve) => {
+      firstArrived = resolve;
+    });
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      arrived.push(String(req.headers['x-webhook-id']));
+      req.resume();
+      const answer = () => {
+        inFlight--;
+        res.end('ok');
+      };
+      if (arrived.length === 1) {
+        answerFirst = answer;
+        firstArrived();
+      } else setTimeout(answer, 5);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let unlock: (() => void) | undefined;
+    try {
+      const { port } = server.address() as AddressInfo;
+      await harness.createEndpoint('org-lanes', `http://127.0.0.1:${port}/lanes`);
+      const events = await harness.publish('org-lanes', 10);
+      running.push(await harness.startDispatcher({ endpointConcurrency: 1, timeoutMs: 10_000 }));
+      await first;
+      // Lock the first delivery's row while its POST is in flight: recording its outcome must wait.
+      const unlocked = new Promise<void>((resolve) => {
+        unlock = resolve;
+      });
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => {
+        locked = resolve;
+      });
+      const holder = harness.db.transaction().execute(async (trx) => {
+        await sql`select id from webhook_deliveries where event_id = ${arrived[0]} for update`.execute(trx);
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      answerFirst?.();
+      // A lane in batches would wait for that record; a continuous one POSTs the deliveries it holds.
+      await until(
+        async () => arrived.length,
+        (count) => count >= 3,
+      );
+      const firstDelivery = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select('status')
+        .where('event_id', '=', arrived[0]!)
+        .executeTakeFirstOrThrow();
+      expect(firstDelivery.status).toBe('PENDING');
+      unlock?.();
+      await holder;
+      await until(
+        async () => (await deliveriesOf('org-lanes')).filter((delivery) => delivery.status === 'SUCCEEDED').length,
+        (count) => count === events.length,
+      );
+      expect([...arrived].sort()).toEqual([...events].sort());
+      expect(maxInFlight).toBe(1);
+    } finally {
+      unlock?.();
       server.close();
     }
   });

@@ -45,12 +45,32 @@
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
  *
+ * Lanes (endpoint-lanes.ts). A dispatcher runs each busy endpoint as a lane with its own a-lease: it
+ * claims (step 3), which gives it its slots, at most the cap minus the live a-leases others hold; then
+ * each slot POSTs one delivery after another without waiting for the database, and the outcomes are
+ * recorded in coalesced statements (step 4, one in flight per lane) that also take the endpoint's next
+ * due deliveries under the same a-lease ("hold ahead", up to a few times the cap). So the cap counts
+ * rows, not POSTs: a lane's a-leased rows are its POSTs in flight, its finished but unrecorded ones
+ * and those held ahead, never fewer than its POSTs in flight (each POST is on a row it holds), and it
+ * keeps at least as many as its slots or gives the difference up for good (its slots only ever come
+ * from a claim, or from step 3b: under the claim's lock, `min(cap − others' live a-leases, its own)`).
+ * Others' claims thus count at least every lane's slots, and the sum of all slots, and of all POSTs
+ * in flight, stays within the cap; the over-count (held-ahead rows) only keeps others from claiming
+ * while a lane is busy, as its slots would anyway. A lane starts a POST only while its
+ * leases, taken or renewed at most `(lease − WEBHOOK_TIMEOUT_MS) / 2` ago by its own clock, outlive
+ * the attempt; a record renews them halfway there. The crash bound is unchanged: a dead lane's rows
+ * are free `lease` after their last renewal. A replay clears the lease, so the renewal, the record and
+ * the lane all leave a replayed delivery alone. On a failed attempt, or a stop, a lane lets its held
+ * rows go (lease cleared: the due scan, or a claim's chain, hands them out again) and records what
+ * is in flight; a failing, paused or disabled endpoint thus goes through step 3 again.
+ *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
  * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per
  * fan-out, while the slots and the relay would sit idle. Durability comes after, from {@link flushCommits}: one synchronous commit that
- * flushes the WAL up to itself, shared by every batch recorded before it. A batch's work entries are
- * acknowledged, and its dead letters streamed, only after that barrier. A dispatcher crash loses
+ * flushes the WAL up to itself, shared by every batch recorded before it. Work entries are
+ * acknowledged, dead letters streamed and outbox events relayed only after that barrier; a record of
+ * successes that carries none of these does not wait for it. A dispatcher crash loses
  * nothing (the commits are in PostgreSQL); a PostgreSQL crash may forget the fan-outs, claims and
  * records of the last moments before the barrier, which only means those events are fanned out again
  * (new delivery rows; entries naming the forgotten ones claim nothing) or those deliveries attempted
@@ -194,6 +214,8 @@ export interface ClaimRequest {
   endpointCap: number;
   /** How long the attempt may take before another dispatcher may take the delivery over. */
   leaseMs: number;
+  /** The a-lease to take the deliveries under (a lane's own, see step 4). @default a new one */
+  lease?: string;
 }
 
 /** Step 3: claims a batch in one statement, the per-endpoint cap enforced atomically. */
@@ -201,7 +223,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const chain = [...new Set(request.chainEndpoints ?? [])];
   const endpoints = [...new Set([...request.queued.map((item) => item.endpointId), ...chain])].sort();
   if (endpoints.length === 0) return [];
-  const lease = newLease(ATTEMPT_LEASE_PREFIX);
+  const lease = request.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
   const ids = request.queued.map((item) => item.deliveryId);
   const leases = request.queued.map((item) => item.lease);
   return db.transaction().execute(async (trx) => {
@@ -311,6 +333,33 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   });
 }
 
+/**
+ * Step 3b, for a lane that runs fewer slots than the cap (its claim found fewer due deliveries, or
+ * others held some): under the same advisory lock as a claim, counts the endpoint's live a-leases, its
+ * own and the others'. The lane may then run `min(cap − others, mine)` slots: others' a-leases are
+ * never fewer than their slots, and it holds at least that many itself, so every claim still counts
+ * them (see "Lanes"). Changes no row.
+ */
+export async function countEndpointLeases(
+  db: Kysely<Database>,
+  endpointId: string,
+  lease: string,
+): Promise<{ mine: number; others: number }> {
+  return db.transaction().execute(async (trx) => {
+    await sql`
+      select set_config('synchronous_commit', 'off', true),
+        pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-claim:' || ${endpointId}::text, 0))
+    `.execute(trx);
+    const { rows } = await sql<{ mine: number; others: number }>`
+      select count(1) filter (where lease_token = ${lease})::int as mine,
+        count(1) filter (where lease_token <> ${lease})::int as others
+      from webhook_deliveries
+      where endpoint_id = ${endpointId}::text and lease_token like 'a:%' and status = 'PENDING' and leased_until > now()
+    `.execute(trx);
+    return rows[0] ?? { mine: 0, others: 0 };
+  });
+}
+
 /** What happens to a delivery after an attempt. */
 export type DeliveryNext = { status: 'SUCCEEDED' } | { status: 'PENDING'; retryInMs: number } | { status: 'DEAD' };
 
@@ -339,30 +388,61 @@ export interface AttemptOutcome {
 export interface RecordResult {
   /** Deliveries whose state this record set (their lease was still the claim's). */
   recorded: Set<string>;
-  /** With `handOver`: the endpoint's next due deliveries, claimed in the freed slots. */
+  /** With `handOver`: the endpoint's next due deliveries, claimed under the hand-over's a-lease. */
   handedOver: ClaimedDelivery[];
+  /** With `handOver.renew`: those of them still held under the lease (the others were replayed or taken over). */
+  kept: Set<string>;
+  /** With `handOver.url`: the endpoint is disabled, deleted or paused, or its URL changed. */
+  halt: boolean;
   /** Endpoints disabled by this record (410, or failing for `disableAfterMs`). */
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
   events: number;
 }
 
+/** What a record does with an endpoint's deliveries besides recording (step 4; see "Lanes" above). */
+export interface HandOver {
+  endpointId: string;
+  leaseMs: number;
+  /** The a-lease to take deliveries under, and that `renew` and `release` act on. @default a new one */
+  lease?: string;
+  /** Deliveries held under `lease` whose lease is renewed (`leaseMs` from now). @default none */
+  renew?: readonly string[];
+  /** Deliveries held under `lease` to let go (lease cleared; the due scan hands them out again). @default none */
+  release?: readonly string[];
+  /**
+   * The URL the caller's held deliveries go to: `RecordResult.halt` says when the endpoint no longer
+   * takes deliveries there (disabled, deleted, paused, or its URL changed).
+   */
+  url?: string;
+  /**
+   * How many of the endpoint's next due deliveries to take. @default as many as the recorded
+   * deliveries whose a-lease was still live (a batch's hand-over: the count never grows)
+   */
+  take?: number;
+}
+
 /**
  * Step 4: records a batch's outcomes, endpoint health and operational events in one statement.
  *
- * With `handOver` (the caller's batch was one endpoint's, every attempt succeeded), the same statement
- * claims that endpoint's next due deliveries into the slots it frees: as many as the batch's leases
- * that were still live, so the endpoint's count of live a-leases never grows and no advisory lock is
- * needed (step 3's claims re-check each row they take, so neither overwrites the other).
+ * With `handOver` (the caller's deliveries are one endpoint's and every attempt recorded here
+ * succeeded, or `take` is 0), the same statement takes the endpoint's next due deliveries under an
+ * a-lease, without an advisory lock: by default as many as the batch's a-leases that were still live,
+ * so the endpoint's count never grows; a lane takes more (`take`), which only over-counts (see
+ * "Lanes"). Step 3's claims re-check each row they take, so neither overwrites the other.
  */
 export async function recordOutcomes(
   db: Kysely<Database>,
   outcomes: readonly AttemptOutcome[],
-  options: { disableAfterMs: number; handOver?: { endpointId: string; leaseMs: number } },
+  options: { disableAfterMs: number; handOver?: HandOver },
 ): Promise<RecordResult> {
-  if (outcomes.length === 0) return { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
   const handOver = options.handOver;
-  const handOverLease = newLease(ATTEMPT_LEASE_PREFIX);
+  if (outcomes.length === 0 && !handOver)
+    return { recorded: new Set(), handedOver: [], kept: new Set(), halt: false, disabled: [], events: 0 };
+  const lease = handOver?.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
+  const renew = handOver?.renew ?? [];
+  const release = handOver?.release ?? [];
+  const outcomeIds = outcomes.map((o) => o.deliveryId);
   const health = new Map<string, { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date }>();
   for (const outcome of outcomes) {
     const entry = health.get(outcome.endpointId) ?? {
@@ -382,7 +462,7 @@ export async function recordOutcomes(
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
   const { rows } = await sql<{
-    kind: 'recorded' | 'handed' | 'disabled' | 'events';
+    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events';
     id: string | null;
     reason: string | null;
   }>`
@@ -468,28 +548,45 @@ export async function recordOutcomes(
           attempt_count, error
         from updated where status = 'DEAD') event
       returning id
+    ), renewed as (
+      update webhook_deliveries delivery set leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
+      where delivery.id = any(${renew}::text[]) and delivery.status = 'PENDING' and delivery.lease_token = ${lease}
+      returning delivery.id
+    ), let_go as (
+      update webhook_deliveries delivery set lease_token = null, leased_until = null
+      where delivery.id = any(${release}::text[]) and delivery.status = 'PENDING' and delivery.lease_token = ${lease}
+      returning delivery.id
     ), handed as (
       select next.id from webhook_deliveries next
       where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
         and next.next_attempt_at <= now()
         and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
-        and next.id <> all(${outcomes.map((o) => o.deliveryId)}::text[])
+        and next.id <> all(${outcomeIds}::text[]) and next.id <> all(${renew}::text[])
+        and next.id <> all(${release}::text[])
         and exists (
           select 1 from webhook_endpoints endpoint
           where endpoint.id = next.endpoint_id and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
             and not coalesce(endpoint.paused_until > now(), false)
         )
       order by next.next_attempt_at, next.seq
-      limit (select count(1) from updated where updated.id in (select id from live))
+      limit coalesce(${handOver?.take ?? null}::int, (select count(1) from updated where updated.id in (select id from live)))
       for update skip locked
     ), taken as (
       update webhook_deliveries delivery
-      set lease_token = ${handOverLease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
+      set lease_token = ${lease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
       from handed where delivery.id = handed.id
       returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
         delivery.attempt_count, delivery.horizon_from
     )
     select 'recorded' as kind, id, null as reason from updated
+    union all select 'kept', id, null from renewed
+    union all select 'released', null, (select count(1) from let_go)::text
+    union all select 'halt', null, 'halt' where ${handOver?.url ?? null}::text is not null and not exists (
+      select 1 from webhook_endpoints endpoint
+      where endpoint.id = ${handOver?.endpointId ?? null}::text and endpoint.url = ${handOver?.url ?? null}::text
+        and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+        and not coalesce(endpoint.paused_until > now(), false)
+    )
     union all select 'handed', null, (
       select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
         'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
@@ -507,16 +604,21 @@ export async function recordOutcomes(
     -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
     union all select 'async', null, set_config('synchronous_commit', 'off', true)
   `.execute(db);
-  const result: RecordResult = { recorded: new Set(), handedOver: [], disabled: [], events: 0 };
+  const result: RecordResult = {
+    recorded: new Set(),
+    handedOver: [],
+    kept: new Set(),
+    halt: false,
+    disabled: [],
+    events: 0,
+  };
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
+    else if (row.kind === 'kept' && row.id) result.kept.add(row.id);
+    else if (row.kind === 'halt') result.halt = true;
     else if (row.kind === 'handed' && row.reason) {
       const taken = JSON.parse(row.reason) as Array<Omit<ClaimedDelivery, 'lease'>>;
-      result.handedOver = taken.map((delivery) => ({
-        ...delivery,
-        ageMs: Number(delivery.ageMs),
-        lease: handOverLease,
-      }));
+      result.handedOver = taken.map((delivery) => ({ ...delivery, ageMs: Number(delivery.ageMs), lease }));
     } else if (row.kind === 'disabled' && row.id)
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);

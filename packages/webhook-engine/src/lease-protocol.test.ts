@@ -598,8 +598,8 @@ describe('cap across two running dispatchers', () => {
     try {
       const { port } = server.address() as AddressInfo;
       await harness.createEndpoint('org-cap3', `http://127.0.0.1:${port}/three`);
-      await harness.startDispatcher({ endpointConcurrency: 3 });
-      await harness.startDispatcher({ endpointConcurrency: 3 });
+      running.push(await harness.startDispatcher({ endpointConcurrency: 3 }));
+      running.push(await harness.startDispatcher({ endpointConcurrency: 3 }));
       await harness.publish('org-cap3', 120);
       await until(
         async () => answered,

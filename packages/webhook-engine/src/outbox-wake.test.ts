@@ -1,6 +1,6 @@
-import { createServer, type Server, Socket } from 'node:net';
 import { createRedisClient } from '@herald/config/redis';
 import { newWebhookEventId } from '@herald/db';
+import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createOutboxWakeListener, createOutboxWakePublisher, type OutboxWakeListener } from './outbox-wake.js';
@@ -214,55 +214,3 @@ describe('when the wake-up listener loses Redis', () => {
     }
   }, 40_000);
 });
-
-/**
- * A TCP proxy to Redis that the test can cut (every connection closed, new ones refused) and restore
- * on the same port: the client behind it sees Redis go away and come back, while the shared server
- * keeps running for everyone else. Hand-written: a few lines of `node:net`.
- */
-async function startCuttableProxy(
-  target: URL,
-): Promise<{ port: number; cut(): void; restore(): void; close(): Promise<void> }> {
-  const sockets = new Set<Socket>();
-  let open = true;
-  const server: Server = createServer((client) => {
-    if (!open) {
-      client.destroy();
-      return;
-    }
-    const upstream = new Socket();
-    sockets.add(client);
-    sockets.add(upstream);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on('error', drop).on('close', drop);
-    upstream.on('error', drop).on('close', drop);
-    upstream.connect(Number(target.port || 6379), target.hostname, () => {
-      client.pipe(upstream);
-      upstream.pipe(client);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (!address || typeof address === 'string') throw new Error('proxy has no port');
-  const cut = () => {
-    open = false;
-    for (const socket of sockets) socket.destroy();
-  };
-  return {
-    port: address.port,
-    cut,
-    restore() {
-      open = true;
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        cut();
-        server.close(() => resolve());
-      }),
-  };
-}

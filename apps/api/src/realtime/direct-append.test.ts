@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server, Socket } from 'node:net';
 import type { HistoryEntry } from '@herald/contracts';
 import {
   createDatabase,
@@ -10,6 +9,7 @@ import {
   upsertUser,
 } from '@herald/db';
 import { createTestSchema, type TestSchema } from '@herald/testing';
+import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { Redis } from 'ioredis';
 import { type Kysely, sql } from 'kysely';
@@ -209,7 +209,7 @@ describe.each(backends)('direct history appends on $name', (backend) => {
     'hands the event of a pod that cannot reach Redis to the relay, and publishes of its organisation on other pods queue behind it',
     async () => {
       const orgId = `org-${randomUUID()}`;
-      const proxy = await tcpProxy(new URL(inject('redisUrl')));
+      const proxy = await startCuttableProxy(new URL(inject('redisUrl')));
       closing.push(() => proxy.close());
       const cutOff = pod({ redisUrl: `redis://127.0.0.1:${proxy.port}` });
       const healthy = pod();
@@ -272,46 +272,3 @@ describe.each(backends)('direct history appends on $name', (backend) => {
     30_000,
   );
 });
-
-/** A TCP proxy to Redis whose connections the test can cut (the pod alone loses Redis). */
-async function tcpProxy(target: URL): Promise<{ port: number; cut(): void; close(): Promise<void> }> {
-  const sockets = new Set<Socket>();
-  let open = true;
-  const server: Server = createServer((client) => {
-    if (!open) {
-      client.destroy();
-      return;
-    }
-    const upstream = new Socket();
-    sockets.add(client);
-    sockets.add(upstream);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on('error', drop).on('close', drop);
-    upstream.on('error', drop).on('close', drop);
-    upstream.connect(Number(target.port || 6379), target.hostname, () => {
-      client.pipe(upstream);
-      upstream.pipe(client);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (!address || typeof address === 'string') throw new Error('proxy has no port');
-  return {
-    port: address.port,
-    cut() {
-      open = false;
-      for (const socket of sockets) socket.destroy();
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        open = false;
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}

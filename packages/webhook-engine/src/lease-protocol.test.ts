@@ -548,66 +548,38 @@ afterEach(async () => {
 
 describe('cap across two running dispatchers', () => {
   it('has at most one request in flight to an endpoint with WEBHOOK_ENDPOINT_CONCURRENCY=1', async () => {
-    let inFlight = 0;
-    let maxInFlight = 0;
-    let answered = 0;
-    const server = createServer((req, res) => {
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
-      req.resume();
-      setTimeout(() => {
-        inFlight--;
-        answered++;
-        res.end('ok');
-      }, 15);
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const server = await startInFlightReceiver(() => 15);
     try {
-      const { port } = server.address() as AddressInfo;
-      await harness.createEndpoint('org-cap1', `http://127.0.0.1:${port}/one`);
+      await harness.createEndpoint('org-cap1', `http://127.0.0.1:${server.port}/one`);
       running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
       running.push(await harness.startDispatcher({ endpointConcurrency: 1 }));
       await harness.publish('org-cap1', 20);
       await until(
-        async () => answered,
+        async () => server.answered,
         (count) => count >= 20,
         30_000,
       );
-      expect(maxInFlight).toBe(1);
+      expect(server.maxInFlight).toBe(1);
     } finally {
       server.close();
     }
   });
 
   it('has at most WEBHOOK_ENDPOINT_CONCURRENCY requests in flight while batches are recorded during the next POSTs', async () => {
-    let inFlight = 0;
-    let maxInFlight = 0;
-    let answered = 0;
     // Answers at once or after 1–3 ms, so records and the next batches' POSTs overlap all the time.
-    const server = createServer((req, res) => {
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
-      req.resume();
-      setTimeout(() => {
-        inFlight--;
-        answered++;
-        res.end('ok');
-      }, answered % 4);
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const server = await startInFlightReceiver((answered) => answered % 4);
     try {
-      const { port } = server.address() as AddressInfo;
-      await harness.createEndpoint('org-cap3', `http://127.0.0.1:${port}/three`);
+      await harness.createEndpoint('org-cap3', `http://127.0.0.1:${server.port}/three`);
       running.push(await harness.startDispatcher({ endpointConcurrency: 3 }));
       running.push(await harness.startDispatcher({ endpointConcurrency: 3 }));
       await harness.publish('org-cap3', 120);
       await until(
-        async () => answered,
+        async () => server.answered,
         (count) => count >= 120,
         60_000,
       );
-      expect(maxInFlight).toBeLessThanOrEqual(3);
-      expect(maxInFlight).toBeGreaterThan(1);
+      expect(server.maxInFlight).toBeLessThanOrEqual(3);
+      expect(server.maxInFlight).toBeGreaterThan(1);
     } finally {
       server.close();
     }
@@ -616,36 +588,22 @@ describe('cap across two running dispatchers', () => {
 
 describe('continuous lanes', () => {
   it('grow to the cap when more work comes than their claim found', async () => {
-    let inFlight = 0;
-    let maxInFlight = 0;
-    let answered = 0;
-    const server = createServer((req, res) => {
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
-      req.resume();
-      setTimeout(() => {
-        inFlight--;
-        answered++;
-        res.end('ok');
-      }, 150);
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const server = await startInFlightReceiver(() => 150);
     try {
-      const { port } = server.address() as AddressInfo;
-      await harness.createEndpoint('org-grow', `http://127.0.0.1:${port}/grow`);
+      await harness.createEndpoint('org-grow', `http://127.0.0.1:${server.port}/grow`);
       running.push(await harness.startDispatcher({ endpointConcurrency: 4, timeoutMs: 5_000 }));
       // The lane's claim finds one delivery: one slot. The rest arrive while it is in flight.
       await harness.publish('org-grow', 1);
       await until(
-        async () => inFlight,
+        async () => server.inFlight,
         (count) => count === 1,
       );
       await harness.publish('org-grow', 24);
       await until(
-        async () => answered,
+        async () => server.answered,
         (count) => count === 25,
       );
-      expect(maxInFlight).toBe(4);
+      expect(server.maxInFlight).toBe(4);
     } finally {
       server.close();
     }
@@ -771,3 +729,25 @@ describe('continuous lanes', () => {
     }
   });
 });
+
+/**
+ * A receiver that answers 200 after `delayMs(answered so far)` and counts the requests in flight at once,
+ * for the cap tests (the shared test receiver answers through its own queue and cannot count overlap).
+ */
+async function startInFlightReceiver(delayMs: (answered: number) => number) {
+  const stats = { port: 0, inFlight: 0, maxInFlight: 0, answered: 0, close: () => {} };
+  const server = createServer((req, res) => {
+    stats.inFlight++;
+    stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
+    req.resume();
+    setTimeout(() => {
+      stats.inFlight--;
+      stats.answered++;
+      res.end('ok');
+    }, delayMs(stats.answered));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  stats.port = (server.address() as AddressInfo).port;
+  stats.close = () => server.close();
+  return stats;
+}

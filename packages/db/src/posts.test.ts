@@ -118,11 +118,27 @@ describe.each(backends)('data layer on $name', ({ name, open }) => {
         const full = await listPostsByOrg(db, query);
         expect(page.length).toBeGreaterThan(0);
         expect(page).toEqual(
-          full.map(({ id, title, tags, seq, author_name }) => ({ id, title, tags, seq, author_name })),
+          // `seq` as text on both backends (PGlite's driver reads int8 as a number; node-postgres as text).
+          full.map(({ id, title, tags, seq, author_name }) => ({ id, title, tags, seq: String(seq), author_name })),
         );
         expect(Object.keys(page[0]!).sort()).toEqual([...POST_PAGE_COLUMNS, 'author_name'].sort());
       }
     }
+  });
+
+  it("a 'page' read keeps every character of titles, tags and author names, and an organisation without posts is an empty page", async () => {
+    const awkward = ['"quoted"', 'back\\slash', '{braces}', 'a,b', 'NULL', '', ' spaced ', 'ünïcødé ✓ 🎉', 'line\nbreak', '\t'];
+    await upsertUser(db, { id: 'awkward', name: 'Zoë "Z" \\ O\'Brien' });
+    for (const [i, text] of awkward.entries()) {
+      await insertPost(db, { orgId: 'org-awkward', authorId: 'awkward', title: `${text}${i}`, tags: [text, `${i}`] });
+    }
+    const page = await listPostsByOrg(db, { orgId: 'org-awkward', limit: 20, columns: 'page' });
+    const full = await listPostsByOrg(db, { orgId: 'org-awkward', limit: 20 });
+    expect(page.map((post) => post.title)).toEqual(awkward.map((text, i) => `${text}${i}`).reverse());
+    expect(page).toEqual(
+      full.map(({ id, title, tags, seq, author_name }) => ({ id, title, tags, seq: String(seq), author_name })),
+    );
+    expect(await listPostsByOrg(db, { orgId: 'org-without-posts', limit: 5, columns: 'page' })).toEqual([]);
   });
 
   it('reads a page inside a transaction on the transaction, and through the plugins of a Kysely withPlugin', async () => {

@@ -20,6 +20,7 @@ import {
   startRequestLog,
 } from './plugins/use-request-logging.js';
 import { findInvalidTextVariable } from './plugins/use-text-input-guard.js';
+import { releaseScopeCache } from './schema/builder.js';
 
 /**
  * A fast path for the common `POST /graphql` with a JSON body, in front of Yoga (issue 15).
@@ -201,7 +202,9 @@ class FastExchange {
     let result: ExecutionResult;
     try {
       result = await accepted.compiled.query(undefined, context, params.variables);
+      releaseScopeCache(context);
     } catch (error) {
+      releaseScopeCache(context);
       // graphql-jit returns resolver errors; a throw is its own failure: Yoga's catch-all answer.
       this.shared.compiledRoute.inc();
       return this.answer(this.unexpected(error));

@@ -25,6 +25,7 @@ import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { useRequestLogging } from './plugins/use-request-logging.js';
+import { useScopeCacheRelease } from './plugins/use-scope-cache-release.js';
 import { useTextInputGuard } from './plugins/use-text-input-guard.js';
 import { useValidationCache } from './plugins/use-validation-cache.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
@@ -112,6 +113,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useErrorCodes(),
     useErrorLogging(logger) as Plugin,
     useRequestBodyLimit(config.http.maxRequestBodyBytes),
+    useScopeCacheRelease(),
     // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document and
     // operation); WebSocket operations keep graphql-js (the shared subscription execution is built on
     // it). It also records the query documents the HTTP fast path may run by itself.

@@ -1,7 +1,7 @@
 import { isMemberOf, type Viewer } from '@herald/auth';
 import SchemaBuilder from '@pothos/core';
 import RelayPlugin from '@pothos/plugin-relay';
-import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import ScopeAuthPlugin, { RequestCache } from '@pothos/plugin-scope-auth';
 import type { Context } from '../context.js';
 import { ForbiddenError, UnauthenticatedError } from '../errors.js';
 
@@ -54,3 +54,16 @@ export const builder = new SchemaBuilder<{
 builder.queryType();
 builder.mutationType();
 builder.subscriptionType();
+
+/**
+ * Drops the scope-auth cache Pothos keeps for `context` (in a WeakMap keyed by the context) once the
+ * context's execution is over: nothing reads it afterwards. Kept until the context is collected, that
+ * WeakMap entry made the whole request survive young-generation GCs: V8's scavenger keeps the values of
+ * a WeakMap entry alive, and the cache holds the context and, through it, the request, its response and
+ * its results. A `posts` request over HTTP then left ~6 KB in the old generation, and the full GCs that
+ * clean that up were the request tail (p99, issue 15). If a field runs again with the same context, its
+ * scopes are evaluated afresh.
+ */
+export function releaseScopeCache(context: object): void {
+  RequestCache.clearForContext(context);
+}

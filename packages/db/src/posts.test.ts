@@ -127,7 +127,18 @@ describe.each(backends)('data layer on $name', ({ name, open }) => {
   });
 
   it("a 'page' read keeps every character of titles, tags and author names, and an organisation without posts is an empty page", async () => {
-    const awkward = ['"quoted"', 'back\\slash', '{braces}', 'a,b', 'NULL', '', ' spaced ', 'ünïcødé ✓ 🎉', 'line\nbreak', '\t'];
+    const awkward = [
+      '"quoted"',
+      'back\\slash',
+      '{braces}',
+      'a,b',
+      'NULL',
+      '',
+      ' spaced ',
+      'ünïcødé ✓ 🎉',
+      'line\nbreak',
+      '\t',
+    ];
     await upsertUser(db, { id: 'awkward', name: 'Zoë "Z" \\ O\'Brien' });
     for (const [i, text] of awkward.entries()) {
       await insertPost(db, { orgId: 'org-awkward', authorId: 'awkward', title: `${text}${i}`, tags: [text, `${i}`] });

@@ -142,24 +142,20 @@ async function main() {
   }
   for (const target of config.targets) {
     const statsFile = join(tmpdir(), `http-ab-${process.pid}-${target.name}.json`);
-    const child = spawnTracked(
-      process.execPath,
-      [...target.flags, '--import', TSX_IMPORT, 'apps/api/src/main.ts'],
-      {
-        cwd: target.root,
-        env: {
-          ...host.env,
-          PATH: process.env.PATH ?? '',
-          HOST: '127.0.0.1',
-          PORT: String(++port),
-          MALLOC_ARENA_MAX: '1',
-          NODE_OPTIONS: `--require ${PRELOAD}`,
-          HTTP_GC_STATS_FILE: statsFile,
-          ...(process.env.HTTP_HEAP_PROFILE ? { HTTP_HEAP_PROFILE: process.env.HTTP_HEAP_PROFILE } : {}),
-        },
-        stdio: ['ignore', 'ignore', 'inherit'],
+    const child = spawnTracked(process.execPath, [...target.flags, '--import', TSX_IMPORT, 'apps/api/src/main.ts'], {
+      cwd: target.root,
+      env: {
+        ...host.env,
+        PATH: process.env.PATH ?? '',
+        HOST: '127.0.0.1',
+        PORT: String(++port),
+        MALLOC_ARENA_MAX: '1',
+        NODE_OPTIONS: `--require ${PRELOAD}`,
+        HTTP_GC_STATS_FILE: statsFile,
+        ...(process.env.HTTP_HEAP_PROFILE ? { HTTP_HEAP_PROFILE: process.env.HTTP_HEAP_PROFILE } : {}),
       },
-    );
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
     await listening(child, port);
     servers.push({ name: target.name, child, origin: `http://127.0.0.1:${port}`, statsFile });
   }

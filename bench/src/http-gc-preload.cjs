@@ -24,7 +24,8 @@ function summarise(statistics) {
   let allocated = 0;
   let newAfter;
   for (const gc of statistics) {
-    const kind = (kinds[gc.gcType] ??= { count: 0, ms: 0, maxMs: 0 });
+    kinds[gc.gcType] ??= { count: 0, ms: 0, maxMs: 0 };
+    const kind = kinds[gc.gcType];
     kind.count++;
     kind.ms += gc.cost / 1000;
     kind.maxMs = Math.max(kind.maxMs, gc.cost / 1000);

@@ -48,7 +48,7 @@ describe('resolveSeqConnection', () => {
     const theirs = await resolveCursorConnection(
       {
         args,
-        toCursor: (row: { seq: string }) => cursor(Number(row.seq)),
+        toCursor: (row) => cursor(Number((row as { seq: string }).seq)),
         defaultSize: 20,
         maxSize: 100,
       },

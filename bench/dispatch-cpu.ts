@@ -16,6 +16,7 @@
  *   node --import tsx bench/dispatch-cpu.ts [events=10000] [endpoints=1] [cap=10] [rounds=1]
  *   node --cpu-prof --import tsx bench/dispatch-cpu.ts 20000     (a profile of the drain, mostly)
  *   DISPATCH_CPU_QUERIES=1 …                                       (also: statements sent, by kind)
+ *   DISPATCH_CPU_DISPATCHERS=2 …                                   (two dispatchers, in this process)
  *
  * For A/B comparisons run it alternately from two trees, in the same time window.
  */
@@ -112,22 +113,27 @@ if (process.argv[2] === 'receiver') {
   const keys = webhookRedisKeys(prefix);
   // The app's logger (JSON lines on stdout, info level); the result goes to stderr.
   const logger = createLogger('info');
-  const queue = createRedisStreamQueue({ redisUrl: REDIS_URL, keys, logger });
-  const dispatcher = createDispatcher({
-    db: database.db,
-    databaseUrl: url.toString(),
-    queue,
-    logger,
-    settings: {
-      timeoutMs: 10_000,
-      retryBaseMs: 5_000,
-      retryHorizonMs: 3 * 24 * 3_600_000,
-      allowPrivateUrls: true,
-      concurrency: 100,
-      endpointConcurrency: CAP,
-      pollIntervalMs: 500,
-    },
-  });
+  // DISPATCH_CPU_DISPATCHERS=2: that many dispatchers share the work (in this one process).
+  const queues = Array.from({ length: Number(process.env.DISPATCH_CPU_DISPATCHERS ?? 1) }, () =>
+    createRedisStreamQueue({ redisUrl: REDIS_URL, keys, logger }),
+  );
+  const dispatchers = queues.map((queue) =>
+    createDispatcher({
+      db: database.db,
+      databaseUrl: url.toString(),
+      queue,
+      logger,
+      settings: {
+        timeoutMs: 10_000,
+        retryBaseMs: 5_000,
+        retryHorizonMs: 3 * 24 * 3_600_000,
+        allowPrivateUrls: true,
+        concurrency: 100,
+        endpointConcurrency: CAP,
+        pollIntervalMs: 500,
+      },
+    }),
+  );
   try {
     await migrateToLatest(database.db);
     const orgId = `org-bench-${randomUUID()}`;
@@ -193,8 +199,10 @@ if (process.argv[2] === 'receiver') {
         cpu0 = process.cpuUsage();
         t0 = performance.now();
       });
-      if (round === 1) await dispatcher.start();
-      else dispatcher.notifyOutbox();
+      for (const dispatcher of dispatchers) {
+        if (round === 1) await dispatcher.start();
+        else dispatcher.notifyOutbox();
+      }
       const requests = await done;
       const cpu = process.cpuUsage(cpu0);
       const seconds = (performance.now() - t0) / 1_000;
@@ -222,8 +230,8 @@ if (process.argv[2] === 'receiver') {
       );
     }
   } finally {
-    await dispatcher.stop();
-    await queue.close();
+    await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
+    await Promise.all(queues.map((queue) => queue.close()));
     for (const key of [keys.workStream, keys.deadLetterStream, keys.parkedStream]) {
       await redisCommand(REDIS_URL, ['DEL', key]).catch(() => {});
     }

@@ -1,5 +1,6 @@
 /**
- * CPU per POST of the engine's deliverer against a raw undici Pool loop, same process, same local
+ * CPU per POST of the engine's deliverer against raw undici Pool loops (`request`, and `dispatch` with
+ * an empty handler: the floor the deliverer's own handler builds on), same process, same local
  * receiver (a child process answering 200 at once). For comparing the deliverer's per-request shape:
  *   node --import tsx bench/deliver-micro.ts [requests=20000] [concurrency=10]
  */
@@ -49,6 +50,27 @@ if (process.argv[4] === 'receiver') {
       const response = await pool.request({ path: '/hook', method: 'POST', headers, body });
       await response.body.dump();
     });
+    await measure(
+      'raw undici Pool.dispatch',
+      () =>
+        new Promise<void>((resolve, reject) => {
+          pool.dispatch({ path: '/hook', method: 'POST', headers, body }, {
+            onConnect() {},
+            onHeaders() {
+              return true;
+            },
+            onData() {
+              return true;
+            },
+            onComplete() {
+              resolve();
+            },
+            onError(error: Error) {
+              reject(error);
+            },
+          } as Parameters<Pool['dispatch']>[1]);
+        }),
+    );
     await measure('engine deliverer', async () => {
       const outcome = await deliverer.deliver({ endpointId: 'we_1', url, body, headers });
       if (!outcome.ok) throw new Error(outcome.error ?? 'failed');

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
@@ -103,6 +105,49 @@ describe('deliver', () => {
       expect(receiver.requests.length).toBe(before);
     } finally {
       await strict.close();
+    }
+  });
+
+  it('keeps the first KiB of an answer, stops reading a large one, and skips informational answers', async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/large') {
+          res.writeHead(200, { 'content-type': 'text/plain' });
+          // 200 KiB, in chunks: more than is ever read.
+          for (let i = 0; i < 200; i++) res.write(`${String(i).padStart(4, '0')}${'x'.repeat(1_020)}`);
+          res.end();
+        } else if (req.url === '/hinted') {
+          res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+          res.writeHead(503, { 'retry-after': '9' }).end('busy\u0000 now');
+        } else {
+          res.writeHead(204).end();
+        }
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const large = await deliverer.deliver({ ...request('/'), endpointId: 'we_body', url: `${base}/large` });
+      expect(large).toMatchObject({ ok: true, statusCode: 200, error: null, retryAfter: null });
+      expect(large.responseBody).toBe(`0000${'x'.repeat(1_020)}`);
+      // The 103 is not the answer; the 503 is, with its Retry-After and body (NUL removed).
+      expect(await deliverer.deliver({ ...request('/'), endpointId: 'we_body', url: `${base}/hinted` })).toMatchObject({
+        ok: false,
+        statusCode: 503,
+        error: 'HTTP 503',
+        retryAfter: '9',
+        responseBody: 'busy now',
+      });
+      // The endpoint's pool still delivers after a connection was cut mid-answer.
+      expect(await deliverer.deliver({ ...request('/'), endpointId: 'we_body', url: `${base}/empty` })).toMatchObject({
+        ok: true,
+        statusCode: 204,
+        responseBody: null,
+      });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 

@@ -1,4 +1,3 @@
-import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { errors, Pool } from 'undici';
 import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
@@ -64,19 +63,24 @@ export interface Deliverer {
  * address connected to (no DNS rebinding between check and connect).
  *
  * Per request it does what a raw keep-alive POST loop does and little more: the URL is parsed and
- * checked once per distinct URL (cached), the pool is found by endpoint and origin, and the attempt's
- * deadline is kept in one list swept by one timer (no timer or `AbortSignal.timeout` per attempt).
+ * checked once per distinct URL (cached), the pool is found by endpoint and origin, the request goes
+ * to undici's `dispatch` with one small handler (no response stream or promise of undici's), and the
+ * attempt's deadline is kept in one list swept by one timer (no timer or abort signal per attempt).
  */
 export function createDeliverer(options: DelivererOptions): Deliverer {
   const { timeoutMs, policy } = options;
   const lookup = createGuardedLookup(policy);
   const pools = new Map<string, { pool: Pool; usedAt: number }>();
-  const urls = new Map<string, ReturnType<typeof parseWebhookUrl>>();
+  const urls = new Map<string, { origin: string; path: string } | { refused: string }>();
   const parse = (raw: string) => {
     let parsed = urls.get(raw);
     if (!parsed) {
       if (urls.size >= MAX_CACHED_URLS) urls.clear();
-      parsed = parseWebhookUrl(raw, policy);
+      const checked = parseWebhookUrl(raw, policy);
+      parsed =
+        'refused' in checked
+          ? checked
+          : { origin: checked.url.origin, path: checked.url.pathname + checked.url.search };
       urls.set(raw, parsed);
     }
     return parsed;
@@ -116,15 +120,15 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
 
   // Attempts in flight, oldest first (every attempt gets the same timeout, so the order of starting is
   // the order of their deadlines); one timer aborts those past their deadline.
-  const inFlight = new Set<AttemptSignal>();
+  const inFlight = new Set<Attempt>();
   let deadlineTimer: NodeJS.Timeout | undefined;
-  const abort = (expired: readonly AttemptSignal[]) => {
+  const abort = (expired: readonly Attempt[]) => {
     for (const attempt of expired) attempt.abort(new DOMException('The attempt timed out', 'TimeoutError'));
   };
   const checkDeadlines = () => {
     deadlineTimer = undefined;
     const now = performance.now();
-    const expired: AttemptSignal[] = [];
+    const expired: Attempt[] = [];
     for (const attempt of inFlight) {
       if (attempt.deadline > now) {
         deadlineTimer = setTimeout(checkDeadlines, Math.max(1, attempt.deadline - now));
@@ -143,59 +147,40 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
   };
 
   return {
-    async deliver({ endpointId, url, body, headers }) {
+    deliver({ endpointId, url, body, headers }) {
       const started = performance.now();
       // An IP-literal host is connected to without any lookup, so it is checked here.
       const parsed = parse(url);
       if ('refused' in parsed) {
-        return {
+        return Promise.resolve({
           ok: false,
           statusCode: null,
           durationMs: Math.round(performance.now() - started),
           error: `refused: ${parsed.refused}`,
           retryAfter: null,
-        };
-      }
-      const signal = new AttemptSignal(started + timeoutMs);
-      inFlight.add(signal);
-      if (!deadlineTimer) {
-        deadlineTimer = setTimeout(checkDeadlines, timeoutMs);
-        deadlineTimer.unref();
-      }
-      try {
-        const response = await poolFor(endpointId, parsed.url.origin).request({
-          path: parsed.url.pathname + parsed.url.search,
-          method: 'POST',
-          headers: { ...headers, 'User-Agent': WEBHOOK_USER_AGENT },
-          body,
-          signal,
         });
-        // Read what the receiver sent (bounded) so the connection can serve the next delivery; keep its
-        // start. An empty answer (Content-Length: 0, the usual 2xx) is simply drained.
-        let responseBody: string | null = null;
-        if (response.headers['content-length'] === '0') await response.body.dump();
-        else responseBody = await readResponseStart(response.body, signal);
-        const statusCode = response.statusCode;
-        const retryAfter = response.headers['retry-after'];
-        return {
-          ok: statusCode >= 200 && statusCode < 300,
-          statusCode,
-          durationMs: Math.round(performance.now() - started),
-          error: describeStatus(statusCode),
-          retryAfter: Array.isArray(retryAfter) ? (retryAfter[0] ?? null) : (retryAfter ?? null),
-          responseBody,
-        };
-      } catch (error) {
-        return {
-          ok: false,
-          statusCode: null,
-          durationMs: Math.round(performance.now() - started),
-          error: describeError(error, timeoutMs),
-          retryAfter: null,
-        };
-      } finally {
-        inFlight.delete(signal);
       }
+      const flat: string[] = [];
+      for (const name in headers) flat.push(name, headers[name] as string);
+      flat.push('User-Agent', WEBHOOK_USER_AGENT);
+      return new Promise<DeliveryOutcome>((resolve) => {
+        const attempt = new Attempt(started, started + timeoutMs, timeoutMs, (outcome) => {
+          inFlight.delete(attempt);
+          resolve(outcome);
+        });
+        inFlight.add(attempt);
+        if (!deadlineTimer) {
+          deadlineTimer = setTimeout(checkDeadlines, timeoutMs);
+          deadlineTimer.unref();
+        }
+        // `dispatch` with a handler of our own, not `request`: no response stream, promise, abort
+        // signal or header object per attempt (the answer's status, Retry-After and first KiB are all
+        // an attempt keeps).
+        poolFor(endpointId, parsed.origin).dispatch(
+          { path: parsed.path, method: 'POST', headers: flat, body },
+          attempt,
+        );
+      });
     },
     async close() {
       clearInterval(sweep);
@@ -208,6 +193,36 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
 }
 
 /**
+ * The start of a response body: keeps its first {@link KEPT_RESPONSE_BODY_BYTES}, counts the rest
+ * (reading stops at {@link MAX_RESPONSE_BODY_BYTES}).
+ */
+class ResponseStart {
+  private kept: Uint8Array[] = [];
+  private keptBytes = 0;
+  /** Bytes read so far. */
+  readBytes = 0;
+  /** Takes a chunk; false once {@link MAX_RESPONSE_BODY_BYTES} have been read (stop reading). */
+  add(chunk: Uint8Array): boolean {
+    if (this.keptBytes < KEPT_RESPONSE_BODY_BYTES) {
+      const slice = chunk.subarray(0, KEPT_RESPONSE_BODY_BYTES - this.keptBytes);
+      this.kept.push(slice);
+      this.keptBytes += slice.length;
+    }
+    this.readBytes += chunk.length;
+    return this.readBytes < MAX_RESPONSE_BODY_BYTES;
+  }
+  /**
+   * The kept bytes as text: a character cut by the limit is dropped (the decoder holds it back),
+   * invalid bytes become U+FFFD, NUL is removed (PostgreSQL text refuses it). Null when empty.
+   */
+  text(): string | null {
+    if (this.keptBytes === 0) return null;
+    const text = new TextDecoder('utf-8').decode(Buffer.concat(this.kept), { stream: true }).replaceAll('\u0000', '');
+    return text.length > 0 ? text : null;
+  }
+}
+
+/**
  * Reads up to {@link MAX_RESPONSE_BODY_BYTES} of a response (so its connection can be reused) and
  * returns its first {@link KEPT_RESPONSE_BODY_BYTES} as text: a character cut by the limit is dropped
  * (the decoder holds it back), invalid bytes become U+FFFD, NUL is removed (PostgreSQL text refuses it).
@@ -217,19 +232,11 @@ export async function readResponseStart(
   body: AsyncIterable<Uint8Array> & { destroy(): unknown },
   signal: { readonly aborted: boolean },
 ): Promise<string | null> {
-  const kept: Uint8Array[] = [];
-  let keptBytes = 0;
-  let readBytes = 0;
+  const start = new ResponseStart();
   try {
     for await (const chunk of body) {
       if (signal.aborted) break;
-      if (keptBytes < KEPT_RESPONSE_BODY_BYTES) {
-        const slice = chunk.subarray(0, KEPT_RESPONSE_BODY_BYTES - keptBytes);
-        kept.push(slice);
-        keptBytes += slice.length;
-      }
-      readBytes += chunk.length;
-      if (readBytes >= MAX_RESPONSE_BODY_BYTES) {
+      if (!start.add(chunk)) {
         body.destroy();
         break;
       }
@@ -237,27 +244,109 @@ export async function readResponseStart(
   } catch {
     // A body cut short keeps what arrived.
   }
-  if (keptBytes === 0) return null;
-  const text = new TextDecoder('utf-8').decode(Buffer.concat(kept), { stream: true }).replaceAll('\u0000', '');
-  return text.length > 0 ? text : null;
+  return start.text();
 }
 
 /**
- * One attempt's abort signal, in the shape undici also accepts (an EventEmitter with `aborted` and
- * `reason`): a DOM `AbortController` costs several µs to create and collect, per attempt.
+ * One attempt, as undici's dispatch handler (its core callbacks, no adapter in between): it keeps the
+ * final status, `Retry-After` of a non-2xx answer and the start of the body, and settles once with the
+ * outcome. Its deadline is kept by the deliverer's sweep, which calls {@link abort}.
  */
-class AttemptSignal extends EventEmitter {
-  aborted = false;
-  reason: unknown = undefined;
-  constructor(readonly deadline: number) {
-    super();
-  }
-  abort(reason: unknown): void {
-    if (this.aborted) return;
-    this.aborted = true;
+class Attempt {
+  private abortRequest: ((reason: Error) => void) | undefined;
+  private reason: Error | undefined;
+  private statusCode: number | null = null;
+  private retryAfter: string | null = null;
+  private body: ResponseStart | undefined;
+  private settled = false;
+  constructor(
+    private readonly started: number,
+    readonly deadline: number,
+    private readonly timeoutMs: number,
+    private readonly settle: (outcome: DeliveryOutcome) => void,
+  ) {}
+
+  /** The deadline passed: a request not yet on a connection is never sent; one in flight is cut. */
+  abort(reason: Error): void {
+    if (this.settled) return;
+    if (this.abortRequest) {
+      this.abortRequest(reason);
+      return;
+    }
+    // Still queued in the pool: undici calls `onConnect` before writing it, and that aborts it.
     this.reason = reason;
-    this.emit('abort');
+    this.fail(reason);
   }
+
+  onConnect(abort: (reason: Error) => void): void {
+    if (this.reason) abort(this.reason);
+    else this.abortRequest = abort;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
+    // 1xx (informational) answers precede the real one.
+    if (statusCode < 200) return true;
+    this.statusCode = statusCode;
+    if (statusCode >= 300) this.retryAfter = headerValue(rawHeaders, 'retry-after');
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.body ??= new ResponseStart();
+    if (!this.body.add(chunk)) {
+      // Enough read: the outcome is the answer's; the connection is closed rather than drained.
+      this.succeed();
+      this.abortRequest?.(new Error('response body too large; the rest is not read'));
+    }
+    return true;
+  }
+
+  onComplete(): void {
+    this.succeed();
+  }
+
+  onError(error: Error): void {
+    // Cut after the status arrived (the deadline during the body, a reset): the answer stands.
+    if (this.statusCode !== null) this.succeed();
+    else this.fail(error);
+  }
+
+  private succeed(): void {
+    if (this.settled) return;
+    this.settled = true;
+    const statusCode = this.statusCode as number;
+    this.settle({
+      ok: statusCode >= 200 && statusCode < 300,
+      statusCode,
+      durationMs: Math.round(performance.now() - this.started),
+      error: describeStatus(statusCode),
+      retryAfter: this.retryAfter,
+      responseBody: this.body?.text() ?? null,
+    });
+  }
+
+  private fail(error: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.settle({
+      ok: false,
+      statusCode: null,
+      durationMs: Math.round(performance.now() - this.started),
+      error: describeError(error, this.timeoutMs),
+      retryAfter: null,
+    });
+  }
+}
+
+/** The first value of a header in undici's raw `[name, value, …]` list (names compared case-insensitively). */
+function headerValue(rawHeaders: Buffer[], name: string): string | null {
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const key = rawHeaders[i] as Buffer;
+    if (key.length === name.length && key.toString('latin1').toLowerCase() === name) {
+      return (rawHeaders[i + 1] as Buffer).toString('latin1');
+    }
+  }
+  return null;
 }
 
 function describeStatus(statusCode: number): string | null {

@@ -84,6 +84,17 @@ interface Lane {
  * records it) on a failed attempt (so pauses, disables and retries take the claim's path) and on
  * stop, and ends once it is out of work; while work comes, it claims again.
  */
+/**
+ * A busy lane records its outcomes once it has this many slot-counts of them (fewer, larger
+ * statements: the dispatcher's and PostgreSQL's CPU per delivery both fall with the record's size;
+ * 8 endpoints, 1 → 2: PostgreSQL 259 → 193 µs; one endpoint, 2 → 4 (with the two below 6 → 10 and
+ * 2 → 3): dispatcher ~191 → ~168 µs, PostgreSQL ~343 → ~223 µs, bench/dispatch-cpu.ts, A/B).
+ */
+const RECORD_SLOT_COUNTS = 4;
+/** Deliveries a lane holds (in flight, done, ahead), in slot-counts: refills for every slot while a record is on its way. */
+const HOLD_SLOT_COUNTS = 10;
+/** A record (which takes more) is due once fewer than this many slot-counts are held ahead. */
+const LOW_WATER_SLOT_COUNTS = 3;
 /** A lane below the cap looks for more slots at most this often… */
 const GROW_INTERVAL_MS = 50;
 /** …and, while it finds none (others hold them), half as often each time, down to this. */
@@ -97,10 +108,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   // (half of what the lease has beyond the attempt's timeout); a record renews them halfway there.
   const freshForMs = (options.leaseMs - options.timeoutMs) / 2;
   // Held (in flight, done or ahead): enough to refill every slot several times while a record is on
-  // its way, so slots never wait for one and records stay large (one statement per ~2× cap deliveries).
-  const holdTarget = 6 * endpointCap;
+  // its way, so slots never wait for one and records stay large (one statement per ~4× cap deliveries).
+  const holdTarget = HOLD_SLOT_COUNTS * endpointCap;
   /** A record is due once fewer than this many are held ahead. */
-  const lowWater = 2 * endpointCap;
+  const lowWater = LOW_WATER_SLOT_COUNTS * endpointCap;
 
   const settle = (entries: readonly Waiting[], settled: Promise<void>) => {
     if (entries.length === 0) return;
@@ -169,10 +180,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
 
   function needsRecord(lane: Lane): boolean {
     if (lane.winding) return lane.done.length > 0 || lane.ready.length > 0;
-    // Outcomes wait to be recorded until there are two slot-counts of them, or the deliveries held
-    // ahead run low, or nothing else is going on: fewer, larger statements (PostgreSQL's CPU per
-    // delivery falls with the record's size: 8 endpoints, 1 → 2 slot-counts: 259 → 193 µs).
-    if (lane.done.length > 0 && lane.done.length >= 2 * lane.slots) return true;
+    // Outcomes wait to be recorded until there are RECORD_SLOT_COUNTS slot-counts of them, or the
+    // deliveries held ahead run low, or nothing else is going on: fewer, larger statements.
+    if (lane.done.length > 0 && lane.done.length >= RECORD_SLOT_COUNTS * lane.slots) return true;
     if (lane.done.length > 0 && (lane.flight.size === 0 || lane.ready.length < lowWater)) return true;
     const stale = performance.now() - lane.renewedAt > freshForMs / 2;
     if (stale && held(lane) > 0) return true;

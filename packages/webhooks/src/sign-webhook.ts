@@ -6,10 +6,14 @@ import {
   WEBHOOK_SIGNATURE_HEADER,
   WEBHOOK_TIMESTAMP_HEADER,
 } from './headers.js';
-import { computeSignature, formatSignatureHeader } from './signature.js';
+import { hmacKeysOf } from './hmac-keys.js';
+import { SIGNATURE_SCHEME, signatureHmac } from './signature.js';
 import { computeAsymmetricSignature, isWebhookSigningKey } from './signing-key-pair.js';
-import { computeStandardSignature, formatStandardSignatureHeader } from './standard-signature.js';
-import { standardWebhookKey } from './webhook-secret.js';
+import {
+  ASYMMETRIC_SIGNATURE_VERSION,
+  STANDARD_SIGNATURE_VERSION,
+  standardSignatureHmac,
+} from './standard-signature.js';
 
 export interface SignWebhookOptions {
   /** The event id (`evt_…`), sent as `X-Webhook-ID`; must equal the body's `id`. */
@@ -47,29 +51,41 @@ export function signWebhook(options: SignWebhookOptions): Record<string, string>
   const { eventId, rawBody, secrets } = options;
   const timestampSec = options.timestamp ?? Math.floor(Date.now() / 1000);
   if (secrets.length === 0) throw new TypeError('signWebhook: at least one secret is required');
-  if (secrets.some((secret) => secret.length === 0)) throw new TypeError('signWebhook: a secret is empty');
   if (eventId.length === 0 || /[\r\n]/.test(eventId)) {
     throw new TypeError('signWebhook: eventId must be non-empty and on one line');
   }
   if (!Number.isSafeInteger(timestampSec) || timestampSec < 0) {
     throw new TypeError('signWebhook: timestamp must be a non-negative integer (Unix seconds)');
   }
-  const symmetricSecrets = secrets.filter((secret) => !isWebhookSigningKey(secret));
-  const signingKeys = secrets.filter(isWebhookSigningKey);
-  const signatures = symmetricSecrets.map((secret) => computeSignature(secret, timestampSec, rawBody));
-  const standardSignatures = symmetricSecrets.map((secret) =>
-    computeStandardSignature(standardWebhookKey(secret), eventId, timestampSec, rawBody),
-  );
-  const asymmetricSignatures = signingKeys.map((key) =>
-    computeAsymmetricSignature(key, eventId, timestampSec, rawBody),
-  );
-  return {
+  // One pass over the secrets (usually one): each symmetric secret's keys are derived once
+  // (hmacKeysOf), and each HMAC is digested straight to the header's text.
+  const timestamp = String(timestampSec);
+  let signature = `t=${timestamp}`;
+  let standardSignature = '';
+  let asymmetricSignature = '';
+  let symmetric = false;
+  for (const secret of secrets) {
+    if (secret.length === 0) throw new TypeError('signWebhook: a secret is empty');
+    if (isWebhookSigningKey(secret)) {
+      const signed = computeAsymmetricSignature(secret, eventId, timestampSec, rawBody).toString('base64');
+      asymmetricSignature += ` ${ASYMMETRIC_SIGNATURE_VERSION},${signed}`;
+      continue;
+    }
+    symmetric = true;
+    const keys = hmacKeysOf(secret);
+    signature += `,${SIGNATURE_SCHEME}=${signatureHmac(keys.stripe, timestampSec, rawBody).digest('hex')}`;
+    const standard = standardSignatureHmac(keys.standard, eventId, timestampSec, rawBody).digest('base64');
+    standardSignature += ` ${STANDARD_SIGNATURE_VERSION},${standard}`;
+  }
+  const headers: Record<string, string> = {
     'Content-Type': 'application/json',
     [WEBHOOK_ID_HEADER]: eventId,
-    [WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
-    ...(signatures.length > 0 ? { [WEBHOOK_SIGNATURE_HEADER]: formatSignatureHeader(timestampSec, signatures) } : {}),
-    [STANDARD_WEBHOOK_ID_HEADER]: eventId,
-    [STANDARD_WEBHOOK_TIMESTAMP_HEADER]: String(timestampSec),
-    [STANDARD_WEBHOOK_SIGNATURE_HEADER]: formatStandardSignatureHeader(standardSignatures, asymmetricSignatures),
+    [WEBHOOK_TIMESTAMP_HEADER]: timestamp,
   };
+  if (symmetric) headers[WEBHOOK_SIGNATURE_HEADER] = signature;
+  headers[STANDARD_WEBHOOK_ID_HEADER] = eventId;
+  headers[STANDARD_WEBHOOK_TIMESTAMP_HEADER] = timestamp;
+  // `v1` entries first, then `v1a` (formatStandardSignatureHeader's order).
+  headers[STANDARD_WEBHOOK_SIGNATURE_HEADER] = (standardSignature + asymmetricSignature).slice(1);
+  return headers;
 }

@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHmac, type Hmac, type KeyObject } from 'node:crypto';
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
 /** The only signature scheme Herald emits; entries of other schemes (`v0`, a future `v2`) are ignored. */
@@ -19,9 +19,19 @@ export interface SignatureHeader {
 /**
  * HMAC-SHA256 keyed with the whole secret string over `<t>.<raw body>` (Stripe's scheme). A byte
  * body is hashed as received, so a receiver never has to re-encode what it read off the wire.
+ * @param secret the secret, or its UTF-8 bytes as a key object (`hmacKeysOf(secret).stripe`)
  */
-export function computeSignature(secret: string, timestampSec: number, rawBody: string | Uint8Array): Buffer {
-  return createHmac('sha256', secret).update(`${timestampSec}.`).update(rawBody).digest();
+export function computeSignature(
+  secret: string | KeyObject,
+  timestampSec: number,
+  rawBody: string | Uint8Array,
+): Buffer {
+  return signatureHmac(secret, timestampSec, rawBody).digest();
+}
+
+/** {@link computeSignature}'s HMAC, fed and not yet digested (a sender digests it to hex at once). */
+export function signatureHmac(secret: string | KeyObject, timestampSec: number, rawBody: string | Uint8Array): Hmac {
+  return createHmac('sha256', secret).update(`${timestampSec}.`).update(rawBody);
 }
 
 /** `t=<unix seconds>,v1=<hex>[,v1=<hex>…]`, one `v1` per signature, in the order given. */

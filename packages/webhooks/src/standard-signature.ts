@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHmac, type Hmac, type KeyObject } from 'node:crypto';
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
 /** The symmetric Standard Webhooks scheme (HMAC-SHA256). */
@@ -21,14 +21,25 @@ export interface StandardSignatures {
 /**
  * Standard Webhooks' `v1` signature: HMAC-SHA256 keyed with the decoded secret over
  * `<id>.<timestamp>.<raw body>`. Bytes of a body are hashed as received.
+ * @param key the decoded secret (`standardWebhookKey`), or it as a key object (`hmacKeysOf(secret).standard`)
  */
 export function computeStandardSignature(
-  key: Uint8Array,
+  key: Uint8Array | KeyObject,
   eventId: string,
   timestampSec: number,
   rawBody: string | Uint8Array,
 ): Buffer {
-  return createHmac('sha256', key).update(`${eventId}.${timestampSec}.`).update(rawBody).digest();
+  return standardSignatureHmac(key, eventId, timestampSec, rawBody).digest();
+}
+
+/** {@link computeStandardSignature}'s HMAC, fed and not yet digested (a sender digests it to base64 at once). */
+export function standardSignatureHmac(
+  key: Uint8Array | KeyObject,
+  eventId: string,
+  timestampSec: number,
+  rawBody: string | Uint8Array,
+): Hmac {
+  return createHmac('sha256', key).update(`${eventId}.${timestampSec}.`).update(rawBody);
 }
 
 /** `v1,<base64>[ v1a,<base64>…]`: one entry per signature, `v1` ones first, each list in the order given. */

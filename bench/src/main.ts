@@ -365,7 +365,7 @@ async function main() {
       trials: num('webhook-trials', quick ? 2 : 3),
       trialMs: num('webhook-trial-ms', quick ? 2000 : 4000),
       connections: num('webhook-connections', 10),
-      dispatcherEvents: num('webhook-events', quick ? 1000 : 3000),
+      dispatcherEvents: num('webhook-events', quick ? 1000 : 10000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
       twoDispatchers: args['webhook-two'] !== 'false',
       endpoints: num('webhook-endpoints', 8),

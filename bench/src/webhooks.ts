@@ -94,6 +94,18 @@ export interface DispatcherRun {
   cpuUsPerDelivery?: number;
   /** CPU of the PostgreSQL backends serving the dispatcher(s) (found by application_name), per delivery. */
   pgCpuUsPerDelivery?: number;
+  /**
+   * Backlog runs: the same figures over the part of the backlog after the first {@link WARM_FRACTION} was
+   * verified, i.e. a dispatcher past its start-up (JIT compilation, first connections, first claims cost a
+   * fresh process 2–3× the CPU per delivery of a warm one; the raw loops' figures are warm trials).
+   */
+  warm?: {
+    deliveries: number;
+    deliveriesPerSec: number;
+    cpuUsPerDelivery: number;
+    pgCpuUsPerDelivery: number;
+    queriesPerDelivery: number;
+  };
   /** Queries the dispatcher(s) sent (BEGIN/COMMIT/LISTEN included; each a round trip), per delivery. */
   queriesPerDelivery?: number;
   /** `WEBHOOK_ENDPOINT_CONCURRENCY` used. */
@@ -233,6 +245,9 @@ export interface WebhookResult {
   durableRatio: number | null;
   /** Two dispatchers over one. */
   twoOverOne: number | null;
+  /** The same two ratios over the warm windows (see {@link DispatcherRun.warm}). */
+  warmDurableRatio: number | null;
+  warmTwoOverOne: number | null;
   /** The several-endpoints case (null: skipped). */
   multiEndpoint: MultiEndpointResult | null;
   /** One dispatcher at a steady publish rate: publishPost's commit → receiver. */
@@ -253,7 +268,12 @@ export interface MultiEndpointResult {
   twoDispatchers: DispatcherRun | null;
   durableRatio: number | null;
   twoOverOne: number | null;
+  warmDurableRatio: number | null;
+  warmTwoOverOne: number | null;
 }
+
+/** Backlog runs: the share of the backlog verified before the warm window starts. */
+export const WARM_FRACTION = 0.3;
 
 interface IpcChild {
   child: ChildProcess;
@@ -463,6 +483,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
               multiTwo?.deliveriesPerSec !== undefined && multiOne.deliveriesPerSec
                 ? round(multiTwo.deliveriesPerSec / multiOne.deliveriesPerSec, 3)
                 : null,
+            ...warmRatios(multiOne, multiTwo, wideDurable?.deliveriesPerSec.median),
           }
         : null;
     if (multiEndpoint)
@@ -519,12 +540,34 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         twoDispatchers?.deliveriesPerSec !== undefined && dispatcher.deliveriesPerSec
           ? round(twoDispatchers.deliveriesPerSec / dispatcher.deliveriesPerSec, 3)
           : null,
+      ...warmRatios(dispatcher, twoDispatchers, durableLoop?.deliveriesPerSec.median),
       multiEndpoint,
       schedulerPass,
     };
   } finally {
     await Promise.all([stopChild(receiver.child), stopChild(loop.child)]);
   }
+}
+
+/** One dispatcher's warm rate over the raw durable loop's, and two dispatchers' warm rate over one's. */
+function warmRatios(
+  one: DispatcherRun,
+  two: DispatcherRun | null,
+  durableMedian: number | undefined,
+): { warmDurableRatio: number | null; warmTwoOverOne: number | null } {
+  const oneRate = one.warm?.deliveriesPerSec;
+  const twoRate = two?.warm?.deliveriesPerSec;
+  return {
+    warmDurableRatio: oneRate && durableMedian ? round(oneRate / durableMedian, 3) : null,
+    warmTwoOverOne: oneRate && twoRate ? round(twoRate / oneRate, 3) : null,
+  };
+}
+
+/** "past start-up: …" for a backlog run with a warm window. */
+function warmText(run: DispatcherRun | null | undefined): string {
+  const w = run?.warm;
+  if (!w) return 'past start-up: not measured';
+  return `past start-up (the last ${num(w.deliveries)} deliveries, after the first ${Math.round(WARM_FRACTION * 100)} % of the backlog): ${num(w.deliveriesPerSec)}/s, ${num(w.cpuUsPerDelivery)} µs dispatcher CPU, ${num(w.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(w.queriesPerDelivery, 3)} round trips per delivery`;
 }
 
 async function runDispatcher(
@@ -713,6 +756,9 @@ async function runDispatcher(
       wake = connectOutboxWakePublisher(config.redisUrl, webhookRedisKeys(prefix).outboxWakeChannel);
       publishing = publishSteadily(publisher, herald.orgId, events, steadyRate, steadyNotify ? undefined : wake);
     }
+    const pgCpuNow = () => [...backends.values()].reduce((sum, one) => sum + (one.last - one.first), 0);
+    /** Where the warm window starts (backlog runs): the figures as of that poll. */
+    let warmMark: { at: number; verified: number; cpuUs: number; pgCpuUs: number; queries: number } | undefined;
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
     let lastVerified = 0;
@@ -728,6 +774,15 @@ async function runDispatcher(
       await sampleBackends(false).catch(() => {});
       if (child.exitCode !== null) break;
       stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
+      if (mode === 'backlog' && warmMark === undefined && stats.verified >= expected * WARM_FRACTION) {
+        warmMark = {
+          at: wallNow(),
+          verified: stats.verified,
+          cpuUs: cpuNow(),
+          pgCpuUs: pgCpuNow(),
+          queries: queriesNow(),
+        };
+      }
       if (stats.verified > lastVerified) {
         lastVerified = stats.verified;
         lastProgress = wallNow();
@@ -739,8 +794,19 @@ async function runDispatcher(
     await sampleBackends(false).catch(() => {});
     await sleep(150);
     const queries = queriesNow() - queries0;
-    const pgCpuUs = [...backends.values()].reduce((sum, one) => sum + (one.last - one.first), 0);
+    const pgCpuUs = pgCpuNow();
     const span = stats.lastAt - stats.firstAt;
+    const warmDeliveries = warmMark ? stats.verified - warmMark.verified : 0;
+    const warm =
+      warmMark && warmDeliveries > 0 && stats.lastAt > warmMark.at && Number.isFinite(cpuUs)
+        ? {
+            deliveries: warmDeliveries,
+            deliveriesPerSec: Math.round((warmDeliveries / (stats.lastAt - warmMark.at)) * 1000),
+            cpuUsPerDelivery: round((cpuUs - (warmMark.cpuUs - cpu0)) / warmDeliveries, 1),
+            pgCpuUsPerDelivery: round((pgCpuUs - warmMark.pgCpuUs) / warmDeliveries, 1),
+            queriesPerDelivery: round((queries - (warmMark.queries - queries0)) / warmDeliveries, 3),
+          }
+        : undefined;
     let latency: SteadyLatency | undefined;
     if (publishing) {
       const published = await publishing;
@@ -780,6 +846,7 @@ async function runDispatcher(
       cpuUsPerDelivery: round(cpuUs / Math.max(1, stats.verified), 1),
       pgCpuUsPerDelivery: round(pgCpuUs / Math.max(1, stats.verified), 1),
       queriesPerDelivery: round(queries / Math.max(1, stats.verified), 3),
+      ...(warm ? { warm } : {}),
       endpointCap,
       ...(latency ? { latency } : {}),
       samples: stats.invalidSamples,
@@ -1034,7 +1101,13 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   lines.push(
     `- one dispatcher (WEBHOOK_ENDPOINT_CONCURRENCY=${num(d.endpointCap)}): ${num(d.cpuUsPerDelivery)} µs dispatcher CPU and ${num(d.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU per delivery (the backends serving its connections, by application_name; WAL writer and checkpointer not included); ${num(d.queriesPerDelivery, 3)} PostgreSQL round trips per delivery (every query its pg clients sent, BEGIN/COMMIT included)`,
   );
+  lines.push(
+    `- one dispatcher ${warmText(d)} = ${num(w.warmDurableRatio, 2)}× the raw durable loop (whose trials are warm too)`,
+  );
   lines.push(`- two dispatchers over one: ${num(w.twoOverOne, 2)}× (target ≥ 1.6×)`);
+  lines.push(
+    `- two dispatchers ${warmText(w.twoDispatchers)} = ${num(w.warmTwoOverOne, 2)}× one past start-up (CPU: both processes)`,
+  );
   const two = w.twoDispatchers;
   if (two?.pgCpuUsPerDelivery !== undefined)
     lines.push(
@@ -1065,6 +1138,9 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     const d = m.durableLoop?.deliveriesPerSec;
     lines.push(
       `- ${m.endpoints} endpoints on the same receiver (cap ${num(one.endpointCap)} each, ${num(m.deliveries)} deliveries): raw durable loop at ${num(m.durableLoop?.connections)} connections ${num(d?.median)}/s (${num(d?.min)}–${num(d?.max)}); one dispatcher ${num(one.deliveriesPerSec)}/s = ${num(m.durableRatio, 2)}× (${one.status}: ${num(one.verified)}/${num(one.events)} verified, ${num(one.duplicate)} duplicate; ${num(one.cpuUsPerDelivery)} µs dispatcher CPU, ${num(one.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(one.queriesPerDelivery, 3)} round trips per delivery); two dispatchers ${num(two?.deliveriesPerSec)}/s = ${num(m.twoOverOne, 2)}× one (${two?.status ?? 'skipped'}: ${num(two?.verified)}/${num(two?.events)} verified, ${num(two?.duplicate)} duplicate)`,
+    );
+    lines.push(
+      `  - one dispatcher ${warmText(one)} = ${num(m.warmDurableRatio, 2)}× the raw durable loop; two dispatchers ${warmText(two)} = ${num(m.warmTwoOverOne, 2)}× one`,
     );
   }
   if (w.schedulerPass) {

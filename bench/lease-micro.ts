@@ -16,7 +16,7 @@
  * through auto_explain.
  */
 import { readFileSync } from 'node:fs';
-import { createDatabase, migrateToLatest } from '@herald/db';
+import { createDatabase, type Database, migrateToLatest } from '@herald/db';
 import {
   type ClaimedDelivery,
   claimDeliveries,
@@ -63,7 +63,7 @@ const success = (d: ClaimedDelivery) => ({
 const LEASE_MS = 15_000;
 const LANE_LEASE = `a:${crypto.randomUUID()}`;
 
-async function insertEvents(on: Kysely<unknown>, from: number, count: number) {
+async function insertEvents(on: Kysely<Database>, from: number, count: number) {
   await sql`insert into ${sql.id(schema, 'webhook_outbox')} (id, org_id, type, body)
     select 'evt_micro' || n, 'micro', 'post.published', '{"id":"x"}' from generate_series(${from}::int, ${from + count - 1}::int) n`.execute(
     on,
@@ -108,6 +108,16 @@ async function backlog(): Promise<{ fanOut: () => Promise<void>; cycles: () => P
 }
 
 /** Batches of `batch` events: fan-out, then one record that takes them and records the last batch. */
+/** Backend CPU µs by statement in the steady mode (summed over its runs). */
+const phases = { fanOut: 0, record: 0, flush: 0 };
+async function timed<T>(phase: keyof typeof phases, run: () => Promise<T>): Promise<T> {
+  const before = cpuOf(backendPid);
+  const result = await run();
+  phases[phase] += cpuOf(backendPid) - before;
+  return result;
+}
+let backendPid = 0;
+
 async function steady(): Promise<number> {
   let held: ClaimedDelivery[] = [];
   let done = 0;
@@ -117,13 +127,15 @@ async function steady(): Promise<number> {
     if (count > 0) {
       await insertEvents(admin.db, next, count);
       next += count;
-      await fanOutOutbox(db, { limit: 200, queueLeaseMs: LEASE_MS });
+      await timed('fanOut', () => fanOutOutbox(db, { limit: 200, queueLeaseMs: LEASE_MS }));
     }
-    const result = await recordOutcomes(db, held.map(success), {
-      disableAfterMs: 86_400_000,
-      handOver: { endpointId: 'we_micro', leaseMs: LEASE_MS, lease: LANE_LEASE, take: 6 * cap },
-    });
-    await flushCommits(db);
+    const result = await timed('record', () =>
+      recordOutcomes(db, held.map(success), {
+        disableAfterMs: 86_400_000,
+        handOver: { endpointId: 'we_micro', leaseMs: LEASE_MS, lease: LANE_LEASE, take: 6 * cap },
+      }),
+    );
+    await timed('flush', () => flushCommits(db));
     done += held.length;
     held = result.handedOver;
   }
@@ -150,6 +162,7 @@ try {
   if (process.env.EXTRA_SQL) await sql.raw(process.env.EXTRA_SQL).execute(db);
   const { rows: pidRows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db);
   const pid = pidRows[0]!.pid;
+  backendPid = pid;
   await sql`insert into webhook_endpoints (id, org_id, url, event_types) values ('we_micro', 'micro', 'http://127.0.0.1:9/', '{post.published}')`.execute(
     db,
   );
@@ -167,6 +180,7 @@ try {
       msPerDelivery: +((performance.now() - t0) / done).toFixed(4),
       pgCpuUs: +((cpuOf(pid) - c0) / done).toFixed(1),
       clientCpuUs: +((own.user + own.system) / done).toFixed(1),
+      pgCpuUsBy: Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, +(v / done).toFixed(1)])),
     };
   } else {
     const run = await backlog();

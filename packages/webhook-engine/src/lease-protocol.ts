@@ -92,7 +92,7 @@ import {
   WEBHOOK_EVENT_ID_PREFIX,
 } from '@herald/contracts';
 import type { Database } from '@herald/db';
-import { type Kysely, sql } from 'kysely';
+import { type Kysely, type RawBuilder, sql } from 'kysely';
 
 export const QUEUED_LEASE_PREFIX = 'q:';
 export const ATTEMPT_LEASE_PREFIX = 'a:';
@@ -471,12 +471,17 @@ export async function recordOutcomes(
   }
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
-  const { rows } = await sql<{
-    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events';
-    id: string | null;
-    reason: string | null;
-  }>`
-    with input as (
+  // The statement has only the parts this batch needs (see "Plans" above: each part costs at every
+  // execution, if only to set up; a lane's usual record is successes and a hand-over).
+  const recording = outcomes.length > 0;
+  const allSucceeded = outcomes.every((o) => o.health === 'success');
+  const anyDead = outcomes.some((o) => o.next.status === 'DEAD');
+  const taking = handOver !== undefined && handOver.take !== 0 && (handOver.take !== undefined || recording);
+  const halting = handOver?.url !== undefined;
+  const none = sql``;
+  const ctes: RawBuilder<unknown>[] = [];
+  if (recording) {
+    ctes.push(sql`input as (
       select input.id, input.lease, input.at, input.status_code, input.duration_ms, input.error,
         input.response_body, input.next_status, input.retry_ms
       from unnest(
@@ -505,7 +510,18 @@ export async function recordOutcomes(
       where delivery.id = input.id and delivery.lease_token = input.lease
       returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
         delivery.org_id, delivery.attempt_count, input.error
-    ), health_input as (
+    )`);
+  }
+  if (recording && allSucceeded) {
+    // Successes only: they end a failure streak, and can neither pause nor disable.
+    ctes.push(sql`health as (
+      update webhook_endpoints endpoint set failing_since = null
+      from (select id from unnest(${h.map(([id]) => id)}::text[]) as health(id) limit ${h.length}) health
+      where endpoint.id = health.id and endpoint.failing_since is not null
+      returning endpoint.id
+    )`);
+  } else if (recording) {
+    ctes.push(sql`health_input as (
       select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at
       from unnest(
         ${h.map(([id]) => id)}::text[], ${h.map(([, e]) => e.ok)}::boolean[], ${h.map(([, e]) => e.failed)}::boolean[],
@@ -548,7 +564,10 @@ export async function recordOutcomes(
       from (select ${NEW_EVENT_ID} as id, org_id, id as endpoint_id, url, disabled_now as reason
         from health where disabled_now is not null) event
       returning id
-    ), dead_event as (
+    )`);
+  }
+  if (anyDead) {
+    ctes.push(sql`dead_event as (
       insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
       select event.id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text,
         json_build_object('id', event.id, 'type', ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, 'created', ${ISO_NOW},
@@ -560,17 +579,30 @@ export async function recordOutcomes(
           attempt_count, error
         from updated where status = 'DEAD') event
       returning id
-    ), renewed as (
+    )`);
+  }
+  if (renew.length > 0) {
+    ctes.push(sql`renewed as (
       update webhook_deliveries delivery set leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
       from (select id from unnest(${renew}::text[]) as held(id) limit ${renew.length}) held
       where delivery.id = held.id and delivery.status = 'PENDING' and delivery.lease_token = ${lease}
       returning delivery.id
-    ), let_go as (
+    )`);
+  }
+  if (release.length > 0) {
+    ctes.push(sql`let_go as (
       update webhook_deliveries delivery set lease_token = null, leased_until = null
       from (select id from unnest(${release}::text[]) as held(id) limit ${release.length}) held
       where delivery.id = held.id and delivery.status = 'PENDING' and delivery.lease_token = ${lease}
       returning delivery.id
-    ), handed as (
+    )`);
+  }
+  if (taking) {
+    const take =
+      handOver?.take !== undefined
+        ? sql`${handOver.take}::int`
+        : sql`(select count(1) from updated where updated.id in (select id from live))`;
+    ctes.push(sql`handed as (
       select next.id from webhook_deliveries next
       where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
         and next.next_attempt_at <= now()
@@ -583,7 +615,7 @@ export async function recordOutcomes(
             and not coalesce(endpoint.paused_until > now(), false)
         )
       order by next.next_attempt_at, next.seq
-      limit coalesce(${handOver?.take ?? null}::int, (select count(1) from updated where updated.id in (select id from live)))
+      limit ${take}
       for update skip locked
     ), taken as (
       update webhook_deliveries delivery
@@ -591,17 +623,22 @@ export async function recordOutcomes(
       from handed where delivery.id = handed.id
       returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
         delivery.attempt_count, delivery.horizon_from
-    )
-    select 'recorded' as kind, id, null as reason from updated
-    union all select 'kept', id, null from renewed
-    union all select 'released', null, (select count(1) from let_go)::text
-    union all select 'halt', null, 'halt' where ${handOver?.url ?? null}::text is not null and not exists (
+    )`);
+  }
+  const branches: RawBuilder<unknown>[] = [];
+  if (recording) branches.push(sql`select 'recorded' as kind, id, null as reason from updated`);
+  if (renew.length > 0) branches.push(sql`select 'kept', id, null from renewed`);
+  if (release.length > 0) branches.push(sql`select 'released', null, (select count(1) from let_go)::text`);
+  if (halting) {
+    branches.push(sql`select 'halt', null, 'halt' where not exists (
       select 1 from webhook_endpoints endpoint
       where endpoint.id = ${handOver?.endpointId ?? null}::text and endpoint.url = ${handOver?.url ?? null}::text
         and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
         and not coalesce(endpoint.paused_until > now(), false)
-    )
-    union all select 'handed', null, (
+    )`);
+  }
+  if (taking) {
+    branches.push(sql`select 'handed', null, (
       select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
         'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
         'url', endpoint.url, 'body', event.body,
@@ -612,11 +649,26 @@ export async function recordOutcomes(
       from taken
       join webhook_endpoints endpoint on endpoint.id = taken.endpoint_id
       join webhook_outbox event on event.id = taken.event_id
-    )
-    union all select 'disabled', id, disabled_now from health where disabled_now is not null
-    union all select 'events', null, ((select count(1) from disabled_event) + (select count(1) from dead_event))::text
-    -- This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
-    union all select 'async', null, set_config('synchronous_commit', 'off', true)
+    )`);
+  }
+  if (recording && !allSucceeded) {
+    branches.push(sql`select 'disabled', id, disabled_now from health where disabled_now is not null`);
+  }
+  const events = [
+    ...(recording && !allSucceeded ? [sql`(select count(1) from disabled_event)`] : []),
+    ...(anyDead ? [sql`(select count(1) from dead_event)`] : []),
+  ];
+  if (events.length > 0) branches.push(sql`select 'events', null, (${sql.join(events, sql` + `)})::text`);
+  // This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
+  branches.push(sql`select 'async', null, set_config('synchronous_commit', 'off', true)`);
+  const { rows } = await sql<{
+    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events';
+    id: string | null;
+    reason: string | null;
+  }>`
+    ${ctes.length > 0 ? sql`with ${sql.join(ctes, sql`, `)}` : none}
+    select result.kind, result.id, result.reason
+    from (${sql.join(branches, sql` union all `)}) as result(kind, id, reason)
   `.execute(db);
   const result: RecordResult = {
     recorded: new Set(),

@@ -163,6 +163,7 @@ try {
   const { rows: pidRows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db);
   const pid = pidRows[0]!.pid;
   backendPid = pid;
+  if (process.env.PRINT_PID) console.error(`backend pid ${pid}`);
   await sql`insert into webhook_endpoints (id, org_id, url, event_types) values ('we_micro', 'micro', 'http://127.0.0.1:9/', '{post.published}')`.execute(
     db,
   );

@@ -638,17 +638,19 @@ export async function recordOutcomes(
     )`);
   }
   if (taking) {
+    // The endpoint's URL and secrets once, not once per delivery (they are one endpoint's).
     branches.push(sql`select 'handed', null, (
-      select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
-        'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
-        'url', endpoint.url, 'body', event.body,
-        'ageMs', extract(epoch from now() - taken.horizon_from) * 1000,
+      select json_build_object('url', endpoint.url,
         'secrets', (select coalesce(array_agg(secret.secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
-          where secret.endpoint_id = taken.endpoint_id and (secret.expires_at is null or secret.expires_at > now()))
-      ))::text
-      from taken
-      join webhook_endpoints endpoint on endpoint.id = taken.endpoint_id
-      join webhook_outbox event on event.id = taken.event_id
+          where secret.endpoint_id = endpoint.id and (secret.expires_at is null or secret.expires_at > now())),
+        'deliveries', (
+          select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
+            'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
+            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000))
+          from taken join webhook_outbox event on event.id = taken.event_id
+        ))::text
+      from webhook_endpoints endpoint
+      where endpoint.id = ${handOver?.endpointId ?? null}::text and exists (select 1 from taken)
     )`);
   }
   if (recording && !allSucceeded) {
@@ -683,8 +685,18 @@ export async function recordOutcomes(
     else if (row.kind === 'kept' && row.id) result.kept.add(row.id);
     else if (row.kind === 'halt') result.halt = true;
     else if (row.kind === 'handed' && row.reason) {
-      const taken = JSON.parse(row.reason) as Array<Omit<ClaimedDelivery, 'lease'>>;
-      result.handedOver = taken.map((delivery) => ({ ...delivery, ageMs: Number(delivery.ageMs), lease }));
+      const taken = JSON.parse(row.reason) as {
+        url: string;
+        secrets: string[];
+        deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets'>>;
+      };
+      result.handedOver = taken.deliveries.map((delivery) => ({
+        ...delivery,
+        url: taken.url,
+        secrets: taken.secrets,
+        ageMs: Number(delivery.ageMs),
+        lease,
+      }));
     } else if (row.kind === 'disabled' && row.id)
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);

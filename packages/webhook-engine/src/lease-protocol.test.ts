@@ -1,6 +1,13 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createDatabase, deleteWebhookEndpoint, findWebhookEndpointById, replayWebhookDelivery } from '@herald/db';
+import {
+  createDatabase,
+  deleteWebhookEndpoint,
+  findWebhookEndpointById,
+  migrateToLatest,
+  replayWebhookDelivery,
+} from '@herald/db';
+import { createTestSchema } from '@herald/testing';
 import { sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -139,6 +146,52 @@ describe('prepared statements', () => {
       expect(has('where delivery.id = due.id')).toBe(true);
     } finally {
       await prepared.close();
+    }
+  });
+
+  it('keeps looking deliveries up by primary key once the tables grow, though its plans were made when they were empty', async () => {
+    // A prepared statement runs a generic plan from its sixth execution on, made from the table sizes of
+    // that moment and kept until the next ANALYZE: made on a new (empty) table, a join on the ids could
+    // become a sequential scan of webhook_deliveries whose cost grows with every delivery made since.
+    const schema = await createTestSchema(inject('databaseUrl'));
+    const fresh = await createDatabase({ kind: 'postgres', url: schema.url, poolMax: 1, preparedStatements: true });
+    try {
+      await migrateToLatest(fresh.db);
+      await sql`insert into webhook_endpoints (id, org_id, url, event_types)
+        values ('we_plan', 'org-plan', ${receiver.url('/plan')}, '{post.published}')`.execute(fresh.db);
+      await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_plan', 'whsec_plan')`.execute(
+        fresh.db,
+      );
+      const seqScans = async () => {
+        await sql`select pg_stat_force_next_flush()`.execute(fresh.db);
+        await sql`select 1`.execute(fresh.db);
+        const { rows } = await sql<{ n: string }>`select seq_scan as n from pg_stat_user_tables
+          where schemaname = ${schema.schema} and relname = 'webhook_deliveries'`.execute(harness.db);
+        return Number(rows[0]?.n);
+      };
+      let before = 0;
+      for (let round = 0; round < 10; round++) {
+        // Past the five custom plans, the rest run the generic ones.
+        if (round === 7) before = await seqScans();
+        await sql`insert into webhook_outbox (id, org_id, type, body)
+          select 'evt_plan_' || ${round}::int || '_' || n, 'org-plan', 'post.published', '{}'
+          from generate_series(1, 3) n`.execute(fresh.db);
+        const { queued } = await fanOutOutbox(fresh.db, { limit: 100, queueLeaseMs: 60_000 });
+        const claimed = await claimDeliveries(fresh.db, { queued, endpointCap: 2, leaseMs: 60_000 });
+        const result = await recordOutcomes(
+          fresh.db,
+          claimed.map((delivery) => outcome(delivery, { next: { status: 'SUCCEEDED' }, health: 'success' })),
+          { disableAfterMs: DAY_MS, handOver: { endpointId: 'we_plan', leaseMs: 60_000, renew: [], release: [] } },
+        );
+        await recordOutcomes(
+          fresh.db,
+          result.handedOver.map((delivery) => outcome(delivery, { next: { status: 'SUCCEEDED' }, health: 'success' })),
+          { disableAfterMs: DAY_MS },
+        );
+      }
+      expect(await seqScans()).toBe(before);
+    } finally {
+      await fresh.close();
     }
   });
 });

@@ -374,6 +374,7 @@ async function main() {
       ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
       steadyEventsPerSec: num('webhook-steady-rate', 1000),
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),
+      steadyOnly: args['webhook-steady-only'] === 'true',
       ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       log,
     });

@@ -84,9 +84,13 @@ interface Lane {
  * records it) on a failed attempt (so pauses, disables and retries take the claim's path) and on
  * stop, and ends once it is out of work; while work comes, it claims again.
  */
-/** A lane below the cap looks for more slots at most this often… */
+/**
+ * A lane below the cap looks for more slots as soon as it holds at least as many deliveries it cannot
+ * start as it has slots (before its next record: taking more would not start them), and again at
+ * once while each look finds more; a look that finds none waits this long before the next…
+ */
 const GROW_INTERVAL_MS = 50;
-/** …and, while it finds none (others hold them), half as often each time, down to this. */
+/** …and, while it finds none because others hold them, twice as long each time, up to this. */
 const GROW_INTERVAL_MAX_MS = 1_000;
 
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
@@ -141,21 +145,23 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     if (!lane.winding && !lane.broken && performance.now() - lane.renewedAt <= freshForMs) {
       while (lane.ready.length > 0 && lane.flight.size < lane.slots) start(lane, lane.ready.shift()!);
     }
-    if (!lane.recording && !lane.broken && needsRecord(lane)) {
-      void record(lane);
-      return;
-    }
-    // Saturated below the cap with work waiting: look (now and then) for slots nobody holds.
+    // Saturated below the cap with a slot-count of work waiting: look for slots nobody holds first.
+    // (Recording first starved this: with work arriving every few ms a record is always due, and a
+    // lane whose claim found one delivery ran one slot while its backlog grew.)
     if (
       !lane.recording &&
       !lane.winding &&
       !lane.broken &&
       lane.slots < endpointCap &&
       lane.flight.size >= lane.slots &&
-      lane.ready.length > 0 &&
+      lane.ready.length >= lane.slots &&
       performance.now() >= lane.growAt
     ) {
       void grow(lane);
+      return;
+    }
+    if (!lane.recording && !lane.broken && needsRecord(lane)) {
+      void record(lane);
       return;
     }
     if (
@@ -217,7 +223,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       }
       lane.ready.push(...result.handedOver);
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
-      if (take > 0) lane.exhausted = result.handedOver.length < take;
+      // Entries that came meanwhile may name deliveries this statement did not see yet.
+      if (take > 0) lane.exhausted = result.handedOver.length < take && lane.waiting.length === 0;
       // Disabled, deleted, paused elsewhere, or moved: what it holds goes back, through a claim.
       if (result.halt) lane.winding = true;
       // The cap counts held a-leases: holding fewer than its slots, the lane gives the rest up.
@@ -241,12 +248,15 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.recording = true;
     try {
       const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
-      const slots = Math.min(endpointCap - others, mine, held(lane));
-      if (slots > lane.slots) lane.slots = slots;
-      // Others holding the rest: look less often; holding too few itself: as before.
-      lane.growEveryMs =
-        endpointCap - others <= lane.slots ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
-      lane.growAt = performance.now() + lane.growEveryMs;
+      const room = endpointCap - others;
+      const slots = Math.min(room, mine, held(lane));
+      const grew = slots > lane.slots;
+      if (grew) lane.slots = slots;
+      // Others hold slots it could use: look less and less often. Otherwise (the cap reached is no
+      // reason to wait once it has shrunk again): at once after finding more, else a while later.
+      const crowded = room < Math.min(endpointCap, held(lane));
+      lane.growEveryMs = crowded ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
+      lane.growAt = grew && !crowded ? 0 : performance.now() + lane.growEveryMs;
     } catch (error) {
       lane.growAt = performance.now() + GROW_INTERVAL_MAX_MS;
       logger.warn({ err: error, endpointId: lane.endpointId }, 'counting webhook slots failed');
@@ -267,7 +277,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.winding = false;
     lane.exhausted = false;
     lane.broken = false;
-    lane.growAt = performance.now() + GROW_INTERVAL_MS;
+    // Its claim found fewer than the cap: it looks for more as soon as it holds more.
+    lane.growAt = 0;
     lane.growEveryMs = GROW_INTERVAL_MS;
     return new Promise<void>((resolve) => {
       lane.finished = () => {

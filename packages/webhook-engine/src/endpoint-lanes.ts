@@ -66,6 +66,8 @@ interface Lane {
   broken: boolean;
   /** `performance.now()` when it may next look for more slots. */
   growAt: number;
+  /** `performance.now()` when it last looked. */
+  lookedAt: number;
   /** The wait before the look after that. */
   growEveryMs: number;
   finished?: () => void;
@@ -85,9 +87,10 @@ interface Lane {
  * stop, and ends once it is out of work; while work comes, it claims again.
  */
 /**
- * A lane below the cap looks for more slots as soon as it holds at least as many deliveries it cannot
- * start as it has slots (before its next record: taking more would not start them), and again at
- * once while each look finds more; a look that finds none waits this long before the next…
+ * A lane below the cap with deliveries it cannot start looks for more slots (before its next record:
+ * taking more would not start them) at once when they are a slot-count or more, else this long after its
+ * last look; after a look that found more it may look again at once, after one that found none, this
+ * long after it…
  */
 const GROW_INTERVAL_MS = 50;
 /** …and, while it finds none because others hold them, twice as long each time, up to this. */
@@ -145,17 +148,19 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     if (!lane.winding && !lane.broken && performance.now() - lane.renewedAt <= freshForMs) {
       while (lane.ready.length > 0 && lane.flight.size < lane.slots) start(lane, lane.ready.shift()!);
     }
-    // Saturated below the cap with a slot-count of work waiting: look for slots nobody holds first.
+    // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
     // (Recording first starved this: with work arriving every few ms a record is always due, and a
     // lane whose claim found one delivery ran one slot while its backlog grew.)
+    const now = performance.now();
     if (
       !lane.recording &&
       !lane.winding &&
       !lane.broken &&
       lane.slots < endpointCap &&
       lane.flight.size >= lane.slots &&
-      lane.ready.length >= lane.slots &&
-      performance.now() >= lane.growAt
+      lane.ready.length > 0 &&
+      now >= lane.growAt &&
+      (lane.ready.length >= lane.slots || now - lane.lookedAt >= GROW_INTERVAL_MS)
     ) {
       void grow(lane);
       return;
@@ -246,6 +251,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
    */
   async function grow(lane: Lane): Promise<void> {
     lane.recording = true;
+    lane.lookedAt = performance.now();
     try {
       const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
       const room = endpointCap - others;
@@ -362,6 +368,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           exhausted: false,
           broken: false,
           growAt: 0,
+          lookedAt: 0,
           growEveryMs: GROW_INTERVAL_MS,
         };
         lanes.set(item.endpointId, lane);

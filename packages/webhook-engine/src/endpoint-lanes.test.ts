@@ -79,9 +79,9 @@ function scriptedEndpoint(holdRecords = false) {
   };
   return {
     attempter,
-    /** New due deliveries, as a fan-out makes them. */
-    fanOut(ids: string[]) {
-      due.push(...ids);
+    /** New due deliveries, as a fan-out makes them (`visible` false: not yet seen by the next statement). */
+    fanOut(ids: string[], visible = true) {
+      if (visible) due.push(...ids);
       return ids.map((deliveryId) => ({ deliveryId, endpointId: 'endpoint', lease: 'q:entry' }));
     },
     /** POSTs begun and not ended. */
@@ -94,6 +94,10 @@ function scriptedEndpoint(holdRecords = false) {
       }
     },
     held,
+    /** Makes deliveries fanned out unseen visible. */
+    commit(ids: string[]) {
+      due.push(...ids);
+    },
     /** Records waiting for `letRecord`. */
     recordsWaiting: () => recordsHeld.length,
     /** Lets the oldest held record answer. */
@@ -114,8 +118,8 @@ function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>) {
   const pushed: Promise<void>[] = [];
   return {
     /** Fans these deliveries out and hands their work entries to the lanes, as the consumer does. */
-    push(ids: string[]) {
-      pushed.push(...endpoint.fanOut(ids).map((item) => lanes.push(item)));
+    push(ids: string[], visible = true) {
+      pushed.push(...endpoint.fanOut(ids, visible).map((item) => lanes.push(item)));
     },
     async stop() {
       running = false;
@@ -170,14 +174,19 @@ describe('endpoint lanes', () => {
     const { push, stop } = startLanes(endpoint);
     push(['d0']);
     await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
-    // Its first record is on its way; eight more deliveries come, and their entries wait for a record.
+    // Its first record is on its way; eight more deliveries come, and a ninth its statement will not
+    // see yet. Their entries wait for a record.
     await vi.waitFor(() => expect(endpoint.recordsWaiting()).toBe(1));
     push(['d1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8']);
+    push(['d9'], false);
     endpoint.letRecord();
-    // The record took the eight; another is due for the waiting entries, and (at a steady rate) one
-    // always is: the lane takes its slots before that one, not once records stop coming.
+    // The record took the eight; another is due for the ninth, and (at a steady rate) one always is:
+    // the lane takes its slots before that one, not once records stop coming.
     await vi.waitFor(() => expect(endpoint.recordsWaiting()).toBe(1));
     expect(endpoint.running()).toEqual(['d0', 'd1', 'd2', 'd3']);
+    endpoint.commit(['d9']);
+    endpoint.letRecord();
+    await vi.waitFor(() => expect(endpoint.held.has('d9')).toBe(true));
     await stop();
   });
 });

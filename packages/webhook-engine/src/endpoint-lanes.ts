@@ -88,8 +88,8 @@ interface Lane {
  */
 /**
  * A lane below the cap with deliveries it cannot start looks for more slots (before its next record:
- * taking more would not start them) at once when they are a slot-count or more, else this long after its
- * last look; after a look that found more it may look again at once, after one that found none, this
+ * taking more would not start them) at once when they are two slot-counts or more (each slot would
+ * POST twice before the last starts), else this long after its last look; after a look that found more it may look again at once, after one that found none, this
  * long after it…
  */
 const GROW_INTERVAL_MS = 50;
@@ -122,6 +122,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   };
 
   const held = (lane: Lane) => lane.flight.size + lane.ready.length + lane.done.length;
+  const holds = (lane: Lane, { item }: Waiting) =>
+    lane.ready.some((delivery) => delivery.id === item.deliveryId) ||
+    lane.done.some(({ delivery }) => delivery.id === item.deliveryId) ||
+    [...lane.flight].some((delivery) => delivery.id === item.deliveryId);
 
   function start(lane: Lane, delivery: ClaimedDelivery): void {
     lane.flight.add(delivery);
@@ -160,7 +164,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       lane.flight.size >= lane.slots &&
       lane.ready.length > 0 &&
       now >= lane.growAt &&
-      (lane.ready.length >= lane.slots || now - lane.lookedAt >= GROW_INTERVAL_MS)
+      (lane.ready.length >= 2 * lane.slots || now - lane.lookedAt >= GROW_INTERVAL_MS)
     ) {
       void grow(lane);
       return;
@@ -228,8 +232,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       }
       lane.ready.push(...result.handedOver);
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
-      // Entries that came meanwhile may name deliveries this statement did not see yet.
-      if (take > 0) lane.exhausted = result.handedOver.length < take && lane.waiting.length === 0;
+      // An entry that came meanwhile for a delivery it does not hold may name one this statement did
+      // not see yet: not out of work.
+      if (take > 0)
+        lane.exhausted = result.handedOver.length < take && !lane.waiting.some((entry) => !holds(lane, entry));
       // Disabled, deleted, paused elsewhere, or moved: what it holds goes back, through a claim.
       if (result.halt) lane.winding = true;
       // The cap counts held a-leases: holding fewer than its slots, the lane gives the rest up.

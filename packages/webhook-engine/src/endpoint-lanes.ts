@@ -89,8 +89,8 @@ interface Lane {
 /**
  * A lane below the cap with deliveries it cannot start looks for more slots (before its next record:
  * taking more would not start them) at once when they are two slot-counts or more (each slot would
- * POST twice before the last starts), else this long after its last look; after a look that found more it may look again at once, after one that found none, this
- * long after it…
+ * POST twice before the last starts), else this long after its last look. After a look that found
+ * more it may look again at once; after one that found none, this long after it…
  */
 const GROW_INTERVAL_MS = 50;
 /** …and, while it finds none because others hold them, twice as long each time, up to this. */

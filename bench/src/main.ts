@@ -13,6 +13,7 @@
  *   pnpm bench --out /tmp/run1                   # write the results somewhere else
  *   pnpm bench --sequential                      # one scenario at a time instead of side by side
  *   pnpm bench --scenarios resume --resume-clients 200 --resume-events 200  # resume storm (default 1000 × 1000)
+ *   pnpm bench --scenarios webhooks --webhook-steady-only true --out /tmp/s  # the steady webhook trial alone (≈ 20 s)
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -374,6 +375,7 @@ async function main() {
       ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
       steadyEventsPerSec: num('webhook-steady-rate', 1000),
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),
+      steadyOnly: args['webhook-steady-only'] === 'true',
       ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       log,
     });

@@ -66,6 +66,8 @@ export interface WebhookConfig {
    * same-run comparison; `'first'` runs that one first (to tell an order effect from a difference).
    */
   steadyCompareNotify?: boolean | 'first';
+  /** Run only the steady trial(s): no raw loops, backlogs or scheduler pass (≈ 20 s instead of ≈ 2 min). */
+  steadyOnly?: boolean;
   log: (line: string) => void;
 }
 
@@ -418,16 +420,19 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         `  raw durable loop ${into.length} (${connections} connections): ${into.at(-1)!.deliveriesPerSec} deliveries/s recorded`,
       );
     };
-    const multi = endpoints > 1;
+    const only = config.steadyOnly === true;
+    const multi = endpoints > 1 && !only;
+    const skipped: DispatcherRun = { status: 'skipped', reason: 'steady trial only' };
     // Raw trials before and after the dispatcher's run, so both see about the same background load.
-    const before = Math.ceil(config.trials / 2);
+    const before = only ? 0 : Math.ceil(config.trials / 2);
     for (let trial = 0; trial < before; trial++) {
       await rawTrial();
       await durableTrial();
       if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
     }
-    const dispatcher = await runDispatcher(config, receiver, origin, 1);
-    const twoDispatchers = config.twoDispatchers === false ? null : await runDispatcher(config, receiver, origin, 2);
+    const dispatcher = only ? skipped : await runDispatcher(config, receiver, origin, 1);
+    const twoDispatchers =
+      config.twoDispatchers === false || only ? null : await runDispatcher(config, receiver, origin, 2);
     // Several endpoints: the same number of deliveries, twice over (events × endpoints).
     const multiEvents = Math.max(1, Math.round((config.dispatcherEvents * 2) / endpoints));
     const multiOne = multi ? await runDispatcher(config, receiver, origin, 1, 'backlog', endpoints, multiEvents) : null;
@@ -454,7 +459,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         );
       } else if (run) log(`  ${label}: ${run.status} ${run.reason ?? ''}`);
     }
-    for (let trial = before; trial < config.trials; trial++) {
+    for (let trial = before; trial < (only ? 0 : config.trials); trial++) {
       await rawTrial();
       await durableTrial();
       if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
@@ -503,12 +508,13 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
             deliveriesPerSec: spread(durableTrials.map((trial) => trial.deliveriesPerSec)),
           }
         : null;
-    const schedulerPass = config.databaseUrl
-      ? await measureSchedulerPass(config.databaseUrl, config.pendingRetries ?? 100_000).catch((error: unknown) => {
-          log(`  scheduler pass: failed (${(error as Error).message})`);
-          return null;
-        })
-      : null;
+    const schedulerPass =
+      config.databaseUrl && !only
+        ? await measureSchedulerPass(config.databaseUrl, config.pendingRetries ?? 100_000).catch((error: unknown) => {
+            log(`  scheduler pass: failed (${(error as Error).message})`);
+            return null;
+          })
+        : null;
     if (schedulerPass)
       log(`  scheduler pass with ${schedulerPass.pendingRetries} pending retries: ${schedulerPass.passMs.median} ms`);
 

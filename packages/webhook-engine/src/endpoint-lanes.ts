@@ -66,6 +66,8 @@ interface Lane {
   broken: boolean;
   /** `performance.now()` when it may next look for more slots. */
   growAt: number;
+  /** `performance.now()` when it last looked. */
+  lookedAt: number;
   /** The wait before the look after that. */
   growEveryMs: number;
   finished?: () => void;
@@ -95,9 +97,14 @@ const RECORD_SLOT_COUNTS = 4;
 const HOLD_SLOT_COUNTS = 10;
 /** A record (which takes more) is due once fewer than this many slot-counts are held ahead. */
 const LOW_WATER_SLOT_COUNTS = 3;
-/** A lane below the cap looks for more slots at most this often… */
+/**
+ * A lane below the cap with deliveries it cannot start looks for more slots (before its next record:
+ * taking more would not start them) at once when they are two slot-counts or more (each slot would
+ * POST twice before the last starts), else this long after its last look. After a look that found
+ * more it may look again at once; after one that found none, this long after it…
+ */
 const GROW_INTERVAL_MS = 50;
-/** …and, while it finds none (others hold them), half as often each time, down to this. */
+/** …and, while it finds none because others hold them, twice as long each time, up to this. */
 const GROW_INTERVAL_MAX_MS = 1_000;
 
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
@@ -126,6 +133,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   };
 
   const held = (lane: Lane) => lane.flight.size + lane.ready.length + lane.done.length;
+  const holds = (lane: Lane, { item }: Waiting) =>
+    lane.ready.some((delivery) => delivery.id === item.deliveryId) ||
+    lane.done.some(({ delivery }) => delivery.id === item.deliveryId) ||
+    [...lane.flight].some((delivery) => delivery.id === item.deliveryId);
 
   function start(lane: Lane, delivery: ClaimedDelivery): void {
     lane.flight.add(delivery);
@@ -152,11 +163,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     if (!lane.winding && !lane.broken && performance.now() - lane.renewedAt <= freshForMs) {
       while (lane.ready.length > 0 && lane.flight.size < lane.slots) start(lane, lane.ready.shift()!);
     }
-    if (!lane.recording && !lane.broken && needsRecord(lane)) {
-      void record(lane);
-      return;
-    }
-    // Saturated below the cap with work waiting: look (now and then) for slots nobody holds.
+    // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
+    // (Recording first starved this: with work arriving every few ms a record is always due, and a
+    // lane whose claim found one delivery ran one slot while its backlog grew.)
+    const now = performance.now();
     if (
       !lane.recording &&
       !lane.winding &&
@@ -164,9 +174,14 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       lane.slots < endpointCap &&
       lane.flight.size >= lane.slots &&
       lane.ready.length > 0 &&
-      performance.now() >= lane.growAt
+      now >= lane.growAt &&
+      (lane.ready.length >= 2 * lane.slots || now - lane.lookedAt >= GROW_INTERVAL_MS)
     ) {
       void grow(lane);
+      return;
+    }
+    if (!lane.recording && !lane.broken && needsRecord(lane)) {
+      void record(lane);
       return;
     }
     if (
@@ -227,7 +242,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       }
       lane.ready.push(...result.handedOver);
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
-      if (take > 0) lane.exhausted = result.handedOver.length < take;
+      // An entry that came meanwhile for a delivery it does not hold may name one this statement did
+      // not see yet: not out of work.
+      if (take > 0)
+        lane.exhausted = result.handedOver.length < take && !lane.waiting.some((entry) => !holds(lane, entry));
       // Disabled, deleted, paused elsewhere, or moved: what it holds goes back, through a claim.
       if (result.halt) lane.winding = true;
       // The cap counts held a-leases: holding fewer than its slots, the lane gives the rest up.
@@ -249,14 +267,18 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
    */
   async function grow(lane: Lane): Promise<void> {
     lane.recording = true;
+    lane.lookedAt = performance.now();
     try {
       const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
-      const slots = Math.min(endpointCap - others, mine, held(lane));
-      if (slots > lane.slots) lane.slots = slots;
-      // Others holding the rest: look less often; holding too few itself: as before.
-      lane.growEveryMs =
-        endpointCap - others <= lane.slots ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
-      lane.growAt = performance.now() + lane.growEveryMs;
+      const room = endpointCap - others;
+      const slots = Math.min(room, mine, held(lane));
+      const grew = slots > lane.slots;
+      if (grew) lane.slots = slots;
+      // Others hold slots it could use: look less and less often. Otherwise (the cap reached is no
+      // reason to wait once it has shrunk again): at once after finding more, else a while later.
+      const crowded = room < Math.min(endpointCap, held(lane));
+      lane.growEveryMs = crowded ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
+      lane.growAt = grew && !crowded ? 0 : performance.now() + lane.growEveryMs;
     } catch (error) {
       lane.growAt = performance.now() + GROW_INTERVAL_MAX_MS;
       logger.warn({ err: error, endpointId: lane.endpointId }, 'counting webhook slots failed');
@@ -277,7 +299,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.winding = false;
     lane.exhausted = false;
     lane.broken = false;
-    lane.growAt = performance.now() + GROW_INTERVAL_MS;
+    // Its claim found fewer than the cap: it looks for more as soon as it holds more.
+    lane.growAt = 0;
     lane.growEveryMs = GROW_INTERVAL_MS;
     return new Promise<void>((resolve) => {
       lane.finished = () => {
@@ -361,6 +384,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           exhausted: false,
           broken: false,
           growAt: 0,
+          lookedAt: 0,
           growEveryMs: GROW_INTERVAL_MS,
         };
         lanes.set(item.endpointId, lane);

@@ -1,0 +1,192 @@
+import { pino } from 'pino';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { BatchAttempter } from './attempt-batch.js';
+import { createEndpointLanes } from './endpoint-lanes.js';
+import type { AttemptOutcome, ClaimedDelivery } from './lease-protocol.js';
+
+// When a lane takes its slots, with the database's side played by a script: due deliveries are a list,
+// a claim or record takes from it, a POST ends when the test says so. The lanes' clock stands still, so
+// a lane that waits for a time to pass before it looks for slots stays where it is. The cap across
+// dispatchers, against PostgreSQL, is pinned in lease-protocol.test.ts.
+
+const CAP = 4;
+
+/** @param holdRecords records answer only when the test lets them (`letRecord`) */
+function scriptedEndpoint(holdRecords = false) {
+  const due: string[] = [];
+  const recordsHeld: Array<() => void> = [];
+  const held = new Set<string>();
+  const posts = new Map<string, () => void>();
+  const take = (count: number, lease: string): ClaimedDelivery[] =>
+    due.splice(0, count).map((id) => {
+      held.add(id);
+      return {
+        id,
+        eventId: `evt_${id}`,
+        eventType: 'post.published',
+        orgId: 'org',
+        endpointId: 'endpoint',
+        url: 'http://127.0.0.1:1/hook',
+        body: '{}',
+        secrets: ['secret'],
+        attemptCount: 0,
+        ageMs: 0,
+        lease,
+      };
+    });
+  const attempter: BatchAttempter = {
+    // The lane's first claim finds one delivery, as when the first event of a burst comes alone.
+    async claim(_queued, _chain, lease) {
+      return { claimed: take(1, lease), settled: Promise.resolve() };
+    },
+    async countLeases() {
+      return { mine: held.size, others: 0 };
+    },
+    attempt(delivery) {
+      return new Promise<AttemptOutcome>((resolve) => {
+        posts.set(delivery.id, () =>
+          resolve({
+            deliveryId: delivery.id,
+            endpointId: delivery.endpointId,
+            lease: delivery.lease,
+            at: new Date(),
+            statusCode: 200,
+            durationMs: 1,
+            error: null,
+            responseBody: null,
+            next: { status: 'SUCCEEDED' },
+            health: 'success',
+          }),
+        );
+      });
+    },
+    async record(done, handOver) {
+      if (holdRecords) await new Promise<void>((resolve) => recordsHeld.push(resolve));
+      for (const { delivery } of done) held.delete(delivery.id);
+      return {
+        result: {
+          recorded: new Set(done.map(({ delivery }) => delivery.id)),
+          handedOver: take(handOver?.take ?? 0, handOver?.lease ?? 'a:lease'),
+          kept: new Set(handOver?.renew ?? []),
+          halt: false,
+          disabled: [],
+          events: 0,
+        },
+        settled: Promise.resolve(),
+      };
+    },
+    async drain() {},
+  };
+  return {
+    attempter,
+    /** New due deliveries, as a fan-out makes them (`visible` false: not yet seen by the next statement). */
+    fanOut(ids: string[], visible = true) {
+      if (visible) due.push(...ids);
+      return ids.map((deliveryId) => ({ deliveryId, endpointId: 'endpoint', lease: 'q:entry' }));
+    },
+    /** POSTs begun and not ended. */
+    running: () => [...posts.keys()],
+    /** Ends these POSTs (200). */
+    answer(ids: string[]) {
+      for (const id of ids) {
+        posts.get(id)?.();
+        posts.delete(id);
+      }
+    },
+    held,
+    /** Makes deliveries fanned out unseen visible. */
+    commit(ids: string[]) {
+      due.push(...ids);
+    },
+    /** Records waiting for `letRecord`. */
+    recordsWaiting: () => recordsHeld.length,
+    /** Lets the oldest held record answer. */
+    letRecord: () => recordsHeld.shift()?.(),
+  };
+}
+
+function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>) {
+  let running = true;
+  const lanes = createEndpointLanes({
+    attempter: endpoint.attempter,
+    running: () => running,
+    endpointCap: CAP,
+    leaseMs: 60_000,
+    timeoutMs: 10_000,
+    logger: pino({ level: 'silent' }),
+  });
+  const pushed: Promise<void>[] = [];
+  return {
+    /** Fans these deliveries out and hands their work entries to the lanes, as the consumer does. */
+    push(ids: string[], visible = true) {
+      pushed.push(...endpoint.fanOut(ids, visible).map((item) => lanes.push(item)));
+    },
+    async stop() {
+      running = false;
+      while (endpoint.running().length > 0 || endpoint.recordsWaiting() > 0) {
+        endpoint.answer(endpoint.running());
+        endpoint.letRecord();
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await lanes.drain();
+      await Promise.all(pushed);
+    },
+  };
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('endpoint lanes', () => {
+  it('take every slot as soon as they hold the work for them, and again after a lull, while their first POST runs', async () => {
+    // `performance` is node:perf_hooks' too.
+    const now = performance.now();
+    vi.spyOn(performance, 'now').mockReturnValue(now);
+    const endpoint = scriptedEndpoint();
+    const { push, stop } = startLanes(endpoint);
+
+    // The claim finds one delivery: one slot, taken by a POST that runs until the end.
+    push(['d0']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
+    // Eight more come: the lane holds them, and takes the cap's other three slots without waiting for
+    // that POST to end or for time to pass.
+    push(['d1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0', 'd1', 'd2', 'd3']));
+    for (const batch of [
+      ['d1', 'd2', 'd3'],
+      ['d4', 'd5', 'd6'],
+      ['d7', 'd8'],
+    ]) {
+      await vi.waitFor(() => expect(endpoint.running()).toEqual(expect.arrayContaining(batch)));
+      endpoint.answer(batch);
+    }
+    // A lull: recorded, it holds only the running POST's delivery, so one slot (others may take the rest).
+    await vi.waitFor(() => expect([...endpoint.held]).toEqual(['d0']));
+    // A burst: the three other slots again, at once (having reached the cap before is no reason to wait).
+    push(['e1', 'e2', 'e3', 'e4', 'e5', 'e6']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0', 'e1', 'e2', 'e3']));
+    await stop();
+  });
+
+  it('look for slots before their next record: work arriving all the time does not keep them on one slot', async () => {
+    const endpoint = scriptedEndpoint(true);
+    const { push, stop } = startLanes(endpoint);
+    push(['d0']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
+    // Its first record is on its way; eight more deliveries come, and a ninth its statement will not
+    // see yet. Their entries wait for a record.
+    await vi.waitFor(() => expect(endpoint.recordsWaiting()).toBe(1));
+    push(['d1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8']);
+    push(['d9'], false);
+    endpoint.letRecord();
+    // The record took the eight; another is due for the ninth, and (at a steady rate) one always is:
+    // the lane takes its slots before that one, not once records stop coming.
+    await vi.waitFor(() => expect(endpoint.recordsWaiting()).toBe(1));
+    expect(endpoint.running()).toEqual(['d0', 'd1', 'd2', 'd3']);
+    endpoint.commit(['d9']);
+    endpoint.letRecord();
+    await vi.waitFor(() => expect(endpoint.held.has('d9')).toBe(true));
+    await stop();
+  });
+});

@@ -176,10 +176,15 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
         // `dispatch` with a handler of our own, not `request`: no response stream, promise, abort
         // signal or header object per attempt (the answer's status, Retry-After and first KiB are all
         // an attempt keeps).
-        poolFor(endpointId, parsed.origin).dispatch(
-          { path: parsed.path, method: 'POST', headers: flat, body },
-          attempt,
-        );
+        try {
+          poolFor(endpointId, parsed.origin).dispatch(
+            { path: parsed.path, method: 'POST', headers: flat, body },
+            attempt,
+          );
+        } catch (error) {
+          // deliver() never throws: a pool that cannot be made or a request undici refuses is an outcome.
+          attempt.onError(error as Error);
+        }
       });
     },
     async close() {
@@ -296,7 +301,9 @@ class Attempt {
     if (!this.body.add(chunk)) {
       // Enough read: the outcome is the answer's; the connection is closed rather than drained.
       this.succeed();
-      this.abortRequest?.(new Error('response body too large; the rest is not read'));
+      // Aborted after this callback returns, not from inside undici's parser callback.
+      const abort = this.abortRequest;
+      if (abort) queueMicrotask(() => abort(new Error('response body too large; the rest is not read')));
     }
     return true;
   }

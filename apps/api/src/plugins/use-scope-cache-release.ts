@@ -3,8 +3,8 @@ import { releaseScopeCache } from '../schema/builder.js';
 
 /**
  * Drops Pothos scope-auth's per-context cache when an execution is done (see `releaseScopeCache`):
- * queries and mutations over HTTP through Yoga, WebSocket operations, and each event's execution of a
- * subscription. The HTTP fast path drops it itself.
+ * queries and mutations over HTTP through Yoga and over WebSocket (envelop's `onExecute`; a subscription's
+ * context keeps its cache for the subscription's life, as before). The HTTP fast path drops it itself.
  */
 export function useScopeCacheRelease(): Plugin {
   return {

@@ -204,6 +204,17 @@ export interface SteadyLatency {
   fromSend: { p50Ms: number; p99Ms: number; maxMs: number };
   /** Where the time goes, per delivery (from the database's timestamps; see {@link steadyStages}). */
   stages?: SteadyStages;
+  /**
+   * commit → receiver by when the event was published: its first second (the dispatcher was just
+   * started: JIT, first connections, first plans) and the rest, and the worst second's p99.
+   */
+  bySecond?: {
+    firstSecond: Percentiles;
+    afterFirstSecond: Percentiles;
+    worstSecond: { second: number; p99Ms: number };
+    /** p99 of each second, in order. */
+    p99BySecond: number[];
+  };
 }
 
 /**
@@ -820,12 +831,20 @@ async function runDispatcher(
       const arrived = new Map(arrivals);
       const fromCommit: number[] = [];
       const fromSend: number[] = [];
+      const seconds: number[][] = [];
+      const firstSent = published.times[0]?.sentAt ?? 0;
       for (const one of published.times) {
         const at = arrived.get(one.postId);
         if (at === undefined) continue;
         fromCommit.push(at - one.committedAt);
         fromSend.push(at - one.sentAt);
+        const second = Math.floor((one.sentAt - firstSent) / 1000);
+        (seconds[second] ??= []).push(at - one.committedAt);
       }
+      const worst = seconds
+        .map((values, second) => ({ second, p99Ms: percentiles(values ?? []).p99Ms }))
+        .filter((one) => Number.isFinite(one.p99Ms))
+        .reduce((a, b) => (b.p99Ms > a.p99Ms ? b : a), { second: -1, p99Ms: Number.NEGATIVE_INFINITY });
       latency = {
         eventsPerSec: steadyRate,
         published: published.times.length,
@@ -833,6 +852,12 @@ async function runDispatcher(
         publishedPerSec: Math.round((published.times.length / published.durationMs) * 1000),
         fromCommit: percentiles(fromCommit),
         fromSend: percentiles(fromSend),
+        bySecond: {
+          firstSecond: percentiles(seconds[0] ?? []),
+          afterFirstSecond: percentiles(seconds.slice(1).flatMap((values) => values ?? [])),
+          worstSecond: worst,
+          p99BySecond: Array.from(seconds, (values) => percentiles(values ?? []).p99Ms),
+        },
         stages: await steadyStages(herald.env.DATABASE_URL!, published.times, arrived, endpointCap).catch(
           () => undefined,
         ),
@@ -1125,6 +1150,12 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     lines.push(
       `- steady ${num(l.eventsPerSec)} events/s for ${num(l.published)} events (${num(l.publishedPerSec)}/s achieved, ${num(l.publishFailed)} publish calls failed), one dispatcher: publishPost's commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms, max ${num(l.fromCommit.maxMs, 1)} ms (target p50 ≤ 50, p99 ≤ 250); from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms; ${num(steady.verified)}/${num(steady.events)} verified, ${num(steady.duplicate)} duplicate; ${num(steady.cpuUsPerDelivery)} µs dispatcher CPU, ${num(steady.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(steady.queriesPerDelivery, 3)} round trips per delivery`,
     );
+    if (l.bySecond) {
+      const b = l.bySecond;
+      lines.push(
+        `  - by when published: first second (the dispatcher just started) p50 ${num(b.firstSecond.p50Ms, 1)} / p99 ${num(b.firstSecond.p99Ms, 1)} ms; after it p50 ${num(b.afterFirstSecond.p50Ms, 1)} / p99 ${num(b.afterFirstSecond.p99Ms, 1)} / max ${num(b.afterFirstSecond.maxMs, 1)} ms; worst second: second ${b.worstSecond.second}, p99 ${num(b.worstSecond.p99Ms, 1)} ms; p99 per second: ${b.p99BySecond.map((v) => num(v, 0)).join(', ')} ms`,
+      );
+    }
     if (l.stages) lines.push(`  - ${stagesLine(l.stages)}`);
   } else if (steady) {
     lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);

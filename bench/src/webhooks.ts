@@ -839,7 +839,9 @@ async function runDispatcher(
         fromCommit.push(at - one.committedAt);
         fromSend.push(at - one.sentAt);
         const second = Math.floor((one.sentAt - firstSent) / 1000);
-        (seconds[second] ??= []).push(at - one.committedAt);
+        const inSecond = seconds[second] ?? [];
+        seconds[second] = inSecond;
+        inSecond.push(at - one.committedAt);
       }
       const worst = seconds
         .map((values, second) => ({ second, p99Ms: percentiles(values ?? []).p99Ms }))

@@ -16,19 +16,37 @@ export interface PollLoop {
 
 /**
  * Runs `pass` every `intervalMs`, at once again when it reports more work (`true`), and whenever woken.
+ * With `minGapMs`, a pass that follows one that did not report more work starts no sooner than that
+ * long after the previous one started: wake-ups arriving meanwhile share one pass.
  * A pass that throws is logged and retried with backoff; the loop never dies of it.
  */
 export function createPollLoop(
   name: string,
   pass: () => Promise<boolean>,
-  options: { intervalMs: number; logger: Logger },
+  options: { intervalMs: number; logger: Logger; minGapMs?: number },
 ): PollLoop {
   const { intervalMs, logger } = options;
+  const minGapMs = options.minGapMs ?? 0;
   let running = false;
   let woken = false;
   let failures = 0;
   let wakeUp: (() => void) | undefined;
+  /** Ends the gap wait (stop only: a wake-up during it joins the pass that follows). */
+  let endGap: (() => void) | undefined;
   let done: Promise<void> = Promise.resolve();
+  let lastStart = Number.NEGATIVE_INFINITY;
+  let more = false;
+
+  const gap = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(finish, ms);
+      function finish() {
+        clearTimeout(timer);
+        endGap = undefined;
+        resolve();
+      }
+      endGap = finish;
+    });
 
   const sleep = (ms: number) =>
     new Promise<void>((resolve) => {
@@ -43,8 +61,14 @@ export function createPollLoop(
 
   async function run(): Promise<void> {
     while (running) {
+      if (minGapMs > 0 && !more) {
+        const wait = lastStart + minGapMs - performance.now();
+        if (wait > 0) await gap(wait);
+        if (!running) break;
+      }
       woken = false;
-      let more = false;
+      more = false;
+      lastStart = performance.now();
       try {
         more = await pass();
         failures = 0;
@@ -73,6 +97,7 @@ export function createPollLoop(
     async stop() {
       running = false;
       wakeUp?.();
+      endGap?.();
       await done;
     },
     wake() {

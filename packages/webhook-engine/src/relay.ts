@@ -17,7 +17,18 @@ export interface RelayOptions {
   queueLeaseMs: number;
   /** Called after a fan-out statement committed, before the XADD (crash tests). */
   onFannedOut?(): void;
+  /** Passes woken while events keep coming start at least this far apart; see {@link RELAY_MIN_GAP_MS}. */
+  minGapMs?: number;
 }
+
+/**
+ * A woken relay pass starts at least this long after the previous one (a pass that filled its batch is
+ * followed at once): at a steady publish rate the wake-ups of a few milliseconds share one fan-out
+ * statement, whose fixed cost (~0.4 ms of PostgreSQL CPU, plus its XADD and flush) otherwise dominates
+ * the CPU per delivery (one fan-out per ~4 events at 1,000 events/s). Adds at most this much to the
+ * latency of an event that arrives right after a pass.
+ */
+export const RELAY_MIN_GAP_MS = 10;
 
 export type Relay = Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'>;
 
@@ -40,7 +51,7 @@ export function createRelay(options: RelayOptions): Relay {
       logger.debug({ events: result.events, deliveries: result.queued.length }, 'fanned out outbox events');
       return result.events === batchSize;
     },
-    { intervalMs: options.pollIntervalMs, logger },
+    { intervalMs: options.pollIntervalMs, logger, minGapMs: options.minGapMs ?? RELAY_MIN_GAP_MS },
   );
   return {
     start: loop.start,

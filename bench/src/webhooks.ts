@@ -702,7 +702,9 @@ async function runDispatcher(
             WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
             // The same concurrency as the raw loops: this many requests in flight to the one endpoint.
             WEBHOOK_ENDPOINT_CONCURRENCY: String(endpointCap),
-            ...(process.env.BENCH_WEBHOOK_CONCURRENCY ? { WEBHOOK_CONCURRENCY: process.env.BENCH_WEBHOOK_CONCURRENCY } : {}),
+            ...(process.env.BENCH_WEBHOOK_CONCURRENCY
+              ? { WEBHOOK_CONCURRENCY: process.env.BENCH_WEBHOOK_CONCURRENCY }
+              : {}),
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         },

@@ -30,6 +30,7 @@ import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine
 import { generateWebhookSecret } from '@herald/webhooks';
 import pg from 'pg';
 import { createLogger } from '../apps/webhook-dispatcher/src/logger.js';
+import { benchOutboxRows } from './src/outbox-rows.js';
 import { redisCommand } from './src/webhooks.js';
 
 const EVENTS = Number(process.argv[2] ?? 10_000);
@@ -149,26 +150,7 @@ if (process.argv[2] === 'receiver') {
     const fillOutbox = (beforeCommit: () => Promise<void>) =>
       database.db.transaction().execute(async (trx) => {
         for (let offset = 0; offset < EVENTS; offset += INSERT_BATCH) {
-          const rows = [];
-          for (let i = offset; i < Math.min(EVENTS, offset + INSERT_BATCH); i++) {
-            const id = `evt_${randomUUID().replaceAll('-', '')}`;
-            const created = new Date().toISOString();
-            const body = JSON.stringify({
-              id,
-              type: 'post.published',
-              created,
-              data: {
-                id: randomUUID(),
-                orgId,
-                title: `A post title of a usual length, number ${i}`,
-                tags: ['bench', 'webhooks'],
-                status: 'PUBLISHED',
-                publishedAt: created,
-                author: { id: randomUUID(), name: 'Bench Author' },
-              },
-            });
-            rows.push({ id, org_id: orgId, type: 'post.published', body });
-          }
+          const rows = benchOutboxRows(orgId, offset, Math.min(EVENTS, offset + INSERT_BATCH));
           await trx.insertInto('webhook_outbox').values(rows).execute();
         }
         await beforeCommit();

@@ -15,6 +15,7 @@ import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createDispatcherHarness, startTestReceiver } from '@herald/webhook-engine/testing';
 import pg from 'pg';
+import { benchOutboxRows } from './src/outbox-rows.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000);
 const ENDPOINTS = Number(process.env.BENCH_ENDPOINTS ?? 1);
@@ -32,26 +33,7 @@ try {
   const orgId = `org-bench-${randomUUID()}`;
   for (let i = 0; i < ENDPOINTS; i++) await harness.createEndpoint(orgId, receiver.url(`/bench-${i}`));
   for (let offset = 0; offset < EVENTS; offset += INSERT_BATCH) {
-    const rows = [];
-    for (let i = offset; i < Math.min(EVENTS, offset + INSERT_BATCH); i++) {
-      const id = `evt_${randomUUID().replaceAll('-', '')}`;
-      const created = new Date().toISOString();
-      const body = JSON.stringify({
-        id,
-        type: 'post.published',
-        created,
-        data: {
-          id: randomUUID(),
-          orgId,
-          title: `bench ${i}`,
-          tags: ['bench'],
-          status: 'PUBLISHED',
-          publishedAt: created,
-          author: { id: 'bench', name: 'Bench' },
-        },
-      });
-      rows.push({ id, org_id: orgId, type: 'post.published', body });
-    }
+    const rows = benchOutboxRows(orgId, offset, Math.min(EVENTS, offset + INSERT_BATCH));
     await harness.db.insertInto('webhook_outbox').values(rows).execute();
   }
   const deliveries = EVENTS * ENDPOINTS;

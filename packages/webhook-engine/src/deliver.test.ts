@@ -26,6 +26,17 @@ afterAll(async () => {
 });
 
 describe('deliver', () => {
+  it('reports a request undici refuses to start (here: a pool it cannot make) as a failed outcome, never a rejection', async () => {
+    const broken = createDeliverer({ timeoutMs: 300, policy: { allowPrivateUrls: true }, connectionsPerEndpoint: -1 });
+    try {
+      const outcome = await broken.deliver(request('/ok', 'we_broken'));
+      expect(outcome).toMatchObject({ ok: false, statusCode: null });
+      expect(outcome.error).toMatch(/connections/i);
+    } finally {
+      await broken.close();
+    }
+  });
+
   it('POSTs the body and headers once and reports a 2xx as ok', async () => {
     const outcome = await deliverer.deliver(request('/ok'));
     expect(outcome).toMatchObject({ ok: true, statusCode: 200, error: null });

@@ -31,39 +31,38 @@ export function createPollLoop(
   let woken = false;
   let failures = 0;
   let wakeUp: (() => void) | undefined;
-  /** Ends the gap wait (stop only: a wake-up during it joins the pass that follows). */
   let endGap: (() => void) | undefined;
   let done: Promise<void> = Promise.resolve();
   let lastStart = Number.NEGATIVE_INFINITY;
   let more = false;
 
-  const gap = (ms: number) =>
+  /** Waits `ms`; `onCancel` receives the function that ends the wait early. */
+  const wait = (ms: number, onCancel: (cancel: (() => void) | undefined) => void) =>
     new Promise<void>((resolve) => {
       const timer = setTimeout(finish, ms);
       function finish() {
         clearTimeout(timer);
-        endGap = undefined;
+        onCancel(undefined);
         resolve();
       }
-      endGap = finish;
+      onCancel(finish);
     });
-
+  /** Sleeps until `ms` have passed or the loop is woken. */
   const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(finish, ms);
-      function finish() {
-        clearTimeout(timer);
-        wakeUp = undefined;
-        resolve();
-      }
-      wakeUp = finish;
+    wait(ms, (cancel) => {
+      wakeUp = cancel;
+    });
+  /** The gap between passes: only stop ends it (a wake-up during it joins the pass that follows). */
+  const gap = (ms: number) =>
+    wait(ms, (cancel) => {
+      endGap = cancel;
     });
 
   async function run(): Promise<void> {
     while (running) {
       if (minGapMs > 0 && !more) {
-        const wait = lastStart + minGapMs - performance.now();
-        if (wait > 0) await gap(wait);
+        const left = lastStart + minGapMs - performance.now();
+        if (left > 0) await gap(left);
         if (!running) break;
       }
       woken = false;

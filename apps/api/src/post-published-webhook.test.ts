@@ -12,7 +12,7 @@ import {
 } from '@herald/db';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { createOutboxListener } from '@herald/webhook-engine';
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { publishPostWithWebhook } from './post-published-webhook.js';
@@ -132,6 +132,35 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
     const disabled = await endpointIn('org-disabled');
     await disableWebhookEndpoint(db, { id: disabled.id, orgIds: ['org-disabled'], reason: 'test' });
     expect(await publish('org-disabled')).toEqual(due);
+  });
+
+  it('records the event historied at once for an in-process history, unless it is handed to the relay', async () => {
+    await upsertUser(db, { id: 'pub6', name: 'P' });
+    // The history columns are the API's (the typed Database schema leaves them out).
+    const marks = async (eventId: string | undefined) =>
+      (
+        await sql<{ historied_at: Date | null; history_handed_at: Date | null }>`
+          select historied_at, history_handed_at from webhook_outbox where id = ${eventId ?? ''}`.execute(db)
+      ).rows[0];
+    const publish = async (title: string, historyInProcess?: boolean) => {
+      const draft = await insertPost(db, { orgId: 'org-h', authorId: 'pub6', title, tags: [] });
+      const publication = await publishPostWithWebhook(db, draft.id, ['org-h'], { historyInProcess });
+      return { publication, row: await marks(publication?.eventId) };
+    };
+    // With Redis (the default): marked later, by the publisher's batch.
+    const redis = await publish('later');
+    expect(redis.row).toEqual({ historied_at: null, history_handed_at: null });
+    // In process: marked by the statement, at the publication's time.
+    const memory = await publish('now', true);
+    expect(memory.publication?.handedToRelay).toBe(false);
+    expect(memory.row?.historied_at).toEqual(memory.publication?.post.published_at);
+    expect(memory.row?.history_handed_at).toBeNull();
+    // An earlier event of the organisation is still with the relay: this one queues behind it, unmarked.
+    await sql`update webhook_outbox set history_handed_at = now() where id = ${redis.publication?.eventId}`.execute(db);
+    const queued = await publish('queued', true);
+    expect(queued.publication?.handedToRelay).toBe(true);
+    expect(queued.row?.historied_at).toBeNull();
+    expect(queued.row?.history_handed_at).not.toBeNull();
   });
 
   // PGlite has one connection: publishes cannot overlap there.

@@ -44,14 +44,18 @@ const POST_COLUMN_LIST = POST_COLUMNS.map((column) => `"${column}"`).join(', ');
  * The publish statement's text, with and without the NOTIFY: built once, not by Kysely's builder and
  * compiler on every call (the mutation's hot path, issue 15). Parameters: $1 published at, $2 post id,
  * $3 organisations, $4 event id, $5 event type, $6 the envelope's head, $7 published at as ISO text.
+ * With `historied`, an event its publisher will append itself (not handed to the relay) is recorded
+ * `historied_at` at once (see {@link PublishOptions.historyInProcess}).
  */
-function publishStatement(notify: boolean): string {
+function publishStatement(notify: boolean, historied: boolean): string {
   return `with published as (
       update posts set status = 'PUBLISHED', published_at = $1
       where id = $2 and org_id = any($3::text[]) and status = 'DRAFT'
       returning ${POST_COLUMN_LIST}
     ), recorded as (
-      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at, dispatched_at)
+      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at, ${
+        historied ? 'historied_at, ' : ''
+      }dispatched_at)
       select $4, p.org_id, $5::text,
         $6 || json_build_object(
           'id', p.id, 'orgId', p.org_id, 'title', p.title, 'tags', p.tags, 'status', 'PUBLISHED',
@@ -59,15 +63,18 @@ function publishStatement(notify: boolean): string {
           'author', json_build_object('id', u.id, 'name', u.name)
         )::text || '}',
         $1,
-        case when exists (
-          select from webhook_outbox h
-          where h.org_id = p.org_id and h.historied_at is null and h.history_handed_at is not null
-        ) then $1::timestamptz end,
+        case when queue.handed then $1::timestamptz end,${historied ? '\n        case when not queue.handed then $1::timestamptz end,' : ''}
         case when not exists (
           select from webhook_endpoints e
           where e.org_id = p.org_id and e.deleted_at is null and $5::text = any(e.event_types)
         ) then now() end
       from published p join users u on u.id = p.author_id
+      cross join lateral (
+        select exists (
+          select from webhook_outbox h
+          where h.org_id = p.org_id and h.historied_at is null and h.history_handed_at is not null
+        ) as handed
+      ) queue
       returning history_handed_at is not null as handed, dispatched_at is null as due
     )
     select ${POST_COLUMN_LIST}, (select handed from recorded) as _handed, (select due from recorded) as _due${
@@ -78,8 +85,25 @@ function publishStatement(notify: boolean): string {
     }
     from published p`;
 }
-const PUBLISH_AND_NOTIFY = publishStatement(true);
-const PUBLISH_QUIETLY = publishStatement(false);
+/** The statement's four texts, by `notify` then `historied`. */
+const PUBLISH_STATEMENTS = {
+  notify: { marked: publishStatement(true, true), unmarked: publishStatement(true, false) },
+  quiet: { marked: publishStatement(false, true), unmarked: publishStatement(false, false) },
+} as const;
+
+export interface PublishOptions {
+  /** Send the outbox NOTIFY in the statement when a fan-out is due (see below). @default true */
+  notify?: boolean;
+  /**
+   * The caller appends the event right after the commit to a history that lives in this process only
+   * (in-memory pub/sub: embedded and single mode), unless the statement handed it to the relay. The
+   * row is then recorded `historied_at` by the statement itself instead of by a batched mark a moment
+   * later: that history does not outlive the process, so an event its publisher died before appending
+   * has no history left to enter, and on PostgreSQL every batched mark was one more row version per
+   * event (issue 15). @default false
+   */
+  historyInProcess?: boolean;
+}
 
 /**
  * Publishes a draft and records its `post.published` webhook event in ONE statement (one round trip,
@@ -110,7 +134,7 @@ export async function publishPostWithWebhook(
   db: Kysely<Database>,
   id: string,
   orgIds: readonly string[],
-  options: { notify?: boolean } = {},
+  options: PublishOptions = {},
 ): Promise<PostPublication | undefined> {
   if (orgIds.length === 0) return undefined;
   const publishedAt = new Date();
@@ -118,15 +142,12 @@ export async function publishPostWithWebhook(
   // `{"id":…,"type":…,"created":…,"data":` + data + `}`: the envelope is ours, `data` is the row's.
   const head = `${JSON.stringify({ id: eventId, type: POST_PUBLISHED_EVENT, created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
   const { rows } = await db.executeQuery<Post & { _handed: boolean; _due: boolean; _notified?: unknown }>(
-    CompiledQuery.raw(options.notify === false ? PUBLISH_QUIETLY : PUBLISH_AND_NOTIFY, [
-      publishedAt,
-      id,
-      [...orgIds],
-      eventId,
-      POST_PUBLISHED_EVENT,
-      head,
-      publishedAt.toISOString(),
-    ]),
+    CompiledQuery.raw(
+      PUBLISH_STATEMENTS[options.notify === false ? 'quiet' : 'notify'][
+        options.historyInProcess === true ? 'marked' : 'unmarked'
+      ],
+      [publishedAt, id, [...orgIds], eventId, POST_PUBLISHED_EVENT, head, publishedAt.toISOString()],
+    ),
   );
   if (rows[0]) {
     const { _notified, _handed, _due, ...post } = rows[0];

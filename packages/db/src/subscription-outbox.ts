@@ -79,7 +79,19 @@ export async function markPostEventsHistoriedBatch(db: Kysely<Database>, eventId
  * relay has moved it, every new publish in its organisation is handed over too (see
  * `publishPostWithWebhook`), so later events never overtake it.
  */
-export async function handPostEventToRelay(db: Kysely<Database>, eventId: string): Promise<void> {
+export async function handPostEventToRelay(
+  db: Kysely<Database>,
+  eventId: string,
+  options: { markedByPublish?: boolean } = {},
+): Promise<void> {
+  if (options.markedByPublish) {
+    // Recorded `historied_at` by its own publish statement (an in-process history) but never appended:
+    // only its publisher could have appended it, so it is taken back from the mark.
+    await sql`update webhook_outbox set history_handed_at = now(), historied_at = null where id = ${eventId}`.execute(
+      db,
+    );
+    return;
+  }
   await sql`update webhook_outbox set history_handed_at = now() where id = ${eventId} and historied_at is null`.execute(
     db,
   );

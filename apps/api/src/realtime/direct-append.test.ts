@@ -85,9 +85,9 @@ describe.each(backends)('direct history appends on $name', (backend) => {
   }
 
   /** Commits a publish (post + outbox row) without handing it to any pod: what a publisher that died leaves. */
-  async function commitPublish(orgId: string, title: string) {
+  async function commitPublish(orgId: string, title: string, historyInProcess = false) {
     const draft = await insertPost(db, { orgId, authorId: 'writer', title, tags: [] });
-    const publication = await publishPostWithWebhook(db, draft.id, [orgId]);
+    const publication = await publishPostWithWebhook(db, draft.id, [orgId], { historyInProcess });
     if (!publication?.eventId) throw new Error('not published');
     return {
       post: publication.post,
@@ -98,7 +98,8 @@ describe.each(backends)('direct history appends on $name', (backend) => {
   }
 
   async function publish(service: PubSubService, orgId: string, title: string) {
-    const publication = await commitPublish(orgId, title);
+    // As publishPost does: an in-process history's event is marked by the publish statement itself.
+    const publication = await commitPublish(orgId, title, service.historyInProcess);
     await service.published(publication);
     return publication;
   }

@@ -36,7 +36,8 @@ export interface PubSubService {
   /**
    * Puts a committed `post.published` outbox event into the history (and out live), called right
    * after the commit. Unless the publish statement handed it to the relay, the event is appended here,
-   * at once, and marked `historied_at` later in a batch; when that append fails (Redis unreachable) or
+   * at once, and marked `historied_at` later in a batch (with Redis; an in-process history's event was
+   * marked by the publish statement, see {@link historyInProcess}); when that append fails (Redis unreachable) or
    * the service is closed, it is handed to the relay (`history_handed_at`), which appends it in outbox
    * order once it can, and later events of its organisation queue behind it.
    * @returns once the event is in the history; for a handed event, once the relay's pass finished or
@@ -51,6 +52,12 @@ export interface PubSubService {
    * (cluster mode through Redis, embedded and single mode in process): publishPost then sends no NOTIFY.
    */
   readonly wakesWebhookDispatchers: boolean;
+  /**
+   * True when the history lives in this process (no Redis): publishPost's statement then records the
+   * event `historied_at` itself (`PublishOptions.historyInProcess`) and {@link published} writes no
+   * batched mark for it.
+   */
+  readonly historyInProcess: boolean;
   /**
    * Appends one post's event directly (for callers without an outbox row: tests, the bench).
    * @returns the entry, or the error (Redis unreachable)
@@ -176,7 +183,9 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   const relay: HistoryRelay | undefined = deps.db
     ? createHistoryRelay({ db: deps.db, history, logger, metrics, orphanAfterMs: deps.orphanAfterMs })
     : undefined;
-  const marks: HistoryMarks | undefined = deps.db ? createHistoryMarks({ db: deps.db, logger }) : undefined;
+  // An in-process history is marked by the publish statement itself (see `historyInProcess`).
+  const marks: HistoryMarks | undefined =
+    deps.db && deps.redisUrl ? createHistoryMarks({ db: deps.db, logger }) : undefined;
   const redisWake = outboxWake;
   const wakeDispatchers: (() => void) | undefined = redisWake
     ? () => redisWake.wake()
@@ -207,15 +216,19 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     let outcome: AppendOutcome | undefined;
     let timer: NodeJS.Timeout | undefined;
     try {
-      [outcome] = await Promise.race([
-        history.append([toPostPublishedEvent(post, eventId)]),
-        new Promise<AppendOutcome[]>((resolve) => {
-          timer = setTimeout(
-            () => resolve([{ ok: false, error: new Error(`history append took over ${HANDOFF_WAIT_MAX_MS} ms`) }]),
-            HANDOFF_WAIT_MAX_MS,
-          );
-        }),
-      ]);
+      const appending = history.append([toPostPublishedEvent(post, eventId)]);
+      // In process the append is done by now; only Redis can answer late.
+      [outcome] = await (!deps.redisUrl
+        ? appending
+        : Promise.race([
+            appending,
+            new Promise<AppendOutcome[]>((resolve) => {
+              timer = setTimeout(
+                () => resolve([{ ok: false, error: new Error(`history append took over ${HANDOFF_WAIT_MAX_MS} ms`) }]),
+                HANDOFF_WAIT_MAX_MS,
+              );
+            }),
+          ]));
     } catch (error) {
       outcome = { ok: false, error: error instanceof Error ? error : new Error(String(error)) };
     }
@@ -238,6 +251,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     history,
     replay,
     wakesWebhookDispatchers: wakeDispatchers !== undefined,
+    historyInProcess: !deps.redisUrl,
     async published({ post, eventId, handedToRelay, fanOutDue }) {
       if (fanOutDue) wakeDispatchers?.();
       if (!deps.db) return;
@@ -245,7 +259,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
         if (!closed && (await appendDirectly(post, eventId))) return;
         // Handed over before answering: from now on the organisation's publishes queue behind it.
         try {
-          await handPostEventToRelay(deps.db, eventId);
+          await handPostEventToRelay(deps.db, eventId, { markedByPublish: !deps.redisUrl });
         } catch (error) {
           // Database unreachable too: the relay still takes the event after its grace (not ordered).
           logger.warn({ err: error, eventId }, 'history: could not hand the event to the relay');

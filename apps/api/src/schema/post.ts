@@ -172,6 +172,7 @@ builder.mutationFields((t) => ({
       // process), not with a NOTIFY that would serialise the commits.
       const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs, {
         notify: !context.pubsub.wakesWebhookDispatchers,
+        historyInProcess: context.pubsub.historyInProcess,
       });
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:

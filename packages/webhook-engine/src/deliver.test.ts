@@ -47,6 +47,20 @@ describe('deliver', () => {
     expect(received!.headers['user-agent']).toMatch(/^Herald-Webhooks/);
   });
 
+  it('sends one User-Agent, Herald’s, even when the caller’s headers name one', async () => {
+    const outcome = await deliverer.deliver({
+      ...request('/agent'),
+      headers: { ...request('/agent').headers, 'user-agent': 'Caller/1.0' },
+    });
+    expect(outcome.ok).toBe(true);
+    const [received] = receiver.requestsTo('/agent');
+    const agents = received!.rawHeaders.filter(
+      (_, i, all) => i % 2 === 1 && all[i - 1]!.toLowerCase() === 'user-agent',
+    );
+    expect(agents).toHaveLength(1);
+    expect(agents[0]).toMatch(/^Herald-Webhooks/);
+  });
+
   it('never follows a redirect', async () => {
     receiver.behave(() => ({ status: 302, headers: { location: receiver.url('/elsewhere') } }), '/moved');
     expect(await deliverer.deliver(request('/moved'))).toMatchObject({ ok: false, statusCode: 302 });

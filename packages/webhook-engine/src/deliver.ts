@@ -161,7 +161,11 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
         });
       }
       const flat: string[] = [];
-      for (const name in headers) flat.push(name, headers[name] as string);
+      for (const name in headers) {
+        // Ours is the one User-Agent sent (a caller's would make it two).
+        if (name.length === 10 && name.toLowerCase() === 'user-agent') continue;
+        flat.push(name, headers[name] as string);
+      }
       flat.push('User-Agent', WEBHOOK_USER_AGENT);
       return new Promise<DeliveryOutcome>((resolve) => {
         const attempt = new Attempt(started, started + timeoutMs, timeoutMs, (outcome) => {

@@ -5,6 +5,8 @@ import type { AddressInfo } from 'node:net';
 export interface ReceivedRequest {
   path: string;
   headers: Record<string, string>;
+  /** The headers as sent, name and value in turn, repeats included (`IncomingMessage.rawHeaders`). */
+  rawHeaders: string[];
   body: string;
   /** `Date.now()` when the body had arrived. */
   receivedAt: number;
@@ -56,6 +58,7 @@ export async function startTestReceiver(behaviour: ReceiverBehaviour = () => ({ 
     const received: ReceivedRequest = {
       path,
       headers,
+      rawHeaders: req.rawHeaders,
       body: Buffer.concat(chunks).toString('utf8'),
       receivedAt: Date.now(),
     };

@@ -1,5 +1,5 @@
 // Statements PGlite runs per `publishPost` in embedded mode (issue 15: PGlite costs ~180–280 µs per
-// statement), across the publish, the history (relay or direct append + marks) and the in-process webhook
+// statement), across the publish, the history (relay or direct append; the publish marks it) and the in-process webhook
 // engine. Counts every PGlite `query`/`exec` call in this process while N posts are published one after
 // another, then subtracts what the same process runs idle for as long (the relay's and engine's polls).
 // Usage: node --import tsx bench/src/pglite-statements.ts [posts=200]

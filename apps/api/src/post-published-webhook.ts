@@ -35,6 +35,12 @@ export interface PostPublication extends PublishResult {
    * nothing is due: the outbox row was recorded already dispatched.
    */
   fanOutDue: boolean;
+  /**
+   * True when the statement recorded the event `historied_at` itself ({@link PublishOptions.historyInProcess},
+   * not handed to the relay): its publisher writes no batched mark, and hands it over unmarked should its
+   * append not happen.
+   */
+  historied: boolean;
 }
 
 /** The post's columns by name, not `*`: the statement is then prepared once per connection. */
@@ -151,7 +157,15 @@ export async function publishPostWithWebhook(
   );
   if (rows[0]) {
     const { _notified, _handed, _due, ...post } = rows[0];
-    return { post, published: true, eventId, handedToRelay: _handed === true, fanOutDue: _due === true };
+    const handedToRelay = _handed === true;
+    return {
+      post,
+      published: true,
+      eventId,
+      handedToRelay,
+      fanOutDue: _due === true,
+      historied: options.historyInProcess === true && !handedToRelay,
+    };
   }
   // Not a draft (already published, perhaps a moment ago by a concurrent call), or not there at all.
   const current = await db
@@ -160,5 +174,7 @@ export async function publishPostWithWebhook(
     .where('id', '=', id)
     .where('org_id', 'in', [...orgIds])
     .executeTakeFirst();
-  return current ? { post: current, published: false, handedToRelay: false, fanOutDue: false } : undefined;
+  return current
+    ? { post: current, published: false, handedToRelay: false, fanOutDue: false, historied: false }
+    : undefined;
 }

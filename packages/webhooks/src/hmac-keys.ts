@@ -29,14 +29,18 @@ const cache = new Map<string, Cached>();
  * The HMAC keys of a symmetric secret, derived once and kept while in use: a sender signs every
  * delivery of an endpoint with the same few secrets, and decoding the standard key and importing both
  * keys for each signature costs more than the HMACs of a small body. At most {@link MAX_CACHED_SECRETS}
- * secrets are kept, least recently used dropped first, and none unused for {@link CACHED_SECRET_IDLE_MS}.
+ * secrets are kept, least recently used dropped first, and one unused for {@link CACHED_SECRET_IDLE_MS} is
+ * dropped by a later call (for any secret: an idle process keeps what it has).
  * @param now the clock, for tests
  * @throws TypeError as {@link standardWebhookKey} (an empty secret, a `whsk_` signing key)
  */
 export function hmacKeysOf(secret: string, now = performance.now()): HmacKeys {
   // One look at the least recently used entry per call: idle ones drain while signing goes on.
-  const [oldestSecret, oldest] = cache.entries().next().value ?? [];
-  if (oldest && oldestSecret !== secret && now - oldest.usedAt > CACHED_SECRET_IDLE_MS) cache.delete(oldestSecret!);
+  const oldestSecret = cache.keys().next().value;
+  if (oldestSecret !== undefined && oldestSecret !== secret) {
+    const oldest = cache.get(oldestSecret);
+    if (oldest && now - oldest.usedAt > CACHED_SECRET_IDLE_MS) cache.delete(oldestSecret);
+  }
   let cached = cache.get(secret);
   if (cached) {
     cache.delete(secret);

@@ -94,6 +94,7 @@ describe.each(backends)('direct history appends on $name', (backend) => {
       eventId: publication.eventId,
       handedToRelay: publication.handedToRelay,
       fanOutDue: publication.fanOutDue,
+      historied: publication.historied,
     };
   }
 
@@ -117,7 +118,7 @@ describe.each(backends)('direct history appends on $name', (backend) => {
     return rows[0];
   }
 
-  it('answers with the event in the history and live without a relay pass, and marks it historied afterwards', async () => {
+  it('answers with the event in the history and live without a relay pass, and it is marked historied (with Redis a moment later, in process by the publish itself)', async () => {
     const orgId = `org-${randomUUID()}`;
     const service = pod();
     const live: HistoryEntry[] = [];
@@ -205,6 +206,28 @@ describe.each(backends)('direct history appends on $name', (backend) => {
       'raced 5',
     ]);
   });
+
+  it.runIf(!backend.redis)(
+    'hands an event its statement marked back to the relay, unmarked, when its pod is closing, and the relay appends it',
+    async () => {
+      const orgId = `org-${randomUUID()}`;
+      const shutting = pod();
+      await shutting.close();
+      const publication = await commitPublish(orgId, 'while closing', shutting.historyInProcess);
+      expect(publication.historied).toBe(true);
+      expect(await outboxRow(publication.eventId)).toEqual({ historied: true, handed: false });
+      await shutting.published(publication);
+      expect(await outboxRow(publication.eventId)).toEqual({ historied: false, handed: true });
+      // The next process's relay (here: a relay on a fresh history) puts it in the history.
+      const next = pod();
+      const relay = createHistoryRelay({ db, history: next.history, logger, metrics: createApiMetrics() });
+      relay.start();
+      await relay.wake();
+      await relay.stop();
+      expect(await titlesInHistory(next, orgId)).toEqual(['while closing']);
+      expect((await outboxRow(publication.eventId))?.historied).toBe(true);
+    },
+  );
 
   it.runIf(backend.redis)(
     'hands the event of a pod that cannot reach Redis to the relay, and publishes of its organisation on other pods queue behind it',

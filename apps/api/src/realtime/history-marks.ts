@@ -24,7 +24,8 @@ export interface HistoryMarks {
 }
 
 /**
- * `historied_at` marks of the events this pod's publishes appended to the history themselves. The
+ * `historied_at` marks of the events this pod's publishes appended to the history themselves (those
+ * their publish statement did not mark already: with Redis; see `PublishOptions.historyInProcess`). The
  * answer to `publishPost` never waits for them: a mark only tells the history relay not to take the
  * event (a young unmarked event is its publisher's; see `listPendingPostEvents`), so they are written
  * in batches, one UPDATE for every event appended in the last {@link HISTORY_MARK_DELAY_MS}, without a

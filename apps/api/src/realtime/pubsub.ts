@@ -46,16 +46,23 @@ export interface PubSubService {
    *   relays first: with Redis a PUBLISH on the outbox wake-up channel, sent without waiting; otherwise
    *   the in-process dispatcher ({@link PubSubDeps.wakeWebhookDispatcher}).
    */
-  published(publication: { post: Post; eventId: string; handedToRelay: boolean; fanOutDue: boolean }): Promise<void>;
+  published(publication: {
+    post: Post;
+    eventId: string;
+    handedToRelay: boolean;
+    fanOutDue: boolean;
+    /** The publish statement recorded it `historied_at` already (see {@link historyInProcess}). */
+    historied?: boolean;
+  }): Promise<void>;
   /**
    * True when {@link published} wakes the webhook dispatchers itself for an event whose fan-out is due
    * (cluster mode through Redis, embedded and single mode in process): publishPost then sends no NOTIFY.
    */
   readonly wakesWebhookDispatchers: boolean;
   /**
-   * True when the history lives in this process (no Redis): publishPost's statement then records the
-   * event `historied_at` itself (`PublishOptions.historyInProcess`) and {@link published} writes no
-   * batched mark for it.
+   * True when the history lives in this process (no Redis): publishPost then asks its statement to
+   * record the event `historied_at` itself (`PublishOptions.historyInProcess`), and {@link published}
+   * writes no batched mark for an event that says so (`historied`).
    */
   readonly historyInProcess: boolean;
   /**
@@ -183,9 +190,8 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
   const relay: HistoryRelay | undefined = deps.db
     ? createHistoryRelay({ db: deps.db, history, logger, metrics, orphanAfterMs: deps.orphanAfterMs })
     : undefined;
-  // An in-process history is marked by the publish statement itself (see `historyInProcess`).
-  const marks: HistoryMarks | undefined =
-    deps.db && deps.redisUrl ? createHistoryMarks({ db: deps.db, logger }) : undefined;
+  // Events their publish statement marked already (`historied`) get no batched mark.
+  const marks: HistoryMarks | undefined = deps.db ? createHistoryMarks({ db: deps.db, logger }) : undefined;
   const redisWake = outboxWake;
   const wakeDispatchers: (() => void) | undefined = redisWake
     ? () => redisWake.wake()
@@ -212,7 +218,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
    * later, and the relay's append of the handed event and it are deduplicated by event id.
    * @returns true when the event is in the history now
    */
-  async function appendDirectly(post: Post, eventId: string): Promise<boolean> {
+  async function appendDirectly(post: Post, eventId: string, historied: boolean): Promise<boolean> {
     let outcome: AppendOutcome | undefined;
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -236,7 +242,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     if (outcome?.ok) {
       appendFailing = false;
       metrics.eventsPublished.inc();
-      marks?.add(eventId);
+      if (!historied) marks?.add(eventId);
       return true;
     }
     metrics.deliveryErrors.inc({ reason: 'publish_failed' });
@@ -252,16 +258,17 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     replay,
     wakesWebhookDispatchers: wakeDispatchers !== undefined,
     historyInProcess: !deps.redisUrl,
-    async published({ post, eventId, handedToRelay, fanOutDue }) {
+    async published({ post, eventId, handedToRelay, fanOutDue, historied = false }) {
       if (fanOutDue) wakeDispatchers?.();
       if (!deps.db) return;
       if (!handedToRelay) {
-        if (!closed && (await appendDirectly(post, eventId))) return;
+        if (!closed && (await appendDirectly(post, eventId, historied))) return;
         // Handed over before answering: from now on the organisation's publishes queue behind it.
         try {
-          await handPostEventToRelay(deps.db, eventId, { markedByPublish: !deps.redisUrl });
+          await handPostEventToRelay(deps.db, eventId, { markedByPublish: historied });
         } catch (error) {
-          // Database unreachable too: the relay still takes the event after its grace (not ordered).
+          // Database unreachable too: the relay still takes the event after its grace (not ordered),
+          // unless its publish statement marked it (in-process history): then it stays out of the history.
           logger.warn({ err: error, eventId }, 'history: could not hand the event to the relay');
         }
       }

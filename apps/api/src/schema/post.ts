@@ -184,6 +184,7 @@ builder.mutationFields((t) => ({
           eventId: result.eventId,
           handedToRelay: result.handedToRelay,
           fanOutDue: result.fanOutDue,
+          historied: result.historied,
         });
       return result.post;
     },

@@ -1,4 +1,5 @@
 import { listActiveWebhookSecrets } from '@herald/db';
+import { waitFor } from '@herald/testing/ports';
 import { fanOutOutbox } from '@herald/webhook-engine';
 import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -141,13 +142,17 @@ describe('tenancy', () => {
       .where('org_id', '=', 'org-b')
       .executeTakeFirstOrThrow();
     void event;
+    // Fanned out here or by the API's own dispatcher, woken by the publish: whichever commits first
+    // (this pass finds nothing while that one holds the outbox row, so wait for the row to appear).
     await fanOutOutbox(api.app.database.db, { limit: 100, queueLeaseMs: 60_000 });
-    const delivery = await api.app.database.db
-      .selectFrom('webhook_deliveries')
-      .select('id')
-      .where('endpoint_id', '=', bobsEndpoint)
-      .executeTakeFirstOrThrow();
-    bobsDelivery = delivery.id;
+    const delivery = () =>
+      api.app.database.db
+        .selectFrom('webhook_deliveries')
+        .select('id')
+        .where('endpoint_id', '=', bobsEndpoint)
+        .executeTakeFirst();
+    await waitFor("bob's delivery", async () => (await delivery()) !== undefined);
+    bobsDelivery = (await delivery())!.id;
   });
 
   it('refuses another organisation with FORBIDDEN', async () => {

@@ -133,4 +133,16 @@ describe('@herald/client', () => {
     await expect(subscriber.client.dispose()).resolves.toBeUndefined();
     expect(subscriber.titles).toEqual([]);
   });
+
+  it('disposes cleanly during its first connection attempt to a server that is gone', async () => {
+    // dispose() right away waits for the attempt in progress, which ends with the socket's error event
+    // (connection refused), and graphql-ws 6 rejects its dispose() with that event: still a clean dispose.
+    const port = await freePort();
+    const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${port}/graphql`, () => writer, ORG, {
+      baseMs: 1_000,
+      maxMs: 1_000,
+    });
+    await expect(subscriber.client.dispose()).resolves.toBeUndefined();
+    expect(subscriber.titles).toEqual([]);
+  });
 });

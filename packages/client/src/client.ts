@@ -220,11 +220,12 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
     subscribe,
     async dispose() {
       for (const stop of [...active]) stop();
-      // graphql-ws 6 rejects dispose() with the close event when the socket it was (re)connecting ends
-      // first ("All Subscriptions Gone" after the last release): the connection is gone, which is what
-      // disposing asks for. Anything else is a real failure and is passed on.
+      // graphql-ws 6 rejects dispose() with whatever ended the connection attempt it was in when
+      // disposed: the close event ("All Subscriptions Gone" after the last release), or the socket's
+      // error event when that attempt failed to connect (a server that is gone). Either way the
+      // connection is gone, which is what disposing asks for. Anything else is a real failure.
       await Promise.resolve(graphqlWs.dispose()).catch((error: unknown) => {
-        if (!isCloseEvent(error)) throw error;
+        if (!isCloseEvent(error) && !isErrorEvent(error)) throw error;
       });
     },
     graphqlWs,
@@ -234,6 +235,11 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
 /** A WebSocket close event (or graphql-ws's stand-in for one): `{ code, reason }`. */
 function isCloseEvent(value: unknown): boolean {
   return typeof value === 'object' && value !== null && 'code' in value && 'reason' in value;
+}
+
+/** A WebSocket `error` event (`ws`'s ErrorEvent, or the DOM's): the socket failed, e.g. could not connect. */
+function isErrorEvent(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'error';
 }
 
 /** The `extensions.code` of a graphql-ws `error` (an array of GraphQL errors), if any. */

@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { rotateWebhookSecret } from '@herald/db';
+import { waitFor } from '@herald/testing/ports';
 import { generateWebhookSecret, verifyWebhook } from '@herald/webhooks';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { listDeadLetters, replayDeadLetters } from './dead-letters.js';
@@ -199,14 +200,22 @@ describe('delivery', () => {
       status: 'DEAD',
       letter: { eventId, lastStatusCode: 500, attempts: requests.length },
     });
-    const metrics = await dispatcher.metrics.registry.metrics();
-    expect(metrics).toMatch(/^herald_webhook_dead_letters_total [1-9]/m);
-    expect(metrics).toMatch(/^herald_webhook_attempts_total\{outcome="failure"\} [1-9]/m);
+    // Counted and streamed by the dispatcher once the record statement has answered it (and, for the
+    // stream, after the durability barrier): a moment after the row reads DEAD.
+    const deadLettersCounted = async () =>
+      /^herald_webhook_dead_letters_total [1-9]/m.test(await dispatcher.metrics.registry.metrics());
+    await waitFor('the dead letter to be counted', deadLettersCounted, { timeoutMs: 10_000 });
+    expect(await dispatcher.metrics.registry.metrics()).toMatch(
+      /^herald_webhook_attempts_total\{outcome="failure"\} [1-9]/m,
+    );
 
     receiver.behave(() => ({ status: 200 }), path);
     // The dead-letter stream (the alerting feed) got it too.
-    const stream = await harness.redis.xrange(harness.keys.deadLetterStream, '-', '+');
-    expect(stream.some(([, fields]) => fields.includes(dead.id))).toBe(true);
+    const streamed = async () =>
+      (await harness.redis.xrange(harness.keys.deadLetterStream, '-', '+')).some(([, fields]) =>
+        fields.includes(dead.id),
+      );
+    await waitFor('the dead letter on the stream', streamed, { timeoutMs: 10_000 });
     expect(await replayDeadLetters(harness.db, { ids: [dead.id] })).toEqual([dead.id]);
     await waitForStatus(eventId, 'SUCCEEDED');
     expect(bodyId(receiver.requestsTo(path).at(-1)!)).toBe(eventId);

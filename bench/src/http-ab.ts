@@ -41,6 +41,8 @@ const PRELOAD = fileURLToPath(new URL('./http-gc-preload.cjs', import.meta.url))
 const LOAD_CLIENT = fileURLToPath(new URL('./http-load.ts', import.meta.url));
 
 interface GcSummary {
+  /** With HTTP_PHASES=1 (see http-gc-preload.cjs). */
+  phases?: Record<'serverMs' | 'poolWaitMs', { n: number; p50: number; p99: number; max: number }>;
   kinds: Record<string, { count: number; ms: number; maxMs: number }>;
   promotedBytes: number;
   newSpaceAllocatedBytes: number;
@@ -126,6 +128,8 @@ async function main() {
   const servers: Array<{ name: string; child: ChildProcess; origin: string; statsFile?: string }> = [];
   let port = 40_000 + Math.floor(Math.random() * 10_000);
   {
+    // With HTTP_PHASES=1 the raw loop gets the preload too, for its in-process and pool-wait times.
+    const statsFile = process.env.HTTP_PHASES === '1' ? join(tmpdir(), `http-ab-${process.pid}-raw.json`) : undefined;
     const raw = spawnTracked(process.execPath, ['--import', TSX_IMPORT, 'bench/src/http-raw-server.ts'], {
       cwd: ROOT,
       env: {
@@ -134,11 +138,12 @@ async function main() {
         PORT: String(++port),
         DATABASE_URL: host.env.DATABASE_URL!,
         JWT_SECRET: host.env.JWT_SECRET!,
+        ...(statsFile ? { NODE_OPTIONS: `--require ${PRELOAD}`, HTTP_GC_STATS_FILE: statsFile, HTTP_PHASES: '1' } : {}),
       },
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     await sleep(1500);
-    servers.push({ name: 'raw', child: raw, origin: `http://127.0.0.1:${port}` });
+    servers.push({ name: 'raw', child: raw, origin: `http://127.0.0.1:${port}`, ...(statsFile ? { statsFile } : {}) });
   }
   for (const target of config.targets) {
     const statsFile = join(tmpdir(), `http-ab-${process.pid}-${target.name}.json`);
@@ -152,6 +157,7 @@ async function main() {
         MALLOC_ARENA_MAX: '1',
         NODE_OPTIONS: `--require ${PRELOAD}`,
         HTTP_GC_STATS_FILE: statsFile,
+        ...(process.env.HTTP_PHASES ? { HTTP_PHASES: process.env.HTTP_PHASES } : {}),
         ...(process.env.HTTP_HEAP_PROFILE ? { HTTP_HEAP_PROFILE: process.env.HTTP_HEAP_PROFILE } : {}),
       },
       stdio: ['ignore', 'ignore', 'inherit'],
@@ -285,7 +291,12 @@ function describe(trial: Trial): string {
     ([name, kind]) =>
       `${name.replace('MarkSweepCompact', 'MSC').replace('Scavenge', 'scav')} ${round(kind.count * per, 1)}/1k ${round(kind.ms * per, 1)}ms/1k max ${round(kind.maxMs, 1)}`,
   );
-  return `${base} | ${parts.join(', ')} | promoted ${round((gc.promotedBytes * per) / 1000, 1)} B/req alloc ${round((gc.newSpaceAllocatedBytes * per) / 1000, 1)} B/req? loop p99 ${round(gc.loopDelayMs.p99, 1)} max ${round(gc.loopDelayMs.max, 1)}`;
+  const phase = (label: string, p: { p50: number; p99: number; max: number }) =>
+    `${label} p50 ${round(p.p50, 2)} p99 ${round(p.p99, 2)} max ${round(p.max, 1)} ms`;
+  const phases = gc.phases
+    ? ` | ${phase('in process', gc.phases.serverMs)}; ${phase('pool wait', gc.phases.poolWaitMs)}`
+    : '';
+  return `${base} | ${parts.join(', ')} | promoted ${round((gc.promotedBytes * per) / 1000, 1)} B/req alloc ${round((gc.newSpaceAllocatedBytes * per) / 1000, 1)} B/req? loop p99 ${round(gc.loopDelayMs.p99, 1)} max ${round(gc.loopDelayMs.max, 1)}${phases}`;
 }
 
 main().catch(async (error) => {

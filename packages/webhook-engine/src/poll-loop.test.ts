@@ -5,29 +5,35 @@ import { createPollLoop } from './poll-loop.js';
 const logger = pino({ level: 'silent' });
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A loop whose passes find nothing more to do, counting them; idle polls an hour apart. */
+function countingLoop(minGapMs?: number) {
+  const counted = { passes: 0 };
+  const loop = createPollLoop(
+    'test',
+    async () => {
+      counted.passes += 1;
+      return false;
+    },
+    { intervalMs: 60_000, logger, ...(minGapMs === undefined ? {} : { minGapMs }) },
+  );
+  return { loop, counted };
+}
+
 describe('poll loop', () => {
   it('runs one pass for the wake-ups that arrive within minGapMs of the previous pass', async () => {
-    let passes = 0;
-    const loop = createPollLoop(
-      'test',
-      async () => {
-        passes += 1;
-        return false;
-      },
-      { intervalMs: 60_000, logger, minGapMs: 1_000 },
-    );
+    const { loop, counted } = countingLoop(1_000);
     loop.start();
     await sleep(20);
-    expect(passes).toBe(1);
+    expect(counted.passes).toBe(1);
     // Ten wake-ups, 5 ms apart: without the gap each would find the loop idle and run a pass of its own.
     for (let i = 0; i < 10; i++) {
       loop.wake();
       await sleep(5);
     }
-    expect(passes).toBe(1);
+    expect(counted.passes).toBe(1);
     await loop.stop();
     // stop ends the gap wait at once, and no pass starts after it.
-    expect(passes).toBe(1);
+    expect(counted.passes).toBe(1);
   });
 
   it('follows a pass that reported more work at once, and runs a woken pass right away without a gap', async () => {
@@ -47,20 +53,12 @@ describe('poll loop', () => {
     // The first pass and the three that followed "more" all ran at once (the next one would wait 5 s).
     expect(starts).toHaveLength(4);
 
-    let passes = 0;
-    const plain = createPollLoop(
-      'plain',
-      async () => {
-        passes += 1;
-        return false;
-      },
-      { intervalMs: 60_000, logger },
-    );
-    plain.start();
+    const plain = countingLoop();
+    plain.loop.start();
     await sleep(20);
-    plain.wake();
+    plain.loop.wake();
     await sleep(20);
-    await plain.stop();
-    expect(passes).toBe(2);
+    await plain.loop.stop();
+    expect(plain.counted.passes).toBe(2);
   });
 });

@@ -3,6 +3,7 @@ import type {
   WebhookAttemptsTable,
   WebhookDeliveriesTable,
   WebhookEndpointSecretsTable,
+  WebhookEndpointSlotsTable,
   WebhookEndpointsTable,
   WebhookOutboxTable,
   WebhookQueueTable,
@@ -19,6 +20,7 @@ export interface Database {
   webhook_endpoint_secrets: WebhookEndpointSecretsTable;
   webhook_outbox: WebhookOutboxTable;
   webhook_deliveries: WebhookDeliveriesTable;
+  webhook_endpoint_slots: WebhookEndpointSlotsTable;
   webhook_attempts: WebhookAttemptsTable;
   webhook_queue: WebhookQueueTable;
 }

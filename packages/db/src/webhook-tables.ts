@@ -85,6 +85,18 @@ export interface WebhookDeliveriesTable {
   dead_letter_streamed_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
 }
 
+/**
+ * The per-endpoint cap's registry: one row per lane (an endpoint and the a-lease a dispatcher holds its
+ * deliveries under), saying how many POSTs the lane may have in flight; counted while `leased_until`
+ * is ahead (the webhook engine's lease-protocol.ts, steps 3 and 3b).
+ */
+export interface WebhookEndpointSlotsTable {
+  endpoint_id: string;
+  lease: string;
+  slots: number;
+  leased_until: Date;
+}
+
 /** One HTTP attempt of a delivery. */
 export interface WebhookAttemptsTable {
   id: Generated<string>;

@@ -8,10 +8,10 @@ import {
   type AttemptOutcome,
   type ClaimedDelivery,
   claimDeliveries,
-  countEndpointLeases,
   createDurabilityBarrier,
   type DeliveryNext,
   flushCommits,
+  growEndpointSlots,
   type HandOver,
   type QueuedDelivery,
   type RecordResult,
@@ -60,8 +60,11 @@ export interface BatchAttempter {
     chainEndpoints: readonly string[],
     lease: string,
   ): Promise<{ claimed: ClaimedDelivery[]; settled: Promise<void> }>;
-  /** Live a-leases of an endpoint, this lane's (`lease`) and the others', counted under the claim's lock. */
-  countLeases(endpointId: string, lease: string): Promise<{ mine: number; others: number }>;
+  /**
+   * Raises a lane's registered slots to `min(cap − others' live slots, want)` under the claim's lock
+   * (step 3b): its slots now (null when its registration is no longer live) and the others'.
+   */
+  growSlots(endpointId: string, lease: string, want: number): Promise<{ slots: number | null; others: number }>;
   /** Signs and POSTs one claimed delivery, and decides what comes next for it. Never rejects. */
   attempt(delivery: ClaimedDelivery): Promise<AttemptOutcome>;
   /**
@@ -248,7 +251,8 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
       track(settled);
       return { claimed, settled };
     },
-    countLeases: (endpointId, lease) => countEndpointLeases(db, endpointId, lease),
+    growSlots: (endpointId, lease, want) =>
+      growEndpointSlots(db, { endpointId, lease, want, endpointCap: deps.endpointCap }),
     attempt: attemptOne,
     async record(done, handOver, durable) {
       const claimed = done.map((one) => one.delivery);

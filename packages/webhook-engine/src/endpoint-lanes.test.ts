@@ -17,6 +17,8 @@ function scriptedEndpoint(holdRecords = false) {
   const recordsHeld: Array<() => void> = [];
   const held = new Set<string>();
   const posts = new Map<string, () => void>();
+  /** The lane's slot registration, as the database keeps it (one lane, nobody else). */
+  let slots = 0;
   const take = (count: number, lease: string): ClaimedDelivery[] =>
     due.splice(0, count).map((id) => {
       held.add(id);
@@ -37,10 +39,13 @@ function scriptedEndpoint(holdRecords = false) {
   const attempter: BatchAttempter = {
     // The lane's first claim finds one delivery, as when the first event of a burst comes alone.
     async claim(_queued, _chain, lease) {
-      return { claimed: take(1, lease), settled: Promise.resolve() };
+      const claimed = take(1, lease);
+      slots = claimed.length;
+      return { claimed, settled: Promise.resolve() };
     },
-    async countLeases() {
-      return { mine: held.size, others: 0 };
+    async growSlots(_endpointId, _lease, want) {
+      slots = Math.max(slots, Math.min(CAP, want));
+      return { slots, others: 0 };
     },
     attempt(delivery) {
       return new Promise<AttemptOutcome>((resolve) => {
@@ -63,14 +68,17 @@ function scriptedEndpoint(holdRecords = false) {
     async record(done, handOver) {
       if (holdRecords) await new Promise<void>((resolve) => recordsHeld.push(resolve));
       for (const { delivery } of done) held.delete(delivery.id);
+      const handedOver = take(handOver?.take ?? 0, handOver?.lease ?? 'a:lease');
+      slots = Math.min(slots, handOver?.slots ?? slots, (handOver?.keep ?? 0) + handedOver.length);
       return {
         result: {
           recorded: new Set(done.map(({ delivery }) => delivery.id)),
-          handedOver: take(handOver?.take ?? 0, handOver?.lease ?? 'a:lease'),
+          handedOver,
           kept: new Set(handOver?.renew ?? []),
           halt: false,
           disabled: [],
           events: 0,
+          slots,
         },
         settled: Promise.resolve(),
       };

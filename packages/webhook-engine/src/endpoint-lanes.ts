@@ -53,7 +53,7 @@ interface Lane {
   flight: Set<ClaimedDelivery>;
   /** POST done, not yet recorded (still held). */
   done: Array<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>;
-  /** POSTs this lane may have in flight: what its claim got, never more, less once it holds fewer. */
+  /** POSTs this lane may have in flight: never more than its slot registration says (claim, step 3b, records). */
   slots: number;
   /** `performance.now()` when the statement that last renewed (or took) every held lease was sent. */
   renewedAt: number;
@@ -78,9 +78,9 @@ interface Lane {
  * "Lanes"): a slot starts its next POST as soon as its own POST ends, from deliveries the lane holds
  * ahead; outcomes are recorded in coalesced statements, one in flight per lane, each taking every
  * outcome finished meanwhile and, in the same statement, taking the endpoint's next due deliveries
- * (and renewing the lane's leases when they age). The lane runs at most as many POSTs at once as its
- * claim got slots (the claim is advisory-locked and counts live a-leases); everything it holds is
- * a-leased, so other dispatchers count at least its slots, and it gives slots up once it holds fewer.
+ * (and renewing the lane's leases and slots when they age). The lane runs at most as many POSTs at
+ * once as its registered slots (`webhook_endpoint_slots`: a claim, advisory-locked, registers what it
+ * got and counts the other lanes' slots), and each record gives slots up once it holds fewer.
  *
  * A lane starts with a claim; it winds down (lets its held deliveries go, finishes what is in flight,
  * records it) on a failed attempt (so pauses, disables and retries take the claim's path) and on
@@ -230,6 +230,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           release: release.map((delivery) => delivery.id),
           take,
           url: lane.url,
+          slots: lane.slots,
+          keep: kept.length,
         },
         entries.length > 0,
       );
@@ -248,8 +250,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         lane.exhausted = result.handedOver.length < take && !lane.waiting.some((entry) => !holds(lane, entry));
       // Disabled, deleted, paused elsewhere, or moved: what it holds goes back, through a claim.
       if (result.halt) lane.winding = true;
-      // The cap counts held a-leases: holding fewer than its slots, the lane gives the rest up.
-      lane.slots = Math.min(lane.slots, held(lane));
+      // The record set the lane's registration to at most what it holds (null: it is lost, and with
+      // it the slots); the lane never runs more than its registration says.
+      lane.slots = Math.min(lane.slots, result.slots ?? 0, held(lane));
     } catch (error) {
       for (const entry of entries) entry.failed(error);
       lane.broken = true;
@@ -261,19 +264,19 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   }
 
   /**
-   * More slots, when nobody holds them (lease protocol step 3b): counted under the claim's lock, and
-   * never more than the lane holds a-leases, so others' claims count them. Runs as the lane's one
-   * statement in flight (no record changes what the lane holds meanwhile).
+   * More slots, when nobody holds them (lease protocol step 3b): the lane's registration is raised
+   * under the claim's lock to what the others leave, never beyond what the lane holds. Runs as the
+   * lane's one statement in flight (no record changes what the lane holds meanwhile).
    */
   async function grow(lane: Lane): Promise<void> {
     lane.recording = true;
     lane.lookedAt = performance.now();
     try {
-      const { mine, others } = await attempter.countLeases(lane.endpointId, lane.lease);
+      const { slots, others } = await attempter.growSlots(lane.endpointId, lane.lease, held(lane));
       const room = endpointCap - others;
-      const slots = Math.min(room, mine, held(lane));
-      const grew = slots > lane.slots;
-      if (grew) lane.slots = slots;
+      const grew = slots !== null && slots > lane.slots;
+      // Raised, or unchanged; null: the registration lapsed, so the lane has no slots left.
+      lane.slots = slots === null ? 0 : Math.max(lane.slots, Math.min(slots, held(lane)));
       // Others hold slots it could use: look less and less often. Otherwise (the cap reached is no
       // reason to wait once it has shrunk again): at once after finding more, else a while later.
       const crowded = room < Math.min(endpointCap, held(lane));

@@ -19,6 +19,7 @@ import {
   type AttemptOutcome,
   claimDeliveries,
   fanOutOutbox,
+  growEndpointSlots,
   queueDueDeliveries,
   recordOutcomes,
 } from './lease-protocol.js';
@@ -296,6 +297,120 @@ describe('claim', () => {
     expect(
       (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).map((d) => d.deliveryId),
     ).toContain(row!.id);
+  });
+});
+
+describe('slots', () => {
+  const slotsOf = (endpointId: string) =>
+    harness.db
+      .selectFrom('webhook_endpoint_slots')
+      .select(['lease', 'slots', 'leased_until'])
+      .where('endpoint_id', '=', endpointId)
+      .execute();
+  const chain = (endpointId: string, lease?: string) =>
+    claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpointId],
+      endpointCap: 3,
+      leaseMs: 60_000,
+      ...(lease ? { lease } : {}),
+    });
+
+  it('count a lane by its slots, not by the deliveries it holds ahead', async () => {
+    const endpoint = await harness.createEndpoint('org-ahead', receiver.url('/ahead'));
+    await harness.publish('org-ahead', 12);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    // Lane A runs one slot and holds 6 more ahead (all a-leased to it).
+    const lease = 'a:lane-a';
+    const [first] = await claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpoint.id],
+      endpointCap: 1,
+      leaseMs: 60_000,
+      lease,
+    });
+    const ahead = await recordOutcomes(harness.db, [], {
+      disableAfterMs: DAY_MS,
+      handOver: { endpointId: endpoint.id, leaseMs: 60_000, lease, take: 6, slots: 1, keep: 1 },
+    });
+    expect(ahead.handedOver).toHaveLength(6);
+    expect(ahead.slots).toBe(1);
+    const rows = await deliveriesOf('org-ahead');
+    expect(rows.filter((row) => row.lease_token === lease)).toHaveLength(7);
+    // Another dispatcher (cap 3) finds two slots free, not none: held-ahead rows are not POSTs.
+    const other = await chain(endpoint.id);
+    expect(other).toHaveLength(2);
+    expect(other.map((delivery) => delivery.id)).not.toContain(first!.id);
+    expect((await slotsOf(endpoint.id)).map((slot) => slot.slots).sort()).toEqual([1, 2]);
+    // Lane A's next record holds nothing more and has nothing in flight: its slot is given back at once.
+    const done = await recordOutcomes(
+      harness.db,
+      [outcome(first!, { next: { status: 'SUCCEEDED' }, health: 'success' })],
+      {
+        disableAfterMs: DAY_MS,
+        handOver: {
+          endpointId: endpoint.id,
+          leaseMs: 60_000,
+          lease,
+          take: 0,
+          slots: 1,
+          keep: 0,
+          release: ahead.handedOver.map((d) => d.id),
+        },
+      },
+    );
+    expect(done.slots).toBe(0);
+    // The freed slot goes at once, to the earliest due delivery: one that lane A let go (no lease at all).
+    const freed = await chain(endpoint.id);
+    expect(freed.map((delivery) => delivery.id)).toEqual([ahead.handedOver[0]!.id]);
+  });
+
+  it("free a dead lane's slots once its registration has expired, and then drop it", async () => {
+    const endpoint = await harness.createEndpoint('org-dead-lane', receiver.url('/dead-lane'));
+    await harness.publish('org-dead-lane', 6);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const claimed = await chain(endpoint.id, 'a:crashed');
+    expect(claimed).toHaveLength(3);
+    expect(await chain(endpoint.id)).toHaveLength(0);
+    // The dispatcher died: nothing renews its registration, which runs out.
+    await harness.db
+      .updateTable('webhook_endpoint_slots')
+      .set({ leased_until: new Date(Date.now() - 1_000) })
+      .where('endpoint_id', '=', endpoint.id)
+      .execute();
+    const next = await chain(endpoint.id, 'a:next');
+    expect(next).toHaveLength(3);
+    expect(await slotsOf(endpoint.id)).toEqual([expect.objectContaining({ lease: 'a:next', slots: 3 })]);
+    // A lapsed lane cannot grow back into slots someone else may have taken.
+    expect(
+      await growEndpointSlots(harness.db, { endpointId: endpoint.id, lease: 'a:crashed', want: 3, endpointCap: 3 }),
+    ).toEqual({ slots: null, others: 3 });
+  });
+
+  it('grow to what the others leave, never lower, and a record lowers them to what the lane holds', async () => {
+    const endpoint = await harness.createEndpoint('org-grow-slots', receiver.url('/grow-slots'));
+    await harness.publish('org-grow-slots', 10);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const mine = await claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpoint.id],
+      endpointCap: 1,
+      leaseMs: 60_000,
+      lease: 'a:mine',
+    });
+    expect(mine).toHaveLength(1);
+    expect(await chain(endpoint.id, 'a:theirs')).toHaveLength(2);
+    const grow = (want: number) =>
+      growEndpointSlots(harness.db, { endpointId: endpoint.id, lease: 'a:mine', want, endpointCap: 5 });
+    expect(await grow(10)).toEqual({ slots: 3, others: 2 });
+    expect(await grow(1)).toEqual({ slots: 3, others: 2 });
+    // A record with one delivery still in flight and none taken: one slot is all it needs.
+    const recorded = await recordOutcomes(harness.db, [], {
+      disableAfterMs: DAY_MS,
+      handOver: { endpointId: endpoint.id, leaseMs: 60_000, lease: 'a:mine', take: 0, slots: 3, keep: 1 },
+    });
+    expect(recorded.slots).toBe(1);
+    expect(await grow(10)).toEqual({ slots: 3, others: 2 });
   });
 });
 

@@ -27,36 +27,47 @@
  * 3. claim ({@link claimDeliveries}), one statement per batch, after transaction-scoped advisory
  *    locks on the batch's endpoints (taken in a fixed order): a delivery named by a work entry is
  *    claimed when it is still PENDING and due and its lease is the entry's q-lease or expired. The
- *    per-endpoint cap counts live a-leases in the same fresh snapshot the locks guarantee, so two
- *    dispatchers never exceed it together. Deliveries over the cap keep their q-lease; those of a
+ *    per-endpoint cap counts the other lanes' live slots (see "Slots") in the same fresh snapshot
+ *    the locks guarantee, so two dispatchers never exceed it together; the claim registers what it
+ *    took as its own slots. Deliveries over the cap keep their q-lease; those of a
  *    paused endpoint are freed and moved to `paused_until`; those of a disabled or deleted endpoint
  *    become SKIPPED. A dispatcher whose attempt finished claims the endpoint's next due deliveries
- *    the same way ("chaining"), q-leased ones included, without a round through the stream: one
- *    lane per endpoint per dispatcher does this, so a busy endpoint's slots stay busy.
+ *    the same way ("chaining"), q-leased and free ones included, without a round through the stream:
+ *    one lane per endpoint per dispatcher does this, so a busy endpoint's slots stay busy.
  * 4. record ({@link recordOutcomes}), one statement per batch: inserts every attempt, and sets each
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
  *    updates endpoint health (failure streak, pause, disable) and writes the operational events
- *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically. When every
- *    attempt of a one-endpoint batch succeeded, it also hands the slots it frees over: it claims as
- *    many of the endpoint's next due deliveries as the batch had live a-leases, so the endpoint's
- *    count never grows and no lock is needed; step 3's update re-checks each row it takes, so a claim
- *    never overwrites a hand-over's lease. While an endpoint has work, a batch costs one statement.
+ *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically. With a
+ *    hand-over (a lane's record) it also takes the endpoint's next due deliveries under the lane's
+ *    a-lease, without an advisory lock: taking deliveries is not taking slots; step 3's update
+ *    re-checks each row it takes, so a claim never overwrites a hand-over's lease. While an endpoint
+ *    has work, a batch costs one statement.
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
  *
+ * Slots. The cap is counted in `webhook_endpoint_slots`, one row per lane (endpoint, a-lease): how
+ * many POSTs the lane may have in flight, live until its `leased_until`. Claims (step 3) and step 3b
+ * add up the other lanes' live rows under the endpoint's advisory lock, so the sum of all lanes'
+ * slots never exceeds the cap; only they raise a lane's slots. Everything else only lowers them or
+ * renews them: every record of a lane sets its row to at most what the lane still holds (in flight
+ * or ahead, plus what the record took) and renews it with the lane's leases, so a lane that runs out
+ * of work gives its slots back in the same statement, and a dead lane's row stops counting `lease`
+ * after its last record, as its deliveries' a-leases do. A record without a hand-over (a batch, not
+ * a lane) gives back one slot per outcome. Rows past their lease are deleted by the next claim on
+ * the endpoint. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
+ * claim or hand-over (which changes only the lease) is a HOT update: no new index entries, a third
+ * of PostgreSQL's work per delivery less (see the migration `webhook-endpoint-slots`).
+ *
  * Lanes (endpoint-lanes.ts). A dispatcher runs each busy endpoint as a lane with its own a-lease: it
- * claims (step 3), which gives it its slots, at most the cap minus the live a-leases others hold; then
+ * claims (step 3), which gives it its slots, at most the cap minus the others' live slots; then
  * each slot POSTs one delivery after another without waiting for the database, and the outcomes are
  * recorded in coalesced statements (step 4, one in flight per lane) that also take the endpoint's next
- * due deliveries under the same a-lease ("hold ahead", up to a few times the cap). So the cap counts
- * rows, not POSTs: a lane's a-leased rows are its POSTs in flight, its finished but unrecorded ones
- * and those held ahead, never fewer than its POSTs in flight (each POST is on a row it holds), and it
- * keeps at least as many as its slots or gives the difference up for good (its slots only ever come
- * from a claim, or from step 3b: under the claim's lock, `min(cap − others' live a-leases, its own)`).
- * Others' claims thus count at least every lane's slots, and the sum of all slots, and of all POSTs
- * in flight, stays within the cap; the over-count (held-ahead rows) only keeps others from claiming
- * while a lane is busy, as its slots would anyway. A lane starts a POST only while its
+ * due deliveries under the same a-lease ("hold ahead", up to a few times the cap). A lane never runs
+ * more POSTs than its row says: its slots only ever come from a claim or from step 3b (under the
+ * claim's lock, up to `cap − others' live slots`), and each record lowers them with its row. Held-ahead
+ * deliveries are a-leased (no one else attempts them) but take no slot, so another dispatcher may
+ * claim whatever slots a lane does not use. A lane starts a POST only while its
  * leases, taken or renewed at most `(lease − WEBHOOK_TIMEOUT_MS) / 2` ago by its own clock, outlive
  * the attempt; a record renews them halfway there. The crash bound is unchanged: a dead lane's rows
  * are free `lease` after their last renewal. A replay clears the lease, so the renewal, the record and
@@ -283,9 +294,9 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
           coalesce(paused_until > now(), false) as paused
         from webhook_endpoints where id in (select endpoint_id from cand)
       ), busy as (
-        select endpoint_id, count(1)::int as n from webhook_deliveries
-        where lease_token like 'a:%' and endpoint_id in (select endpoint_id from cand)
-          and status = 'PENDING' and leased_until > now()
+        -- Others' slots: the live registrations of other lanes (step 3b keeps each lane's own up to date).
+        select endpoint_id, sum(slots)::int as n from webhook_endpoint_slots
+        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease} and leased_until > now()
         group by endpoint_id
       ), ranked as (
         select cand.id, cand.endpoint_id,
@@ -297,13 +308,22 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
       ), claimed as (
         -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
-        -- meanwhile: a live a-lease is never overwritten.
+        -- meanwhile: a live a-lease is never overwritten. (coalesce: a free row has no lease at all.)
         update webhook_deliveries delivery
         set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
         from picked where delivery.id = picked.id and delivery.status = 'PENDING'
-          and not (delivery.lease_token like 'a:%' and delivery.leased_until > now())
+          and not coalesce(delivery.lease_token like 'a:%' and delivery.leased_until > now(), false)
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
           delivery.attempt_count, delivery.horizon_from
+      ), registered as (
+        -- The lane's slots are what it claimed (a lane claims only once it holds nothing).
+        insert into webhook_endpoint_slots (endpoint_id, lease, slots, leased_until)
+        select endpoint_id, ${lease}, count(1), now() + ${ms(request.leaseMs)} from claimed group by endpoint_id
+        on conflict (endpoint_id, lease) do update set slots = excluded.slots, leased_until = excluded.leased_until
+      ), expired as (
+        -- Registrations of lanes that ended or died, once past their lease: they count for nothing.
+        delete from webhook_endpoint_slots slot
+        where slot.endpoint_id in (select endpoint_id from cand) and slot.lease <> ${lease} and slot.leased_until <= now()
       ), skipped as (
         update webhook_deliveries delivery
         set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
@@ -345,28 +365,35 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
 
 /**
  * Step 3b, for a lane that runs fewer slots than the cap (its claim found fewer due deliveries, or
- * others held some): under the same advisory lock as a claim, counts the endpoint's live a-leases, its
- * own and the others'. The lane may then run `min(cap − others, mine)` slots: others' a-leases are
- * never fewer than their slots, and it holds at least that many itself, so every claim still counts
- * them (see "Lanes"). Changes no row.
+ * others held some): under the same advisory lock as a claim, adds up the others' live slots and
+ * raises the lane's own registration to `min(cap − others, want)` (never lowers it). Returns the
+ * lane's slots now, null when its registration is no longer live (it has lost its slots: its leases
+ * were not renewed in time), and the others' slots.
  */
-export async function countEndpointLeases(
+export async function growEndpointSlots(
   db: Kysely<Database>,
-  endpointId: string,
-  lease: string,
-): Promise<{ mine: number; others: number }> {
+  request: { endpointId: string; lease: string; want: number; endpointCap: number },
+): Promise<{ slots: number | null; others: number }> {
+  const { endpointId, lease } = request;
   return db.transaction().execute(async (trx) => {
     await sql`
       select set_config('synchronous_commit', 'off', true),
         pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-claim:' || ${endpointId}::text, 0))
     `.execute(trx);
-    const { rows } = await sql<{ mine: number; others: number }>`
-      select count(1) filter (where lease_token = ${lease})::int as mine,
-        count(1) filter (where lease_token <> ${lease})::int as others
-      from webhook_deliveries
-      where endpoint_id = ${endpointId}::text and lease_token like 'a:%' and status = 'PENDING' and leased_until > now()
+    const { rows } = await sql<{ slots: number | null; others: number }>`
+      with others as (
+        select coalesce(sum(slots), 0)::int as n from webhook_endpoint_slots
+        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text and leased_until > now()
+      ), grown as (
+        update webhook_endpoint_slots slot
+        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int))
+        from others
+        where slot.endpoint_id = ${endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
+        returning slot.slots
+      )
+      select (select slots from grown) as slots, others.n as others from others
     `.execute(trx);
-    return rows[0] ?? { mine: 0, others: 0 };
+    return rows[0] ?? { slots: null, others: 0 };
   });
 }
 
@@ -408,14 +435,30 @@ export interface RecordResult {
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
   events: number;
+  /**
+   * With `handOver`: the lane's registered slots after this record (see {@link HandOver.slots}); null
+   * when its registration was no longer live (its slots are lost: it must start no more POSTs).
+   */
+  slots: number | null;
 }
 
 /** What a record does with an endpoint's deliveries besides recording (step 4; see "Lanes" above). */
 export interface HandOver {
   endpointId: string;
   leaseMs: number;
-  /** The a-lease to take deliveries under, and that `renew` and `release` act on. @default a new one */
+  /**
+   * The a-lease to take deliveries under, that `renew` and `release` act on, and whose slot
+   * registration this record keeps up to date. @default the outcomes' lease (they must share one)
+   */
   lease?: string;
+  /**
+   * The lane's slots now. The registration is set to the least of its slots, this, and `keep` plus
+   * the deliveries this record takes (a lane never needs more slots than it holds deliveries), and
+   * renewed (`leaseMs` from now). @default no bound besides those
+   */
+  slots?: number;
+  /** Deliveries the caller still holds under the lease besides what this record takes and releases. @default 0 */
+  keep?: number;
   /** Deliveries held under `lease` whose lease is renewed (`leaseMs` from now). @default none */
   renew?: readonly string[];
   /** Deliveries held under `lease` to let go (lease cleared; the due scan hands them out again). @default none */
@@ -436,10 +479,11 @@ export interface HandOver {
  * Step 4: records a batch's outcomes, endpoint health and operational events in one statement.
  *
  * With `handOver` (the caller's deliveries are one endpoint's and every attempt recorded here
- * succeeded, or `take` is 0), the same statement takes the endpoint's next due deliveries under an
- * a-lease, without an advisory lock: by default as many as the batch's a-leases that were still live,
- * so the endpoint's count never grows; a lane takes more (`take`), which only over-counts (see
- * "Lanes"). Step 3's claims re-check each row they take, so neither overwrites the other.
+ * succeeded, or `take` is 0), the same statement takes the endpoint's next due deliveries under the
+ * lane's a-lease, without an advisory lock: by default as many as the batch's a-leases that were
+ * still live; a lane takes more (`take`) to hold them ahead. Taking deliveries takes no slot: the
+ * lane's slot row is only lowered to what it holds, and renewed (see "Slots"). Step 3's claims
+ * re-check each row they take, so neither overwrites the other.
  */
 export async function recordOutcomes(
   db: Kysely<Database>,
@@ -448,8 +492,11 @@ export async function recordOutcomes(
 ): Promise<RecordResult> {
   const handOver = options.handOver;
   if (outcomes.length === 0 && !handOver)
-    return { recorded: new Set(), handedOver: [], kept: new Set(), halt: false, disabled: [], events: 0 };
-  const lease = handOver?.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
+    return { recorded: new Set(), handedOver: [], kept: new Set(), halt: false, disabled: [], events: 0, slots: null };
+  const lease = handOver?.lease ?? outcomes[0]?.lease;
+  if (lease === undefined || (handOver && !handOver.lease && outcomes.some((o) => o.lease !== lease))) {
+    throw new Error('a hand-over needs the a-lease its slots are registered under: pass handOver.lease');
+  }
   const renew = handOver?.renew ?? [];
   const release = handOver?.release ?? [];
   const outcomeIds = outcomes.map((o) => o.deliveryId);
@@ -625,8 +672,34 @@ export async function recordOutcomes(
         delivery.attempt_count, delivery.horizon_from
     )`);
   }
+  if (handOver) {
+    // The lane's slots (see "Slots" above): never more than it holds, renewed with its leases.
+    const holds = taking
+      ? sql`${handOver.keep ?? 0}::int + (select count(1) from taken)::int`
+      : sql`${handOver.keep ?? 0}::int`;
+    ctes.push(sql`slotted as (
+      update webhook_endpoint_slots slot
+      set slots = least(slot.slots, ${handOver.slots ?? null}::int, ${holds}),
+        leased_until = now() + ${ms(handOver.leaseMs)}
+      where slot.endpoint_id = ${handOver.endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
+      returning slot.slots
+    )`);
+  } else if (recording) {
+    // A batch recorded without a hand-over gives back the slots its claims registered for it.
+    ctes.push(sql`unslotted as (
+      update webhook_endpoint_slots slot set slots = greatest(slot.slots - freed.n, 0)
+      from (
+        select endpoint_id, lease, count(1)::int as n
+        from unnest(${outcomes.map((o) => o.endpointId)}::text[], ${outcomes.map((o) => o.lease)}::text[])
+          as freed(endpoint_id, lease)
+        group by endpoint_id, lease
+      ) freed
+      where slot.endpoint_id = freed.endpoint_id and slot.lease = freed.lease
+    )`);
+  }
   const branches: RawBuilder<unknown>[] = [];
   if (recording) branches.push(sql`select 'recorded' as kind, id, null as reason from updated`);
+  if (handOver) branches.push(sql`select 'slots', null, (select slots from slotted)::text`);
   if (renew.length > 0) branches.push(sql`select 'kept', id, null from renewed`);
   if (release.length > 0) branches.push(sql`select 'released', null, (select count(1) from let_go)::text`);
   if (halting) {
@@ -664,7 +737,7 @@ export async function recordOutcomes(
   // This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
   branches.push(sql`select 'async', null, set_config('synchronous_commit', 'off', true)`);
   const { rows } = await sql<{
-    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events';
+    kind: 'recorded' | 'kept' | 'released' | 'halt' | 'handed' | 'disabled' | 'events' | 'slots';
     id: string | null;
     reason: string | null;
   }>`
@@ -679,6 +752,7 @@ export async function recordOutcomes(
     halt: false,
     disabled: [],
     events: 0,
+    slots: null,
   };
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
@@ -700,6 +774,7 @@ export async function recordOutcomes(
     } else if (row.kind === 'disabled' && row.id)
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);
+    else if (row.kind === 'slots' && row.reason !== null) result.slots = Number(row.reason);
   }
   return result;
 }

@@ -7,6 +7,7 @@ import * as webhooksOpsStandardSecrets from './2026-11-23T11-20_webhooks-ops-sta
 import * as engineStraightPath from './2026-11-23T11-35_engine-straight-path.js';
 import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscription-history.js';
 import * as historyDirectAppend from './2026-11-26T13-30_history-direct-append.js';
+import * as webhookEndpointSlots from './2026-11-27T00-30_webhook-endpoint-slots.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -22,6 +23,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-23T11-35_engine-straight-path': engineStraightPath,
   '2026-11-23T11-45_resume-subscription-history': resumeSubscriptionHistory,
   '2026-11-26T13-30_history-direct-append': historyDirectAppend,
+  '2026-11-27T00-30_webhook-endpoint-slots': webhookEndpointSlots,
 };
 
 export const migrationProvider: MigrationProvider = {

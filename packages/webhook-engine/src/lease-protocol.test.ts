@@ -362,7 +362,10 @@ describe('slots', () => {
     expect(done.slots).toBe(0);
     // The freed slot goes at once, to the earliest due delivery: one that lane A let go (no lease at all).
     const freed = await chain(endpoint.id);
-    expect(freed.map((delivery) => delivery.id)).toEqual([ahead.handedOver[0]!.id]);
+    expect(freed).toHaveLength(1);
+    expect(ahead.handedOver.map((delivery) => delivery.id)).toContain(freed[0]!.id);
+    // Lane A's registration (0 slots: it ended) is dropped by that claim.
+    expect((await slotsOf(endpoint.id)).map((slot) => slot.lease)).not.toContain(lease);
   });
 
   it("free a dead lane's slots once its registration has expired, and then drop it", async () => {
@@ -381,10 +384,39 @@ describe('slots', () => {
     const next = await chain(endpoint.id, 'a:next');
     expect(next).toHaveLength(3);
     expect(await slotsOf(endpoint.id)).toEqual([expect.objectContaining({ lease: 'a:next', slots: 3 })]);
+    // Should the crashed lane only have stalled, its next record finds its slots gone (null): it must
+    // start no more POSTs.
+    const late = await recordOutcomes(
+      harness.db,
+      [outcome(claimed[0]!, { next: { status: 'SUCCEEDED' }, health: 'success' })],
+      {
+        disableAfterMs: DAY_MS,
+        handOver: { endpointId: endpoint.id, leaseMs: 60_000, lease: 'a:crashed', take: 5, slots: 3, keep: 2 },
+      },
+    );
+    expect(late.slots).toBeNull();
+    expect(await slotsOf(endpoint.id)).toEqual([expect.objectContaining({ lease: 'a:next', slots: 3 })]);
     // A lapsed lane cannot grow back into slots someone else may have taken.
     expect(
       await growEndpointSlots(harness.db, { endpointId: endpoint.id, lease: 'a:crashed', want: 3, endpointCap: 3 }),
     ).toEqual({ slots: null, others: 3 });
+  });
+
+  it('are dropped by retention a minute after their lease, and not before', async () => {
+    const endpoint = await harness.createEndpoint('org-slot-retention', receiver.url('/slot-retention'));
+    const at = (msFromNow: number) => new Date(Date.now() + msFromNow);
+    await harness.db
+      .insertInto('webhook_endpoint_slots')
+      .values([
+        { endpoint_id: endpoint.id, lease: 'a:long-gone', slots: 2, leased_until: at(-120_000) },
+        { endpoint_id: endpoint.id, lease: 'a:just-lapsed', slots: 2, leased_until: at(-5_000) },
+        { endpoint_id: endpoint.id, lease: 'a:live', slots: 2, leased_until: at(60_000) },
+      ])
+      .execute();
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    const result = await retention.runOnce();
+    expect(result.slots).toBeGreaterThanOrEqual(1);
+    expect((await slotsOf(endpoint.id)).map((slot) => slot.lease).sort()).toEqual(['a:just-lapsed', 'a:live']);
   });
 
   it('grow to what the others leave, never lower, and a record lowers them to what the lane holds', async () => {

@@ -54,8 +54,8 @@
  * or ahead, plus what the record took) and renews it with the lane's leases, so a lane that runs out
  * of work gives its slots back in the same statement, and a dead lane's row stops counting `lease`
  * after its last record, as its deliveries' a-leases do. A record without a hand-over (a batch, not
- * a lane) gives back one slot per outcome. Rows past their lease are deleted by the next claim on
- * the endpoint. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
+ * a lane) gives back one slot per outcome. Rows at 0 slots or past their lease are deleted by
+ * the next claim that finds work on the endpoint, and by retention. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
  * claim or hand-over (which changes only the lease) is a HOT update: no new index entries, a third
  * of PostgreSQL's work per delivery less (see the migration `webhook-endpoint-slots`).
  *
@@ -247,7 +247,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const ids = request.queued.map((item) => item.deliveryId);
   const leases = request.queued.map((item) => item.lease);
   return db.transaction().execute(async (trx) => {
-    // Claims touching the same endpoint run one after the other, so each counts the others' leases.
+    // Claims touching the same endpoint run one after the other, so each counts the others' slots.
     // The claim commits without waiting for the WAL flush (see "Commits" above): one statement both
     // says so and takes the locks.
     await sql`
@@ -293,10 +293,16 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
           status = 'ENABLED' and deleted_at is null as enabled,
           coalesce(paused_until > now(), false) as paused
         from webhook_endpoints where id in (select endpoint_id from cand)
+      ), slot as (
+        -- The endpoints' registrations, locked: a record renewing one right now (records take no
+        -- advisory lock) is waited for and read as it committed, so a lane that renewed in time counts.
+        select endpoint_id, lease, slots, leased_until from webhook_endpoint_slots
+        where endpoint_id in (select endpoint_id from cand)
+        for update
       ), busy as (
-        -- Others' slots: the live registrations of other lanes (step 3b keeps each lane's own up to date).
-        select endpoint_id, sum(slots)::int as n from webhook_endpoint_slots
-        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease} and leased_until > now()
+        -- Others' slots: the live registrations of the other lanes.
+        select endpoint_id, sum(slots)::int as n from slot
+        where lease <> ${lease} and leased_until > now()
         group by endpoint_id
       ), ranked as (
         select cand.id, cand.endpoint_id,
@@ -321,9 +327,11 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select endpoint_id, ${lease}, count(1), now() + ${ms(request.leaseMs)} from claimed group by endpoint_id
         on conflict (endpoint_id, lease) do update set slots = excluded.slots, leased_until = excluded.leased_until
       ), expired as (
-        -- Registrations of lanes that ended or died, once past their lease: they count for nothing.
-        delete from webhook_endpoint_slots slot
-        where slot.endpoint_id in (select endpoint_id from cand) and slot.lease <> ${lease} and slot.leased_until <= now()
+        -- Registrations that count for nothing: lanes that ended (no slots left; a lane never raises
+        -- its slots from 0) or died (past their lease).
+        delete from webhook_endpoint_slots registration using slot
+        where registration.endpoint_id = slot.endpoint_id and registration.lease = slot.lease
+          and slot.lease <> ${lease} and (slot.slots = 0 or slot.leased_until <= now())
       ), skipped as (
         update webhook_deliveries delivery
         set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
@@ -381,9 +389,13 @@ export async function growEndpointSlots(
         pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-claim:' || ${endpointId}::text, 0))
     `.execute(trx);
     const { rows } = await sql<{ slots: number | null; others: number }>`
-      with others as (
-        select coalesce(sum(slots), 0)::int as n from webhook_endpoint_slots
-        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text and leased_until > now()
+      with slot as (
+        -- Locked, as in a claim: a renewal in progress is read as it committed.
+        select lease, slots, leased_until from webhook_endpoint_slots where endpoint_id = ${endpointId}::text
+        for update
+      ), others as (
+        select coalesce(sum(slots) filter (where lease <> ${lease}::text and leased_until > now()), 0)::int as n
+        from slot
       ), grown as (
         update webhook_endpoint_slots slot
         set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int))
@@ -457,7 +469,10 @@ export interface HandOver {
    * renewed (`leaseMs` from now). @default no bound besides those
    */
   slots?: number;
-  /** Deliveries the caller still holds under the lease besides what this record takes and releases. @default 0 */
+  /**
+   * Deliveries the caller still holds under the lease besides the outcomes recorded here and what it
+   * releases (POSTs in flight, deliveries held ahead). @default 0: a batch records all it held at once
+   */
   keep?: number;
   /** Deliveries held under `lease` whose lease is renewed (`leaseMs` from now). @default none */
   renew?: readonly string[];
@@ -470,7 +485,7 @@ export interface HandOver {
   url?: string;
   /**
    * How many of the endpoint's next due deliveries to take. @default as many as the recorded
-   * deliveries whose a-lease was still live (a batch's hand-over: the count never grows)
+   * deliveries whose a-lease was still live (a batch's hand-over: one for one)
    */
   take?: number;
 }
@@ -544,7 +559,7 @@ export async function recordOutcomes(
       select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
       from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
     ), live as (
-      -- The batch's slots that count against the cap right now (as of this statement's snapshot).
+      -- The batch's deliveries still held under their claim (sizes a batch's default hand-over).
       select delivery.id from input join webhook_deliveries delivery on delivery.id = input.id
       where delivery.lease_token = input.lease and delivery.leased_until > now()
     ), updated as (
@@ -690,8 +705,11 @@ export async function recordOutcomes(
       update webhook_endpoint_slots slot set slots = greatest(slot.slots - freed.n, 0)
       from (
         select endpoint_id, lease, count(1)::int as n
-        from unnest(${outcomes.map((o) => o.endpointId)}::text[], ${outcomes.map((o) => o.lease)}::text[])
-          as freed(endpoint_id, lease)
+        from (
+          select * from unnest(${outcomes.map((o) => o.endpointId)}::text[], ${outcomes.map((o) => o.lease)}::text[])
+            as freed(endpoint_id, lease)
+          limit ${outcomes.length}
+        ) freed
         group by endpoint_id, lease
       ) freed
       where slot.endpoint_id = freed.endpoint_id and slot.lease = freed.lease

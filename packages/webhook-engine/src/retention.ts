@@ -26,6 +26,8 @@ export interface RetentionResult {
   /** Deliveries of deleted endpoints purged, and endpoints purged. */
   purgedDeliveries: number;
   purgedEndpoints: number;
+  /** Slot registrations of lanes that ended or died a while ago (none are left behind for long). */
+  slots: number;
 }
 
 export interface Retention {
@@ -71,7 +73,14 @@ export function createRetention(options: RetentionOptions): Retention {
 
   async function runOnce(): Promise<RetentionResult> {
     const cutoff = sql`now() - (${options.retentionMs}::double precision * interval '1 millisecond')`;
-    const result: RetentionResult = { ran: false, deliveries: 0, events: 0, purgedDeliveries: 0, purgedEndpoints: 0 };
+    const result: RetentionResult = {
+      ran: false,
+      deliveries: 0,
+      events: 0,
+      purgedDeliveries: 0,
+      purgedEndpoints: 0,
+      slots: 0,
+    };
     const deliveries = await drain(
       () => sql<{ id: string }>`
         delete from webhook_deliveries where id in (
@@ -102,6 +111,16 @@ export function createRetention(options: RetentionOptions): Retention {
           limit ${RETENTION_BATCH_ROWS}
         ) returning id`,
       )) ?? 0;
+    // Claims drop an endpoint's dead registrations when they find work there; an endpoint that gets no
+    // more work keeps its last ones until here. A minute past their lease, no lane can renew them.
+    result.slots =
+      (await drain(
+        () => sql<{ id: string }>`
+        delete from webhook_endpoint_slots where (endpoint_id, lease) in (
+          select endpoint_id, lease from webhook_endpoint_slots where leased_until < now() - interval '1 minute'
+          limit ${RETENTION_BATCH_ROWS}
+        ) returning endpoint_id as id`,
+      )) ?? 0;
     // The subscription history (SPEC §6.1) also reads the outbox: where it marks what it has taken
     // (`historied_at`), a post.published event it has not taken yet is kept.
     const { rows: history } = await sql<{ present: boolean }>`
@@ -122,7 +141,7 @@ export function createRetention(options: RetentionOptions): Retention {
           limit ${RETENTION_BATCH_ROWS}
         ) returning id`,
       )) ?? 0;
-    if (result.deliveries + result.events + result.purgedDeliveries + result.purgedEndpoints > 0) {
+    if (result.deliveries + result.events + result.purgedDeliveries + result.purgedEndpoints + result.slots > 0) {
       logger.info(result, 'webhook retention deleted old rows');
     }
     return result;

@@ -273,18 +273,15 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.lookedAt = performance.now();
     try {
       // Slots for what it could start: in flight and held ahead (finished ones need none).
-      const { slots, others } = await attempter.growSlots(
-        lane.endpointId,
-        lane.lease,
-        lane.flight.size + lane.ready.length,
-      );
+      const want = lane.flight.size + lane.ready.length;
+      const { slots, others } = await attempter.growSlots(lane.endpointId, lane.lease, want);
       const room = endpointCap - others;
       const grew = slots !== null && slots > lane.slots;
       // Raised, or unchanged; null: the registration lapsed, so the lane has no slots left.
       lane.slots = slots === null ? 0 : Math.max(lane.slots, slots);
       // Others hold slots it could use: look less and less often. Otherwise (the cap reached is no
       // reason to wait once it has shrunk again): at once after finding more, else a while later.
-      const crowded = room < Math.min(endpointCap, held(lane));
+      const crowded = room < Math.min(endpointCap, want);
       lane.growEveryMs = crowded ? Math.min(2 * lane.growEveryMs, GROW_INTERVAL_MAX_MS) : GROW_INTERVAL_MS;
       lane.growAt = grew && !crowded ? 0 : performance.now() + lane.growEveryMs;
     } catch (error) {

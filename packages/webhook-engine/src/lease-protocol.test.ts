@@ -360,7 +360,7 @@ describe('slots', () => {
       },
     );
     expect(done.slots).toBe(0);
-    // The freed slot goes at once, to the earliest due delivery: one that lane A let go (no lease at all).
+    // The freed slot goes at once, to a delivery lane A let go (no lease at all: a chain takes those too).
     const freed = await chain(endpoint.id);
     expect(freed).toHaveLength(1);
     expect(ahead.handedOver.map((delivery) => delivery.id)).toContain(freed[0]!.id);
@@ -400,6 +400,54 @@ describe('slots', () => {
     expect(
       await growEndpointSlots(harness.db, { endpointId: endpoint.id, lease: 'a:crashed', want: 3, endpointCap: 3 }),
     ).toEqual({ slots: null, others: 3 });
+  });
+
+  it('never wait for a record holding a registration, and count a lapsed one that is being renewed', async () => {
+    const endpoint = await harness.createEndpoint('org-slot-locks', receiver.url('/slot-locks'));
+    await harness.publish('org-slot-locks', 6);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const register = (lease: string, slots: number, msFromNow: number) =>
+      harness.db
+        .insertInto('webhook_endpoint_slots')
+        .values({ endpoint_id: endpoint.id, lease, slots, leased_until: new Date(Date.now() + msFromNow) })
+        .execute();
+    await register('a:live', 1, 60_000);
+    await register('a:lapsing', 2, -1_000);
+    // Another lane's record is renewing both right now: it holds their rows (as a record does, after
+    // locking its deliveries) until it commits.
+    let commit!: (renewed: boolean) => void;
+    let locked!: () => void;
+    const held = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const record = harness.db.transaction().execute(async (trx) => {
+      await sql`select 1 from webhook_endpoint_slots where endpoint_id = ${endpoint.id} for update`.execute(trx);
+      locked();
+      if (await new Promise<boolean>((resolve) => (commit = resolve))) {
+        await sql`update webhook_endpoint_slots set leased_until = now() + interval '1 minute'
+            where endpoint_id = ${endpoint.id}`.execute(trx);
+      }
+    });
+    await held;
+    // The claim neither waits (it would until the record commits) nor takes the lapsing lane's slots.
+    const during = await Promise.race([
+      chain(endpoint.id, 'a:claimer'),
+      new Promise<'blocked'>((resolve) => setTimeout(() => resolve('blocked'), 10_000)),
+    ]);
+    commit(true);
+    await record;
+    expect(during).not.toBe('blocked');
+    expect(during).toHaveLength(0);
+    expect((await slotsOf(endpoint.id)).map((slot) => slot.lease).sort()).toEqual(['a:lapsing', 'a:live']);
+    // Renewed in time, it still counts; once it lapses for good, the next claim drops it and takes its slots.
+    expect(await chain(endpoint.id, 'a:claimer')).toHaveLength(0);
+    await harness.db
+      .updateTable('webhook_endpoint_slots')
+      .set({ leased_until: new Date(Date.now() - 1_000) })
+      .where('lease', '=', 'a:lapsing')
+      .execute();
+    expect(await chain(endpoint.id, 'a:claimer')).toHaveLength(2);
+    expect((await slotsOf(endpoint.id)).map((slot) => slot.lease).sort()).toEqual(['a:claimer', 'a:live']);
   });
 
   it('are dropped by retention a minute after their lease, and not before', async () => {

@@ -54,8 +54,10 @@
  * or ahead, plus what the record took) and renews it with the lane's leases, so a lane that runs out
  * of work gives its slots back in the same statement, and a dead lane's row stops counting `lease`
  * after its last record, as its deliveries' a-leases do. A record without a hand-over (a batch, not
- * a lane) gives back one slot per outcome. Rows at 0 slots or past their lease are deleted by
- * the next claim that finds work on the endpoint, and by retention. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
+ * a lane) gives back one slot per outcome. Rows at 0 slots or past their lease are deleted by the next
+ * claim (or step 3b) that finds work on the endpoint, those a minute past their lease also by retention.
+ * Claims lock only such rows, and skip any being changed (counting it): a record locks its deliveries
+ * before its registration, so a claim that waited for a registration could deadlock with it. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
  * claim or hand-over (which changes only the lease) is a HOT update: no new index entries, a third
  * of PostgreSQL's work per delivery less (see the migration `webhook-endpoint-slots`).
  *
@@ -294,16 +296,25 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
           coalesce(paused_until > now(), false) as paused
         from webhook_endpoints where id in (select endpoint_id from cand)
       ), slot as (
-        -- The endpoints' registrations, locked: a record renewing one right now (records take no
-        -- advisory lock) is waited for and read as it committed, so a lane that renewed in time counts.
-        select endpoint_id, lease, slots, leased_until from webhook_endpoint_slots
-        where endpoint_id in (select endpoint_id from cand)
-        for update
+        select endpoint_id, lease, slots, leased_until > now() as live from webhook_endpoint_slots
+        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
+      ), gone as (
+        -- Registrations of lanes that ended (0 slots) or died (past their lease), locked so that none
+        -- comes back to life behind this claim (they are deleted below: a record renewing one after
+        -- this commits finds it gone). One being changed right now, or renewed since this statement's
+        -- snapshot, is not locked here and counts as live. Live ones are never locked: a claim never
+        -- waits for a record (which locks its deliveries before its registration).
+        select endpoint_id, lease from webhook_endpoint_slots
+        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
+          and (slots = 0 or leased_until <= now())
+        for update skip locked
       ), busy as (
-        -- Others' slots: the live registrations of the other lanes.
-        select endpoint_id, sum(slots)::int as n from slot
-        where lease <> ${lease} and leased_until > now()
-        group by endpoint_id
+        -- Others' slots.
+        select slot.endpoint_id, sum(slot.slots)::int as n from slot
+        where slot.live or not exists (
+          select 1 from gone where gone.endpoint_id = slot.endpoint_id and gone.lease = slot.lease
+        )
+        group by slot.endpoint_id
       ), ranked as (
         select cand.id, cand.endpoint_id,
           row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
@@ -327,11 +338,8 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select endpoint_id, ${lease}, count(1), now() + ${ms(request.leaseMs)} from claimed group by endpoint_id
         on conflict (endpoint_id, lease) do update set slots = excluded.slots, leased_until = excluded.leased_until
       ), expired as (
-        -- Registrations that count for nothing: lanes that ended (no slots left; a lane never raises
-        -- its slots from 0) or died (past their lease).
-        delete from webhook_endpoint_slots registration using slot
-        where registration.endpoint_id = slot.endpoint_id and registration.lease = slot.lease
-          and slot.lease <> ${lease} and (slot.slots = 0 or slot.leased_until <= now())
+        delete from webhook_endpoint_slots registration using gone
+        where registration.endpoint_id = gone.endpoint_id and registration.lease = gone.lease
       ), skipped as (
         update webhook_deliveries delivery
         set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
@@ -390,17 +398,25 @@ export async function growEndpointSlots(
     `.execute(trx);
     const { rows } = await sql<{ slots: number | null; others: number }>`
       with slot as (
-        -- Locked, as in a claim: a renewal in progress is read as it committed.
-        select lease, slots, leased_until from webhook_endpoint_slots where endpoint_id = ${endpointId}::text
-        for update
+        select lease, slots, leased_until > now() as live from webhook_endpoint_slots
+        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text
+      ), gone as (
+        -- As in a claim: ended or dead registrations are locked unless being changed, then deleted.
+        select lease from webhook_endpoint_slots
+        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text and (slots = 0 or leased_until <= now())
+        for update skip locked
+      ), dropped as (
+        delete from webhook_endpoint_slots registration using gone
+        where registration.endpoint_id = ${endpointId}::text and registration.lease = gone.lease
       ), others as (
-        select coalesce(sum(slots) filter (where lease <> ${lease}::text and leased_until > now()), 0)::int as n
+        select coalesce(sum(slots) filter (where live or lease not in (select lease from gone)), 0)::int as n
         from slot
       ), grown as (
         update webhook_endpoint_slots slot
         set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int))
         from others
         where slot.endpoint_id = ${endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
+          and slot.slots > 0
         returning slot.slots
       )
       select (select slots from grown) as slots, others.n as others from others

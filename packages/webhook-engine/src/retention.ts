@@ -112,14 +112,18 @@ export function createRetention(options: RetentionOptions): Retention {
         ) returning id`,
       )) ?? 0;
     // Claims drop an endpoint's dead registrations when they find work there; an endpoint that gets no
-    // more work keeps its last ones until here. A minute past their lease, no lane can renew them.
+    // more work keeps its last ones until here. A registration being renewed right now (a lane claiming
+    // again under its lease) is skipped, and the condition is checked again on the row as deleted.
     result.slots =
       (await drain(
         () => sql<{ id: string }>`
-        delete from webhook_endpoint_slots where (endpoint_id, lease) in (
+        delete from webhook_endpoint_slots
+        where (endpoint_id, lease) in (
           select endpoint_id, lease from webhook_endpoint_slots where leased_until < now() - interval '1 minute'
           limit ${RETENTION_BATCH_ROWS}
-        ) returning endpoint_id as id`,
+          for update skip locked
+        ) and leased_until < now() - interval '1 minute'
+        returning endpoint_id as id`,
       )) ?? 0;
     // The subscription history (SPEC §6.1) also reads the outbox: where it marks what it has taken
     // (`historied_at`), a post.published event it has not taken yet is kept.

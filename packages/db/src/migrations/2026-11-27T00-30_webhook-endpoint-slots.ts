@@ -14,9 +14,9 @@ import { type Kysely, sql } from 'kysely';
 //   delivery ~30–37 % lower in bench/lease-micro.ts (6,000 deliveries, cap 10, batches of 40).
 //   The fillfactor applies to pages written from now on; nothing is rewritten.
 //
-// Upgrading: dispatchers of the previous version count a-leased rows and do not see these rows (nor
-// these dispatchers theirs), so run one version at a time (stop the old dispatchers, then start the
-// new ones): mixed, each version keeps the cap among its own dispatchers only.
+// Upgrading: dispatchers of the previous version count a-leased rows, so they see the new ones' rows
+// (held-ahead ones included: they hold back more than needed), but the new ones do not see what the old
+// ones have in flight. Run one version at a time (stop the old dispatchers, then start the new ones).
 
 export async function up(db: Kysely<any>): Promise<void> {
   await db.schema

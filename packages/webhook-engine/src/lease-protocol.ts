@@ -57,9 +57,10 @@
  * a lane) gives back one slot per outcome. Rows at 0 slots or past their lease are deleted by the next
  * claim (or step 3b) that finds work on the endpoint, those a minute past their lease also by retention.
  * Claims lock only such rows, and skip any being changed (counting it): a record locks its deliveries
- * before its registration, so a claim that waited for a registration could deadlock with it. Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a
- * claim or hand-over (which changes only the lease) is a HOT update: no new index entries, a third
- * of PostgreSQL's work per delivery less (see the migration `webhook-endpoint-slots`).
+ * before its registration, so a claim that waited for a registration could deadlock with it.
+ * Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a claim or hand-over
+ * (which changes only the lease) is a HOT update: no new index entries, about a third of PostgreSQL's
+ * work per delivery less (see the migration `webhook-endpoint-slots`).
  *
  * Lanes (endpoint-lanes.ts). A dispatcher runs each busy endpoint as a lane with its own a-lease: it
  * claims (step 3), which gives it its slots, at most the cap minus the others' live slots; then

@@ -450,6 +450,39 @@ describe('slots', () => {
     expect((await slotsOf(endpoint.id)).map((slot) => slot.lease).sort()).toEqual(['a:claimer', 'a:live']);
   });
 
+  it('refuse a hand-over that does not say which lane it is for, and change nothing', async () => {
+    const endpoint = await harness.createEndpoint('org-no-lease', receiver.url('/no-lease'));
+    await harness.publish('org-no-lease', 2);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const claim = (lease: string, endpointCap: number) =>
+      claimDeliveries(harness.db, { queued: [], chainEndpoints: [endpoint.id], endpointCap, leaseMs: 60_000, lease });
+    const [first] = await claim('a:one', 1);
+    const [second] = await claim('a:two', 2);
+    const success = { next: { status: 'SUCCEEDED' as const }, health: 'success' as const };
+    // Two lanes' outcomes and no lease: whose slots to keep is unknowable, so nothing is recorded.
+    await expect(
+      recordOutcomes(harness.db, [outcome(first!, success), outcome(second!, success)], {
+        disableAfterMs: DAY_MS,
+        handOver: { endpointId: endpoint.id, leaseMs: 60_000 },
+      }),
+    ).rejects.toThrow(/a hand-over needs the a-lease its slots are registered under/);
+    await expect(
+      recordOutcomes(harness.db, [], {
+        disableAfterMs: DAY_MS,
+        handOver: { endpointId: endpoint.id, leaseMs: 60_000 },
+      }),
+    ).rejects.toThrow(/pass handOver.lease/);
+    const rows = await deliveriesOf('org-no-lease');
+    expect(rows.map((row) => [row.status, row.attempt_count])).toEqual([
+      ['PENDING', 0],
+      ['PENDING', 0],
+    ]);
+    expect((await slotsOf(endpoint.id)).map((slot) => [slot.lease, slot.slots]).sort()).toEqual([
+      ['a:one', 1],
+      ['a:two', 1],
+    ]);
+  });
+
   it('are dropped by retention a minute after their lease, and not before', async () => {
     const endpoint = await harness.createEndpoint('org-slot-retention', receiver.url('/slot-retention'));
     const at = (msFromNow: number) => new Date(Date.now() + msFromNow);

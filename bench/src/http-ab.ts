@@ -7,7 +7,8 @@
  * new-space bytes allocated per request, event-loop delay.
  *
  *   node --import tsx bench/src/http-ab.ts --target A=.:--max-semi-space-size=8 \
- *     --target B=/tmp/herald-base:--max-semi-space-size=8 [--trials 6] [--trial-ms 3000] [--operation posts]
+ *     --target B=/tmp/herald-base:--max-semi-space-size=8 [--env B:KEY=VALUE] [--trials 6] [--trial-ms 3000] \
+ *     [--operation posts|me|createPost|publishPost]
  *
  * A target is NAME=ROOT[:node flags separated by commas]; ROOT is a Herald source tree with its packages
  * installed. Not part of `pnpm bench` (diagnostics only; the results are printed, not written).
@@ -59,7 +60,7 @@ interface Trial {
 }
 
 function args() {
-  const targets: Array<{ name: string; root: string; flags: string[] }> = [];
+  const targets: Array<{ name: string; root: string; flags: string[]; env: Record<string, string> }> = [];
   let trials = 6;
   let trialMs = 3000;
   let operation: HttpOperation = 'posts';
@@ -71,7 +72,16 @@ function args() {
       case '--target': {
         const [name, rest] = value.split(/=(.*)/s) as [string, string];
         const [root, flags = ''] = rest.split(/:(.*)/s) as [string, string?];
-        targets.push({ name, root: resolve(root), flags: flags.split(',').filter(Boolean) });
+        targets.push({ name, root: resolve(root), flags: flags.split(',').filter(Boolean), env: {} });
+        break;
+      }
+      case '--env': {
+        // NAME:KEY=VALUE, for the target NAME given before it.
+        const [name, pair] = value.split(/:(.*)/s) as [string, string];
+        const [key, setting = ''] = pair.split(/=(.*)/s) as [string, string?];
+        const target = targets.find((candidate) => candidate.name === name);
+        if (!target) throw new Error(`--env ${value}: no target ${name} before it`);
+        target.env[key] = setting;
         break;
       }
       case '--trials':
@@ -119,12 +129,21 @@ async function main() {
     inspect: false,
   });
   const pool = new pg.Pool({ connectionString: host.env.DATABASE_URL!, max: 2 });
+  // publishPost: each trial gets fresh drafts (set-up, not measured), enough for 20,000 req/s.
+  const drafts = async (durationMs: number): Promise<string[] | undefined> => {
+    if (config.operation !== 'publishPost') return undefined;
+    const { rows } = await pool.query<{ id: string }>(
+      `insert into posts (id, org_id, author_id, title, tags)
+       select gen_random_uuid()::text, $1, $2, 'Draft ' || g, $3 from generate_series(1, $4::int) g returning id`,
+      [host.orgId, BENCH_AUTHOR.id, BENCH_TAGS, Math.ceil(durationMs * 20) + 200],
+    );
+    return rows.map((row) => row.id);
+  };
   await pool.query(
     `insert into posts (id, org_id, author_id, title, tags)
      select gen_random_uuid()::text, $1, $2, 'Seeded post ' || g, $3 from generate_series(1, 100) g`,
     [host.orgId, BENCH_AUTHOR.id, BENCH_TAGS],
   );
-  await pool.end();
   const servers: Array<{ name: string; child: ChildProcess; origin: string; statsFile?: string }> = [];
   let port = 40_000 + Math.floor(Math.random() * 10_000);
   {
@@ -159,6 +178,7 @@ async function main() {
         HTTP_GC_STATS_FILE: statsFile,
         ...(process.env.HTTP_PHASES ? { HTTP_PHASES: process.env.HTTP_PHASES } : {}),
         ...(process.env.HTTP_HEAP_PROFILE ? { HTTP_HEAP_PROFILE: process.env.HTTP_HEAP_PROFILE } : {}),
+        ...target.env,
       },
       stdio: ['ignore', 'ignore', 'inherit'],
     });
@@ -184,8 +204,10 @@ async function main() {
       rmSync(server.statsFile, { force: true });
       process.kill(pid, 'SIGUSR2');
     }
+    const ids = await drafts(durationMs);
     const before = procSample(pid).cpuUs;
     const result = await ask({
+      ...(ids ? { ids } : {}),
       type: 'run',
       origin: server.origin,
       connections: config.connections,
@@ -243,6 +265,7 @@ async function main() {
   }
   await stopChild(load);
   for (const server of servers) await stopChild(server.child);
+  await pool.end();
   await host.stop();
   await cleanupAll();
 }

@@ -215,6 +215,7 @@ class FastExchange {
     if (!result.errors?.length) {
       const body = accepted.compiled.stringify(result);
       this.finish(200, { 'Content-Type': JSON_CONTENT_TYPE, 'content-length': String(Buffer.byteLength(body)) }, body);
+      detachRequest(context);
       return;
     }
     const { yoga, compiled } = this.shared.options;
@@ -417,4 +418,29 @@ class ReadBody {
   async *[Symbol.asyncIterator]() {
     yield this.buffer;
   }
+}
+
+/**
+ * Once a compiled execution is answered, its context no longer points at the request: `req`, `res`,
+ * the request view and the parsed parameters (the body's variables).
+ *
+ * Measured with `bench/src/http-ab.ts` (a GC profile per trial) under 64 keep-alive clients: every
+ * mutation left ~4.6 KB per request in the old generation (`createPost`, `publishPost`; a `posts`
+ * query ~40 B): a sampling heap profile of what survived young-generation GCs is the whole request
+ * (IncomingMessage, ServerResponse, headers, the variables, the statement's result), reached through
+ * the context. A heap snapshot (which runs a full GC first) finds no context or request beyond those in
+ * flight, so what keeps them is not a strong reference but one only the scavenger honours (a WeakMap
+ * entry or similar, as with scope-auth's cache, see `releaseScopeCache`); which one we did not find.
+ * Cutting the context's links to the request at this point keeps the request's objects out of that
+ * reach: promoted bytes 4.6 → 0.7–0.8 KB per mutation and scavenge time per request down by a third to a
+ * half (issue 15). Nothing runs with this context afterwards: the resolvers are done and the answer is
+ * written (a late `context.log` falls back to the root logger).
+ */
+function detachRequest(context: Context): void {
+  // `req`/`res` are the node:http server context Yoga spreads into every context (not in `Context`'s type).
+  const detached = context as unknown as Record<'req' | 'res' | 'request' | 'params', unknown>;
+  detached.req = undefined;
+  detached.res = undefined;
+  detached.request = undefined;
+  detached.params = undefined;
 }

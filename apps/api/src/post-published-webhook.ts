@@ -6,8 +6,9 @@ import {
   POST_COLUMNS,
   type Post,
   type PublishResult,
+  readRows,
 } from '@herald/db';
-import { CompiledQuery, type Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 
 /** `data` of a `post.published` webhook: the post as the API shows it (SPEC §5, §7). */
 export interface PostPublishedWebhookData {
@@ -147,13 +148,13 @@ export async function publishPostWithWebhook(
   const eventId = newWebhookEventId();
   // `{"id":…,"type":…,"created":…,"data":` + data + `}`: the envelope is ours, `data` is the row's.
   const head = `${JSON.stringify({ id: eventId, type: POST_PUBLISHED_EVENT, created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
-  const { rows } = await db.executeQuery<Post & { _handed: boolean; _due: boolean; _notified?: unknown }>(
-    CompiledQuery.raw(
-      PUBLISH_STATEMENTS[options.notify === false ? 'quiet' : 'notify'][
-        options.historyInProcess === true ? 'marked' : 'unmarked'
-      ],
-      [publishedAt, id, [...orgIds], eventId, POST_PUBLISHED_EVENT, head, publishedAt.toISOString()],
-    ),
+  // One statement on its own: straight to the pool on PostgreSQL (readRows), Kysely's path otherwise.
+  const rows = await readRows<Post & { _handed: boolean; _due: boolean; _notified?: unknown }>(
+    db,
+    PUBLISH_STATEMENTS[options.notify === false ? 'quiet' : 'notify'][
+      options.historyInProcess === true ? 'marked' : 'unmarked'
+    ],
+    [publishedAt, id, [...orgIds], eventId, POST_PUBLISHED_EVENT, head, publishedAt.toISOString()],
   );
   if (rows[0]) {
     const { _notified, _handed, _due, ...post } = rows[0];

@@ -2,6 +2,7 @@ export * from './author-loader.js';
 export * from './create-database.js';
 export type * from './database.js';
 export * from './database-unavailable.js';
+export { readRows } from './direct-reads.js';
 export * from './migrate.js';
 export * from './posts.js';
 export * from './subscription-outbox.js';

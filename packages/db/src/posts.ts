@@ -32,16 +32,14 @@ export async function insertPostWithAuthor(
   db: Kysely<Database>,
   input: NewPostInput & { authorName: string },
 ): Promise<Post> {
-  const { rows } = await db.executeQuery<Post>(
-    CompiledQuery.raw(INSERT_POST_WITH_AUTHOR, [
-      input.authorId,
-      input.authorName,
-      randomUUID(),
-      input.orgId,
-      input.title,
-      [...new Set(input.tags)],
-    ]),
-  );
+  const rows = await readRows<Post>(db, INSERT_POST_WITH_AUTHOR, [
+    input.authorId,
+    input.authorName,
+    randomUUID(),
+    input.orgId,
+    input.title,
+    [...new Set(input.tags)],
+  ]);
   return rows[0]!;
 }
 

@@ -234,7 +234,7 @@ describe('pnpm bench, resume section at smoke size', () => {
 /** The HTTP section (issue 15) at toy size: 4 connections, one short trial per target and operation. */
 const httpConfig = (overrides: Partial<HttpConfig>): HttpConfig => ({
   databaseUrl: inject('databaseUrl'),
-  targets: ['raw', 'herald', 'yoga', 'herald-pglite'],
+  targets: ['raw', 'herald', 'herald-start', 'yoga', 'herald-pglite'],
   operations: ['posts', 'me', 'createPost', 'publishPost'],
   connections: 4,
   trials: 1,
@@ -247,12 +247,14 @@ const httpConfig = (overrides: Partial<HttpConfig>): HttpConfig => ({
 });
 
 describe('pnpm bench HTTP section, smoke size', () => {
-  it('runs every operation against raw, Herald, stock Yoga and Herald on PGlite, every answer checked', async () => {
+  it('runs every operation against raw, Herald (image and `pnpm start` node flags), stock Yoga and Herald on PGlite, every answer checked', async () => {
     const result = await runHttp(httpConfig({}));
     expect(result.skipped).toEqual([]);
     expect(result.rows.map((row) => `${row.operation}/${row.target}`).sort()).toEqual(
       ['posts', 'me', 'createPost', 'publishPost']
-        .flatMap((operation) => ['raw', 'herald', 'yoga', 'herald-pglite'].map((target) => `${operation}/${target}`))
+        .flatMap((operation) =>
+          ['raw', 'herald', 'herald-start', 'yoga', 'herald-pglite'].map((target) => `${operation}/${target}`),
+        )
         .sort(),
     );
     for (const row of result.rows) {

@@ -38,7 +38,7 @@ import type { HttpLoadCommand, HttpLoadResult } from './http-load.js';
 import type { HttpOperation } from './http-sql.js';
 import { type CpuProfile, type ProfileSummary, summariseProfile } from './profile.js';
 import { BENCH_AUTHOR, BENCH_TAGS } from './protocol.js';
-import { type HeraldTarget, startHeraldTarget } from './targets.js';
+import { type HeraldTarget, imageRuntime, startHeraldTarget, startScriptRuntime } from './targets.js';
 
 const LOAD_CLIENT = fileURLToPath(new URL('./http-load.ts', import.meta.url));
 const RAW_SERVER = 'bench/src/http-raw-server.ts';
@@ -54,16 +54,17 @@ const SETTLE_MAX_MS = 3_000;
 const SETTLE_IDLE_SHARE = 0.05;
 const SETTLE_WINDOW_MS = 100;
 
-export type HttpTargetId = 'raw' | 'herald' | 'herald-yoga-path' | 'yoga' | 'herald-pglite';
+export type HttpTargetId = 'raw' | 'herald' | 'herald-start' | 'herald-yoga-path' | 'yoga' | 'herald-pglite';
 /** The default targets; `herald-yoga-path` (Herald with HTTP_FAST_PATH=false) only when asked for. */
-export const HTTP_TARGETS: HttpTargetId[] = ['raw', 'herald', 'yoga', 'herald-pglite'];
+export const HTTP_TARGETS: HttpTargetId[] = ['raw', 'herald', 'herald-start', 'yoga', 'herald-pglite'];
 /** The order trials take turns in (and the rows are listed in). */
-const TARGET_ORDER: HttpTargetId[] = ['raw', 'herald', 'herald-yoga-path', 'yoga', 'herald-pglite'];
+const TARGET_ORDER: HttpTargetId[] = ['raw', 'herald', 'herald-start', 'herald-yoga-path', 'yoga', 'herald-pglite'];
 export const HTTP_OPERATION_IDS: HttpOperation[] = ['posts', 'me', 'createPost', 'publishPost'];
 
 const LABELS: Record<HttpTargetId, string> = {
   raw: 'raw node:http + pg',
   herald: 'Herald (PostgreSQL)',
+  'herald-start': 'Herald (PostgreSQL), `pnpm start` node flags',
   'herald-yoga-path': 'Herald, HTTP_FAST_PATH=false',
   yoga: 'stock Yoga, same SQL',
   'herald-pglite': 'Herald embedded (PGlite)',
@@ -223,6 +224,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         env: { ...heraldEnv, HTTP_FAST_PATH: 'false' },
         label: 'http-yoga-path',
         inspect: false,
+        runtime: 'image',
         ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
       const slowPool = new pg.Pool({ connectionString: slow.env.DATABASE_URL!, max: 2 });
@@ -231,6 +233,28 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         drafts: (count) => insertDrafts(slowPool, slow.orgId, count, 'Draft '),
       });
       await insertDrafts(slowPool, slow.orgId, config.seedPosts, 'Seeded post ');
+    }
+    if (wantsPostgres && config.databaseUrl && config.targets.includes('herald-start')) {
+      // `pnpm start`'s node flags (a small idle footprint on a laptop: `--max-semi-space-size=8`,
+      // `MALLOC_ARENA_MAX=1`), on its own schema with the same rows.
+      const profileDir = profileDirFor(config, 'herald-start');
+      const started = await startHeraldTarget({
+        pods: 1,
+        pubsub: 'memory',
+        databaseUrl: config.databaseUrl,
+        database: 'postgres',
+        env: heraldEnv,
+        label: 'http-start',
+        inspect: false,
+        runtime: 'start-script',
+        ...(profileDir ? { cpuProfDir: profileDir } : {}),
+      });
+      const startedPool = new pg.Pool({ connectionString: started.env.DATABASE_URL!, max: 2 });
+      servers.push({
+        ...heraldServer('herald-start', started, () => startedPool.end(), profileDir),
+        drafts: (count) => insertDrafts(startedPool, started.orgId, count, 'Draft '),
+      });
+      await insertDrafts(startedPool, started.orgId, config.seedPosts, 'Seeded post ');
     }
     if (wantsPostgres && !config.databaseUrl) {
       skipped.push('HTTP: raw, herald and yoga need DATABASE_URL');
@@ -245,6 +269,9 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
         env: heraldEnv,
         label: 'http',
         inspect: false,
+        // The server tenants hit: the container image's node flags (deploy/Dockerfile), as raw and stock
+        // Yoga run node's defaults too. `herald-start` is the same server with `pnpm start`'s flags.
+        runtime: 'image',
         ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
       const url = herald.env.DATABASE_URL!;
@@ -418,7 +445,14 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
           .map(([key, value]) => `${key}=${value}`)
           .join(
             ' ',
-          )}, in-memory pub/sub, pool of 10. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts, the same statements as Herald (posts: one join; createPost: author upsert + insert in one statement; publishPost: update + outbox row in one statement).`,
+          )}, in-memory pub/sub, pool of 10; "Herald (PostgreSQL)" runs with the API container image's node flags (${
+          imageRuntime().nodeFlags.join(' ') || 'none'
+        }: node's default heap, as raw and stock Yoga), the \`pnpm start\` row with the start script's (${[
+          ...Object.entries(startScriptRuntime().env).map(([key, value]) => `${key}=${value}`),
+          ...startScriptRuntime().nodeFlags,
+        ].join(
+          ' ',
+        )}: a smaller young generation for a small idle footprint on a laptop, issue 14), as does the PGlite row. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts, the same statements as Herald (posts: one join; createPost: author upsert + insert in one statement; publishPost: update + outbox row in one statement).`,
         'Server CPU/request: the server process only (every thread); PostgreSQL backends are not counted. PGlite runs inside Herald, so its row includes the database; its "× raw" compares with the raw loop on PostgreSQL.',
       ],
     };

@@ -193,6 +193,13 @@ export interface HeraldOptions {
   cpuProfDir?: string;
   /** Start the pods with `--inspect` (needed to force a GC before reading memory). @default true */
   inspect?: boolean;
+  /**
+   * The node flags and environment the pods run with: `start-script`, those of `pnpm start` (the embedded
+   * mode on a laptop, tuned for a small idle footprint: {@link startScriptRuntime}); `image`, those of the
+   * API's container image (deploy/Dockerfile: what serves tenants, {@link imageRuntime}).
+   * @default `start-script` for one pod on in-memory pub/sub (embedded mode), otherwise node's defaults
+   */
+  runtime?: 'start-script' | 'image';
   label: string;
 }
 
@@ -233,6 +240,23 @@ export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: 
     env[name] = value;
   }
   return { env, nodeFlags: last.slice(node + 1, -1) };
+}
+
+/**
+ * The node flags the API's container image starts it with, read from deploy/Dockerfile's last
+ * `CMD ["node", …, "dist/main.js"]` (the `api` stage): the servers tenants hit run node's default heap
+ * settings, without `pnpm start`'s footprint flags (`--max-semi-space-size=8`, `MALLOC_ARENA_MAX=1`).
+ */
+export function imageRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
+  const commands = readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8')
+    .split('\n')
+    .filter((line) => line.startsWith('CMD ['))
+    .map((line) => JSON.parse(line.slice('CMD '.length)) as string[]);
+  const command = commands.at(-1);
+  if (command?.[0] !== 'node' || command.at(-1) !== 'dist/main.js') {
+    throw new Error(`bench: cannot read the API image's node command from deploy/Dockerfile: ${command?.join(' ')}`);
+  }
+  return { env: {}, nodeFlags: command.slice(1, -1) };
 }
 
 async function startPod(
@@ -390,7 +414,12 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
   const unregister = onCleanup(removeAll);
   // One pod on in-memory pub/sub is the embedded mode `pnpm start` runs: same allocator and V8 settings
   // (the bench still runs the sources through tsx). Cluster pods run as the image does: plain node.
-  const runtime = options.pods === 1 && options.pubsub === 'memory' ? startScriptRuntime() : { env: {}, nodeFlags: [] };
+  const runtime =
+    options.runtime === 'image'
+      ? imageRuntime()
+      : options.runtime === 'start-script' || (options.pods === 1 && options.pubsub === 'memory')
+        ? startScriptRuntime()
+        : { env: {}, nodeFlags: [] };
   Object.assign(env, { ...runtime.env, ...env });
 
   let pods: Pod[];

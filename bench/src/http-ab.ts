@@ -77,7 +77,8 @@ function args() {
       }
       case '--env': {
         // NAME:KEY=VALUE, for the target NAME given before it.
-        const [name, pair] = value.split(/:(.*)/s) as [string, string];
+        const [name, pair] = value.split(/:(.*)/s) as [string, string | undefined];
+        if (pair === undefined) throw new Error(`--env ${value}: expected NAME:KEY=VALUE`);
         const [key, setting = ''] = pair.split(/=(.*)/s) as [string, string?];
         const target = targets.find((candidate) => candidate.name === name);
         if (!target) throw new Error(`--env ${value}: no target ${name} before it`);
@@ -200,11 +201,12 @@ async function main() {
     });
   const runOnce = async (server: (typeof servers)[number], durationMs: number): Promise<Trial> => {
     const pid = server.child.pid!;
+    // Set-up first: the GC-stats window (SIGUSR2) covers the trial only.
+    const ids = await drafts(durationMs);
     if (server.statsFile) {
       rmSync(server.statsFile, { force: true });
       process.kill(pid, 'SIGUSR2');
     }
-    const ids = await drafts(durationMs);
     const before = procSample(pid).cpuUs;
     const result = await ask({
       ...(ids ? { ids } : {}),

@@ -5,7 +5,10 @@
  *
  * Targets (each its own process, NODE_ENV=production; Herald with LOG_LEVEL=warn):
  * - `raw`: `http-raw-server.ts` (token verified with node:crypto, the same SQL, one JSON write);
- * - `herald`: apps/api in embedded pub/sub mode on PostgreSQL (the schema it migrates is the one all use);
+ * - `herald`: apps/api in embedded pub/sub mode on PostgreSQL (the schema it migrates is the one all use),
+ *   with the API container image's node flags (deploy/Dockerfile);
+ * - `herald-start`: the same on its own schema (same rows) with `pnpm start`'s node flags (a smaller young
+ *   generation for a small idle footprint), to price them in the same run;
  * - `yoga`: `http-yoga-server.ts` (stock Yoga, SDL + hand-written resolvers over the same SQL, jose);
  * - `herald-pglite`: apps/api on PGlite (the `pnpm start` default), whose own database is in process;
  * - `herald-yoga-path` (only when named): `herald` with HTTP_FAST_PATH=false, every request through Yoga
@@ -447,7 +450,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
             ' ',
           )}, in-memory pub/sub, pool of 10; "Herald (PostgreSQL)" runs with the API container image's node flags (${
           imageRuntime().nodeFlags.join(' ') || 'none'
-        }: node's default heap, as raw and stock Yoga), the \`pnpm start\` row with the start script's (${[
+        }: on this host the young generation node gives raw and stock Yoga by itself; the HTTP_FAST_PATH=false row runs with them too), the \`pnpm start\` row with the start script's (${[
           ...Object.entries(startScriptRuntime().env).map(([key, value]) => `${key}=${value}`),
           ...startScriptRuntime().nodeFlags,
         ].join(

@@ -243,18 +243,21 @@ export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: 
 }
 
 /**
- * The node flags the API's container image starts it with, read from deploy/Dockerfile's last
- * `CMD ["node", …, "dist/main.js"]` (the `api` stage): the servers tenants hit run node's default heap
- * settings, without `pnpm start`'s footprint flags (`--max-semi-space-size=8`, `MALLOC_ARENA_MAX=1`).
+ * The node flags the API's container image starts it with: the `CMD ["node", …, "dist/main.js"]` of
+ * deploy/Dockerfile's `api` stage (`FROM … AS api`). Its `--max-semi-space-size=16` is what node picks by
+ * itself on a machine with ~8 GiB or more, as raw and stock Yoga get here; in a container node would size
+ * the young generation from the memory limit instead (docs/operations.md).
  */
 export function imageRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
-  const commands = readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8')
-    .split('\n')
-    .filter((line) => line.startsWith('CMD ['))
-    .map((line) => JSON.parse(line.slice('CMD '.length)) as string[]);
-  const command = commands.at(-1);
+  let stage = '';
+  let command: string[] | undefined;
+  for (const line of readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8').split('\n')) {
+    const from = /^FROM\s+\S+\s+AS\s+(\S+)/i.exec(line);
+    if (from) stage = from[1]!;
+    else if (stage === 'api' && line.startsWith('CMD [')) command = JSON.parse(line.slice('CMD '.length)) as string[];
+  }
   if (command?.[0] !== 'node' || command.at(-1) !== 'dist/main.js') {
-    throw new Error(`bench: cannot read the API image's node command from deploy/Dockerfile: ${command?.join(' ')}`);
+    throw new Error(`bench: cannot read the api stage's node command from deploy/Dockerfile: ${command?.join(' ')}`);
   }
   return { env: {}, nodeFlags: command.slice(1, -1) };
 }
@@ -414,10 +417,12 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
   const unregister = onCleanup(removeAll);
   // One pod on in-memory pub/sub is the embedded mode `pnpm start` runs: same allocator and V8 settings
   // (the bench still runs the sources through tsx). Cluster pods run as the image does: plain node.
+  const runtimeKind =
+    options.runtime ?? (options.pods === 1 && options.pubsub === 'memory' ? 'start-script' : undefined);
   const runtime =
-    options.runtime === 'image'
+    runtimeKind === 'image'
       ? imageRuntime()
-      : options.runtime === 'start-script' || (options.pods === 1 && options.pubsub === 'memory')
+      : runtimeKind === 'start-script'
         ? startScriptRuntime()
         : { env: {}, nodeFlags: [] };
   Object.assign(env, { ...runtime.env, ...env });
@@ -543,7 +548,7 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     notes: [
       `${options.pods} API process(es), NODE_ENV=production, LOG_LEVEL=info, ${
         runtime.nodeFlags.length || Object.keys(runtime.env).length
-          ? `as \`pnpm start\` runs it (${[...Object.entries(runtime.env).map(([k, v]) => `${k}=${v}`), 'node', ...runtime.nodeFlags].join(' ')}), `
+          ? `as ${runtimeKind === 'image' ? 'the API image' : '`pnpm start`'} runs it (${[...Object.entries(runtime.env).map(([k, v]) => `${k}=${v}`), 'node', ...runtime.nodeFlags].join(' ')}), `
           : ''
       }${
         options.database === 'pglite' ? 'PGlite in a temp dir' : 'PostgreSQL (own schema)'

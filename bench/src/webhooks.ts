@@ -675,9 +675,12 @@ async function runDispatcher(
     const output: string[] = [];
     const startOne = (): { child: ChildProcess; ready: Promise<number> } => {
       const profArgs = config.cpuProfDir && processes === 1 ? ['--cpu-prof', '--cpu-prof-dir', config.cpuProfDir] : [];
+      // Diagnostics: extra node flags for the dispatchers (e.g. BENCH_DISPATCHER_NODE_FLAGS=--max-semi-space-size=4).
+      const nodeFlags = (process.env.BENCH_DISPATCHER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
       const child = spawnTracked(
         process.execPath,
         [
+          ...nodeFlags,
           ...profArgs,
           '--import',
           TSX_IMPORT,

@@ -425,16 +425,19 @@ class ReadBody {
  * the request view and the parsed parameters (the body's variables).
  *
  * Measured with `bench/src/http-ab.ts` (a GC profile per trial) under 64 keep-alive clients: every
- * mutation left ~4.6 KB per request in the old generation (`createPost`, `publishPost`; a `posts`
+ * mutation left ~4.7 KB per request in the old generation (`createPost`, `publishPost`; a `posts`
  * query ~40 B): a sampling heap profile of what survived young-generation GCs is the whole request
  * (IncomingMessage, ServerResponse, headers, the variables, the statement's result), reached through
- * the context. A heap snapshot (which runs a full GC first) finds no context or request beyond those in
- * flight, so what keeps them is not a strong reference but one only the scavenger honours (a WeakMap
- * entry or similar, as with scope-auth's cache, see `releaseScopeCache`); which one we did not find.
- * Cutting the context's links to the request at this point keeps the request's objects out of that
- * reach: promoted bytes ~4.7 → 0.7–1.1 KB per mutation (4.9 → 1.8 KB with `pnpm start`'s smaller young
- * generation) and scavenge time per request down by a third to a half (issue 15). Nothing runs with this context afterwards: the resolvers are done and the answer is
- * written (a late `context.log` falls back to the root logger).
+ * the context, while a heap snapshot (a full GC first) holds only the requests in flight. The cause,
+ * found by elimination (bench/results/PROFILE.md, "HTTP, third pass"): graphql-jit's serial execution
+ * of mutations stores two new closures per request on its execution context (`finalResolve`, `resolve`),
+ * which holds this context; with V8's allocation-site pretenuring on, that keeps the graph alive through
+ * scavenges (`--no-allocation-site-pretenuring`, or module-level functions in place of the closures,
+ * bring it to ~1 KB; queries store none). Cutting the context's links to the request here does the same
+ * from our side: promoted bytes ~4.7 → 0.7–1.1 KB per mutation (4.9 → 1.8 KB with `pnpm start`'s smaller
+ * young generation), scavenge time per request down by a third to a half (issue 15). Nothing runs with
+ * this context afterwards: the resolvers are done and the answer is written (a late `context.log` falls
+ * back to the root logger).
  */
 function detachRequest(context: Context): void {
   // `req`/`res` are the node:http server context Yoga spreads into every context (not in `Context`'s type).

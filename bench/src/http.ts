@@ -217,47 +217,38 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
   let pool: pg.Pool | undefined;
   try {
     const wantsPostgres = config.targets.some((id) => id !== 'herald-pglite');
-    if (wantsPostgres && config.databaseUrl && config.targets.includes('herald-yoga-path')) {
-      const profileDir = profileDirFor(config, 'herald-yoga-path');
-      const slow = await startHeraldTarget({
+    /** A Herald beside the main one, on its own schema with the same rows (drafts inserted directly). */
+    const startSideHerald = async (
+      id: 'herald-yoga-path' | 'herald-start',
+      env: Record<string, string>,
+      runtime: 'image' | 'start-script',
+    ) => {
+      const profileDir = profileDirFor(config, id);
+      const side = await startHeraldTarget({
         pods: 1,
         pubsub: 'memory',
         databaseUrl: config.databaseUrl,
         database: 'postgres',
-        env: { ...heraldEnv, HTTP_FAST_PATH: 'false' },
-        label: 'http-yoga-path',
+        env,
+        label: `http-${id}`,
         inspect: false,
-        runtime: 'image',
+        runtime,
         ...(profileDir ? { cpuProfDir: profileDir } : {}),
       });
-      const slowPool = new pg.Pool({ connectionString: slow.env.DATABASE_URL!, max: 2 });
+      const sidePool = new pg.Pool({ connectionString: side.env.DATABASE_URL!, max: 2 });
       servers.push({
-        ...heraldServer('herald-yoga-path', slow, () => slowPool.end(), profileDir),
-        drafts: (count) => insertDrafts(slowPool, slow.orgId, count, 'Draft '),
+        ...heraldServer(id, side, () => sidePool.end(), profileDir),
+        drafts: (count) => insertDrafts(sidePool, side.orgId, count, 'Draft '),
       });
-      await insertDrafts(slowPool, slow.orgId, config.seedPosts, 'Seeded post ');
-    }
-    if (wantsPostgres && config.databaseUrl && config.targets.includes('herald-start')) {
+      await insertDrafts(sidePool, side.orgId, config.seedPosts, 'Seeded post ');
+    };
+    if (wantsPostgres && config.databaseUrl) {
+      // Every request through Yoga (HTTP_FAST_PATH=false), to price the fast path in the same run.
+      if (config.targets.includes('herald-yoga-path'))
+        await startSideHerald('herald-yoga-path', { ...heraldEnv, HTTP_FAST_PATH: 'false' }, 'image');
       // `pnpm start`'s node flags (a small idle footprint on a laptop: `--max-semi-space-size=8`,
-      // `MALLOC_ARENA_MAX=1`), on its own schema with the same rows.
-      const profileDir = profileDirFor(config, 'herald-start');
-      const started = await startHeraldTarget({
-        pods: 1,
-        pubsub: 'memory',
-        databaseUrl: config.databaseUrl,
-        database: 'postgres',
-        env: heraldEnv,
-        label: 'http-start',
-        inspect: false,
-        runtime: 'start-script',
-        ...(profileDir ? { cpuProfDir: profileDir } : {}),
-      });
-      const startedPool = new pg.Pool({ connectionString: started.env.DATABASE_URL!, max: 2 });
-      servers.push({
-        ...heraldServer('herald-start', started, () => startedPool.end(), profileDir),
-        drafts: (count) => insertDrafts(startedPool, started.orgId, count, 'Draft '),
-      });
-      await insertDrafts(startedPool, started.orgId, config.seedPosts, 'Seeded post ');
+      // `MALLOC_ARENA_MAX=1`).
+      if (config.targets.includes('herald-start')) await startSideHerald('herald-start', heraldEnv, 'start-script');
     }
     if (wantsPostgres && !config.databaseUrl) {
       skipped.push('HTTP: raw, herald and yoga need DATABASE_URL');

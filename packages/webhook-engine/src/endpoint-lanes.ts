@@ -90,13 +90,18 @@ interface Lane {
  * A busy lane records its outcomes once it has this many slot-counts of them (fewer, larger
  * statements: the dispatcher's and PostgreSQL's CPU per delivery both fall with the record's size;
  * 8 endpoints, 1 → 2: PostgreSQL 259 → 193 µs; one endpoint, 2 → 4 (with the two below 6 → 10 and
- * 2 → 3): dispatcher ~191 → ~168 µs, PostgreSQL ~343 → ~223 µs, bench/dispatch-cpu.ts, A/B).
+ * 2 → 3): dispatcher ~191 → ~168 µs, PostgreSQL ~343 → ~223 µs, bench/dispatch-cpu.ts, A/B; one
+ * endpoint, 4 → 8 (with the two below 10 → 20 and 3 → 6): past start-up 9,777–10,244 → 10,920–11,009
+ * deliveries/s, dispatcher 65–68 → 58 µs, PostgreSQL 52–53 → 47 µs, `pnpm bench --scenarios webhooks`,
+ * two pairs alternating; 16 gave nothing more). A record's fixed cost (bind, executor set-up, commit:
+ * ~0.7 ms of its 1.8 ms at 40 outcomes) is what a larger one spreads. Only a busy lane waits for it:
+ * one that runs low, or has nothing in flight, records at once.
  */
-const RECORD_SLOT_COUNTS = 4;
+const RECORD_SLOT_COUNTS = 8;
 /** Deliveries a lane holds (in flight, done, ahead), in slot-counts: refills for every slot while a record is on its way. */
-const HOLD_SLOT_COUNTS = 10;
+const HOLD_SLOT_COUNTS = 20;
 /** A record (which takes more) is due once fewer than this many slot-counts are held ahead. */
-const LOW_WATER_SLOT_COUNTS = 3;
+const LOW_WATER_SLOT_COUNTS = 6;
 /**
  * A lane below the cap with deliveries it cannot start looks for more slots (before its next record:
  * taking more would not start them) at once when they are two slot-counts or more (each slot would

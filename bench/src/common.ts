@@ -68,6 +68,35 @@ export function procSample(pid: number): ProcSample {
   return { cpuUs: cpuUsOf(pid), rssBytes: Number(statm[1]) * PAGE_SIZE };
 }
 
+/**
+ * The whole machine's CPU (`/proc/stat`'s first line, every core): time busy (everything but idle and
+ * iowait) and time elapsed, both in core-µs, so the difference of two samples gives the CPU every
+ * process spent in between (the bench's own, and any other load's) and the share of the cores it was.
+ */
+export interface MachineCpu {
+  busyUs: number;
+  totalUs: number;
+}
+
+export function machineCpu(): MachineCpu {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
+  const totalTicks = fields.reduce((sum, value) => sum + value, 0);
+  const idleTicks = fields[3]! + fields[4]!;
+  const us = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SEC;
+  return { busyUs: us(totalTicks - idleTicks), totalUs: us(totalTicks) };
+}
+
+/** Between two {@link machineCpu} samples: core-µs busy per unit of work, and the busy share of all cores. */
+export function machineCpuSince(from: MachineCpu, units: number): { usPerUnit: number; busyShare: number } {
+  const now = machineCpu();
+  const busy = now.busyUs - from.busyUs;
+  const total = now.totalUs - from.totalUs;
+  return {
+    usPerUnit: Math.round((busy / Math.max(1, units)) * 10) / 10,
+    busyShare: total > 0 ? Math.round((busy / total) * 1000) / 1000 : 0,
+  };
+}
+
 /** Sum of the samples of several processes (a two-pod deployment counts both pods). */
 export function procSampleAll(pids: readonly number[]): ProcSample {
   let cpuUs = 0;

@@ -11,6 +11,8 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { publishPostWithWebhook } from '../../apps/api/src/post-published-webhook.js';
 import {
+  machineCpu,
+  machineCpuSince,
   procSample,
   ROOT,
   round,
@@ -78,6 +80,14 @@ export interface RawLoopTrial {
   errors: number;
   p50Ms: number;
   p99Ms: number;
+  /** Durable trials: the whole machine's busy CPU per delivery, every process (loop, receiver, PostgreSQL, other load). */
+  machine?: MachineShare;
+}
+
+/** The whole machine's CPU over a run: busy core-µs per delivery, and the busy share of all cores. */
+export interface MachineShare {
+  usPerDelivery: number;
+  busyShare: number;
 }
 
 export interface DispatcherRun {
@@ -97,6 +107,11 @@ export interface DispatcherRun {
   /** CPU of the PostgreSQL backends serving the dispatcher(s) (found by application_name), per delivery. */
   pgCpuUsPerDelivery?: number;
   /**
+   * The whole machine from "ready" to the last poll: every process (dispatchers, PostgreSQL with its WAL
+   * writer, Redis, the receiver, the bench, other load), per delivery, and how busy the cores were.
+   */
+  machine?: MachineShare;
+  /**
    * Backlog runs: the same figures over the part of the backlog after the first {@link WARM_FRACTION} was
    * verified, i.e. a dispatcher past its start-up (JIT compilation, first connections, first claims cost a
    * fresh process 2–3× the CPU per delivery of a warm one; the raw loops' figures are warm trials).
@@ -107,6 +122,7 @@ export interface DispatcherRun {
     cpuUsPerDelivery: number;
     pgCpuUsPerDelivery: number;
     queriesPerDelivery: number;
+    machine: MachineShare;
   };
   /** Queries the dispatcher(s) sent (BEGIN/COMMIT/LISTEN included; each a round trip), per delivery. */
   queriesPerDelivery?: number;
@@ -404,6 +420,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     const durableTrial = async (connections = config.connections, into = durableTrials) => {
       if (!config.databaseUrl) return;
       await receiver.ask({ type: 'reset' });
+      const machine0 = machineCpu();
       const result = await loop.ask<LoopResult>({
         type: 'run',
         origin,
@@ -418,6 +435,8 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
           secret,
         },
       } satisfies LoopCommand);
+      // Includes the loop's set-up and drop of its table (a few ms of a trial of seconds).
+      const machine = machineCpuSince(machine0, result.requests);
       const counted = await receiver.ask<ReceiverStats>({ type: 'stats' });
       into.push({
         deliveriesPerSec: Math.round((result.requests / result.durationMs) * 1000),
@@ -426,6 +445,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         errors: result.errors + result.non2xx,
         p50Ms: result.p50Ms,
         p99Ms: result.p99Ms,
+        machine: { usPerDelivery: machine.usPerUnit, busyShare: machine.busyShare },
       });
       log(
         `  raw durable loop ${into.length} (${connections} connections): ${into.at(-1)!.deliveriesPerSec} deliveries/s recorded`,
@@ -580,11 +600,27 @@ function warmRatios(
   };
 }
 
+/** The raw durable loop's trials: the whole machine's CPU per delivery and how busy its cores were (medians). */
+function machineText(trials: readonly RawLoopTrial[]): string {
+  const shares = trials.flatMap((trial) => (trial.machine ? [trial.machine] : []));
+  if (shares.length === 0) return 'machine CPU not measured';
+  const us = spread(shares.map((one) => one.usPerDelivery)).median;
+  const busy = spread(shares.map((one) => one.busyShare)).median;
+  return `whole machine ${num(us)} µs CPU per delivery, cores ${num(busy * 100)} % busy`;
+}
+
+/** "whole machine …" for a dispatcher run (or its warm window). */
+function machineRunText(machine: MachineShare | undefined): string {
+  return machine
+    ? `whole machine ${num(machine.usPerDelivery)} µs CPU per delivery (every process), cores ${num(machine.busyShare * 100)} % busy`
+    : 'whole machine not measured';
+}
+
 /** "past start-up: …" for a backlog run with a warm window. */
 function warmText(run: DispatcherRun | null | undefined): string {
   const w = run?.warm;
   if (!w) return 'past start-up: not measured';
-  return `past start-up (the last ${num(w.deliveries)} deliveries, after the first ${Math.round(WARM_FRACTION * 100)} % of the backlog): ${num(w.deliveriesPerSec)}/s, ${num(w.cpuUsPerDelivery)} µs dispatcher CPU, ${num(w.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(w.queriesPerDelivery, 3)} round trips per delivery`;
+  return `past start-up (the last ${num(w.deliveries)} deliveries, after the first ${Math.round(WARM_FRACTION * 100)} % of the backlog): ${num(w.deliveriesPerSec)}/s, ${num(w.cpuUsPerDelivery)} µs dispatcher CPU, ${num(w.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(w.queriesPerDelivery, 3)} round trips per delivery, ${machineRunText(w.machine)}`;
 }
 
 async function runDispatcher(
@@ -770,6 +806,7 @@ async function runDispatcher(
     const queriesNow = () => [...queryCounts.values()].reduce((sum, n) => sum + n, 0);
     const queries0 = [...readyCounts.values()].reduce((sum, n) => sum + n, 0);
     const cpu0 = cpuNow();
+    const machine0 = machineCpu();
     await sampleBackends(true);
     let publishing: Promise<SteadyPublish> | undefined;
     if (mode === 'steady') {
@@ -781,7 +818,16 @@ async function runDispatcher(
     }
     const pgCpuNow = () => [...backends.values()].reduce((sum, one) => sum + (one.last - one.first), 0);
     /** Where the warm window starts (backlog runs): the figures as of that poll. */
-    let warmMark: { at: number; verified: number; cpuUs: number; pgCpuUs: number; queries: number } | undefined;
+    let warmMark:
+      | {
+          at: number;
+          verified: number;
+          cpuUs: number;
+          pgCpuUs: number;
+          queries: number;
+          machine: ReturnType<typeof machineCpu>;
+        }
+      | undefined;
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
     let lastVerified = 0;
@@ -804,6 +850,7 @@ async function runDispatcher(
           cpuUs: cpuNow(),
           pgCpuUs: pgCpuNow(),
           queries: queriesNow(),
+          machine: machineCpu(),
         };
       }
       if (stats.verified > lastVerified) {
@@ -814,6 +861,8 @@ async function runDispatcher(
       }
     }
     const cpuUs = started.every((one) => one.child.exitCode === null) ? cpuNow() - cpu0 : Number.NaN;
+    const machine = machineCpuSince(machine0, stats.verified);
+    const warmMachine = warmMark ? machineCpuSince(warmMark.machine, stats.verified - warmMark.verified) : undefined;
     await sampleBackends(false).catch(() => {});
     await sleep(150);
     const queries = queriesNow() - queries0;
@@ -828,6 +877,7 @@ async function runDispatcher(
             cpuUsPerDelivery: round((cpuUs - (warmMark.cpuUs - cpu0)) / warmDeliveries, 1),
             pgCpuUsPerDelivery: round((pgCpuUs - warmMark.pgCpuUs) / warmDeliveries, 1),
             queriesPerDelivery: round((queries - (warmMark.queries - queries0)) / warmDeliveries, 3),
+            machine: { usPerDelivery: warmMachine!.usPerUnit, busyShare: warmMachine!.busyShare },
           }
         : undefined;
     let latency: SteadyLatency | undefined;
@@ -884,6 +934,7 @@ async function runDispatcher(
       endToEndPerSec: Math.round((stats.verified / (stats.lastAt - ready)) * 1000),
       cpuUsPerDelivery: round(cpuUs / Math.max(1, stats.verified), 1),
       pgCpuUsPerDelivery: round(pgCpuUs / Math.max(1, stats.verified), 1),
+      machine: { usPerDelivery: machine.usPerUnit, busyShare: machine.busyShare },
       queriesPerDelivery: round(queries / Math.max(1, stats.verified), 3),
       ...(warm ? { warm } : {}),
       endpointCap,
@@ -1116,7 +1167,7 @@ export function renderWebhookEngineRows(w: WebhookResult): string[] {
   if (w.durableLoop) {
     const d = w.durableLoop.deliveriesPerSec;
     rows.push(
-      `| raw durable loop (${w.durableLoop.connections} connections; signs each body, records outcomes in INSERTs of 100) | ${num(d.median)} (${num(d.min)}–${num(d.max)}) | ${num(d.median / w.rawLoop.deliveriesPerSec.median, 2)}× | p99 ${w.durableLoop.trials.map((t) => num(t.p99Ms, 1)).join(', ')} ms |`,
+      `| raw durable loop (${w.durableLoop.connections} connections; signs each body, records outcomes in INSERTs of 100) | ${num(d.median)} (${num(d.min)}–${num(d.max)}) | ${num(d.median / w.rawLoop.deliveriesPerSec.median, 2)}× | p99 ${w.durableLoop.trials.map((t) => num(t.p99Ms, 1)).join(', ')} ms; ${machineText(w.durableLoop.trials)} |`,
     );
   }
   const two = w.twoDispatchers;
@@ -1138,7 +1189,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop (target ≥ 5,000/s and ≥ 0.6×); not delivered when the run stopped (lost unless the run timed out) ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
   );
   lines.push(
-    `- one dispatcher (WEBHOOK_ENDPOINT_CONCURRENCY=${num(d.endpointCap)}): ${num(d.cpuUsPerDelivery)} µs dispatcher CPU and ${num(d.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU per delivery (the backends serving its connections, by application_name; WAL writer and checkpointer not included); ${num(d.queriesPerDelivery, 3)} PostgreSQL round trips per delivery (every query its pg clients sent, BEGIN/COMMIT included)`,
+    `- one dispatcher (WEBHOOK_ENDPOINT_CONCURRENCY=${num(d.endpointCap)}): ${num(d.cpuUsPerDelivery)} µs dispatcher CPU and ${num(d.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU per delivery (the backends serving its connections, by application_name; WAL writer and checkpointer not included); ${num(d.queriesPerDelivery, 3)} PostgreSQL round trips per delivery (every query its pg clients sent, BEGIN/COMMIT included); ${machineRunText(d.machine)}`,
   );
   lines.push(
     `- one dispatcher ${warmText(d)} = ${num(w.warmDurableRatio, 2)}× the raw durable loop (whose trials are warm too)`,

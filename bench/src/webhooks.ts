@@ -82,6 +82,9 @@ export interface RawLoopTrial {
   p99Ms: number;
   /** Durable trials: the whole machine's busy CPU per delivery, every process (loop, receiver, PostgreSQL, other load). */
   machine?: MachineShare;
+  /** Durable trials: bodies whose signature the receiver verified, and those it refused or saw twice. */
+  verified?: number;
+  invalid?: number;
 }
 
 /** The whole machine's CPU over a run: busy core-µs per delivery, and the busy share of all cores. */
@@ -419,7 +422,9 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     const endpointCap = config.endpointCap ?? config.connections;
     const durableTrial = async (connections = config.connections, into = durableTrials) => {
       if (!config.databaseUrl) return;
-      await receiver.ask({ type: 'reset' });
+      // The receiver verifies and dedupes every signed body, as it does the dispatchers' deliveries:
+      // the same receiver-side work (and CPU, on the same cores) for the baseline and for Herald.
+      await receiver.ask({ type: 'reset', secret });
       const machine0 = machineCpu();
       const result = await loop.ask<LoopResult>({
         type: 'run',
@@ -446,6 +451,8 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         p50Ms: result.p50Ms,
         p99Ms: result.p99Ms,
         machine: { usPerDelivery: machine.usPerUnit, busyShare: machine.busyShare },
+        verified: counted.verified,
+        invalid: counted.invalid + counted.duplicate,
       });
       log(
         `  raw durable loop ${into.length} (${connections} connections): ${into.at(-1)!.deliveriesPerSec} deliveries/s recorded`,
@@ -607,6 +614,15 @@ function machineText(trials: readonly RawLoopTrial[]): string {
   const us = spread(shares.map((one) => one.usPerDelivery)).median;
   const busy = spread(shares.map((one) => one.busyShare)).median;
   return `whole machine ${num(us)} µs CPU per delivery, cores ${num(busy * 100)} % busy`;
+}
+
+/** The raw durable loop's trials: what the receiver verified of what the loop sent, all trials together. */
+function verifiedText(trials: readonly RawLoopTrial[]): string {
+  if (trials.some((trial) => trial.verified === undefined)) return 'not verified at the receiver';
+  const sent = trials.reduce((sum, trial) => sum + trial.requests, 0);
+  const verified = trials.reduce((sum, trial) => sum + (trial.verified ?? 0), 0);
+  const invalid = trials.reduce((sum, trial) => sum + (trial.invalid ?? 0), 0);
+  return `receiver verified ${num(verified)} of ${num(sent)} answered (${num(invalid)} invalid or duplicate)`;
 }
 
 /** "whole machine …" for a dispatcher run (or its warm window). */
@@ -1167,7 +1183,7 @@ export function renderWebhookEngineRows(w: WebhookResult): string[] {
   if (w.durableLoop) {
     const d = w.durableLoop.deliveriesPerSec;
     rows.push(
-      `| raw durable loop (${w.durableLoop.connections} connections; signs each body, records outcomes in INSERTs of 100) | ${num(d.median)} (${num(d.min)}–${num(d.max)}) | ${num(d.median / w.rawLoop.deliveriesPerSec.median, 2)}× | p99 ${w.durableLoop.trials.map((t) => num(t.p99Ms, 1)).join(', ')} ms; ${machineText(w.durableLoop.trials)} |`,
+      `| raw durable loop (${w.durableLoop.connections} connections; signs each body, records outcomes in INSERTs of 100) | ${num(d.median)} (${num(d.min)}–${num(d.max)}) | ${num(d.median / w.rawLoop.deliveriesPerSec.median, 2)}× | p99 ${w.durableLoop.trials.map((t) => num(t.p99Ms, 1)).join(', ')} ms; ${machineText(w.durableLoop.trials)}; ${verifiedText(w.durableLoop.trials)} |`,
     );
   }
   const two = w.twoDispatchers;

@@ -164,7 +164,7 @@ describe('pnpm bench token-verify section, smoke size', () => {
 });
 
 describe('bench smoke: webhooks (engine section)', () => {
-  it('raw loop, raw durable loop, one and two dispatchers (one endpoint and two), the scheduler pass: every delivery verified, none lost', async () => {
+  it('raw loop, raw durable loop, one cold, one warm and two dispatchers (one endpoint and two), the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
       databaseUrl: inject('databaseUrl'),
       redisUrl: inject('redisUrl'),
@@ -177,12 +177,17 @@ describe('bench smoke: webhooks (engine section)', () => {
       steadyEventsPerSec: 50,
       steadyMs: 400,
       endpoints: 2,
+      warmUpEvents: 10,
       log: () => {},
     });
     expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
     // The durable loop recorded what it sent (it counts a request only once its INSERT committed).
     expect(result.durableLoop?.trials[0]?.requests).toBeGreaterThan(0);
     expect(result.durableLoop?.trials[0]?.errors).toBe(0);
+    // The receiver checked the durable loop's signatures as it checks the dispatchers'.
+    expect(result.durableLoop?.trials[0]?.verified).toBe(result.durableLoop?.trials[0]?.requests);
+    expect(result.durableLoop?.trials[0]?.invalid).toBe(0);
+    expect(result.durableLoop?.trials[0]?.machine?.usPerDelivery).toBeGreaterThan(0);
     // A duplicate's evidence (receiver arrivals, the database's deliveries and attempts), printed in full.
     for (const run of [
       result.dispatcher,
@@ -193,9 +198,13 @@ describe('bench smoke: webhooks (engine section)', () => {
     ]) {
       if (run?.duplicates) console.error('webhook duplicates:', JSON.stringify(run.duplicates, null, 1));
     }
-    for (const run of [result.dispatcher, result.twoDispatchers]) {
+    for (const run of [result.dispatcher, result.warmDispatcher, result.twoDispatchers]) {
       expect(run).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
     }
+    // The warm run counts only the backlog: its warm-up's 10 deliveries were reset at the receiver.
+    expect(result.warmUpEvents).toBe(10);
+    expect(result.dispatcher.machine?.usPerDelivery).toBeGreaterThan(0);
+    expect(result.dispatcher.machine?.busyShare).toBeGreaterThan(0);
     expect(result.steady).toMatchObject({ status: 'ok', events: 20, verified: 20, duplicate: 0 });
     expect(result.steady?.latency?.published).toBe(20);
     expect(Number.isFinite(result.steady?.latency?.fromCommit.p99Ms)).toBe(true);
@@ -212,6 +221,8 @@ describe('bench smoke: webhooks (engine section)', () => {
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
+    expect(markdown).toContain('one warm dispatcher (it first delivered 10 events');
+    expect(markdown).toContain('receiver verified');
     expect(markdown).toContain("publishPost's commit → receiver");
     expect(markdown).toContain('2 endpoints on the same receiver');
   }, 240_000);

@@ -369,6 +369,7 @@ async function main() {
       dispatcherEvents: num('webhook-events', quick ? 1000 : 10000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
       twoDispatchers: args['webhook-two'] !== 'false',
+      warmUpEvents: num('webhook-warm-up', quick ? 1000 : 5000),
       endpoints: num('webhook-endpoints', 8),
       steadyCompareNotify:
         args['webhook-steady-compare-notify'] === 'first' ? 'first' : args['webhook-steady-compare-notify'] === 'true',

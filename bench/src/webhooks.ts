@@ -49,6 +49,11 @@ export interface WebhookConfig {
   /** Also drain the backlog with two dispatcher processes. @default true */
   twoDispatchers?: boolean;
   /**
+   * Also drain the backlog with one warm dispatcher: it first delivers this many events, is then
+   * stopped (SIGSTOP) while the backlog is published and continued (SIGCONT). 0 skips it. @default 5000
+   */
+  warmUpEvents?: number;
+  /**
    * The several-endpoints case: this many endpoints (on the same receiver, each with the cap) get every
    * event; one and two dispatchers drain it, against a raw durable loop at endpoints × cap connections.
    * @default 8; 0 or 1 skips it
@@ -269,6 +274,12 @@ export interface WebhookResult {
   /** Signs each body, POSTs at the same concurrency, records outcomes in INSERTs of 100 (null: no database). */
   durableLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread } | null;
   dispatcher: DispatcherRun;
+  /** The same backlog drained by one warm dispatcher process (null: skipped). */
+  warmDispatcher: DispatcherRun | null;
+  /** Events the warm dispatcher delivered before the backlog. */
+  warmUpEvents: number;
+  /** The warm dispatcher's deliveries/s over the raw durable loop's median. */
+  warmDispatcherDurableRatio: number | null;
   /** The same backlog drained by two dispatcher processes. */
   twoDispatchers: DispatcherRun | null;
   /** Dispatcher deliveries/s over the raw loop's median; null when the dispatcher didn't run. */
@@ -469,6 +480,11 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
     }
     const dispatcher = only ? skipped : await runDispatcher(config, receiver, origin, 1);
+    const warmUpEvents = config.warmUpEvents ?? 5000;
+    const warmDispatcher =
+      only || warmUpEvents <= 0
+        ? null
+        : await runDispatcher(config, receiver, origin, 1, 'backlog', 1, config.dispatcherEvents, false, warmUpEvents);
     const twoDispatchers =
       config.twoDispatchers === false || only ? null : await runDispatcher(config, receiver, origin, 2);
     // Several endpoints: the same number of deliveries, twice over (events × endpoints).
@@ -569,6 +585,12 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       rawLoop,
       durableLoop,
       dispatcher,
+      warmDispatcher,
+      warmUpEvents,
+      warmDispatcherDurableRatio:
+        warmDispatcher?.deliveriesPerSec !== undefined && durableLoop
+          ? round(warmDispatcher.deliveriesPerSec / durableLoop.deliveriesPerSec.median, 3)
+          : null,
       twoDispatchers,
       steady,
       steadyNotify,
@@ -651,6 +673,8 @@ async function runDispatcher(
   backlogEvents = config.dispatcherEvents,
   /** Steady mode: publishPost sends its NOTIFY (single mode's path) instead of the Redis wake-up. */
   steadyNotify = false,
+  /** Backlog mode: warm the dispatchers with this many events first (see {@link WebhookConfig.warmUpEvents}). */
+  warmUpEvents = 0,
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
     return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
@@ -699,19 +723,25 @@ async function runDispatcher(
     );
     /** Deliveries the receiver must verify: every event at every endpoint. */
     const expected = events.length * endpointCount;
-    if (mode === 'backlog') {
-      // The backlog: every event is in the outbox before the dispatcher starts.
-      const t0 = wallNow();
+    const warming = mode === 'backlog' && warmUpEvents > 0;
+    const warmUp = warming ? await herald.prepareEvents(warmUpEvents) : [];
+    const publishAll = async (posts: typeof events) => {
       let next = 0;
       await Promise.all(
         Array.from({ length: 16 }, async () => {
-          while (next < events.length) await herald!.publish(events[next++]!);
+          while (next < posts.length) await herald!.publish(posts[next++]!);
         }),
       );
+    };
+    const publishBacklog = async () => {
+      // The backlog: every event is in the outbox before the dispatcher starts (or continues).
+      const t0 = wallNow();
+      await publishAll(events);
       log(
         `  published ${events.length} posts (the dispatcher's backlog, ${expected} deliveries to ${endpointCount} endpoint${endpointCount === 1 ? '' : 's'}) in ${Math.round(wallNow() - t0)} ms`,
       );
-    }
+    };
+    if (mode === 'backlog' && !warming) await publishBacklog();
     const dispatcherUrl = new URL(herald.env.DATABASE_URL!);
     dispatcherUrl.searchParams.set('application_name', applicationName);
     monitor = new pg.Client({ connectionString: config.databaseUrl });
@@ -797,8 +827,31 @@ async function runDispatcher(
       return { child, ready };
     };
     const started = Array.from({ length: processes }, startOne);
-    const ready = Math.max(...(await Promise.all(started.map((one) => one.ready))));
+    let ready = Math.max(...(await Promise.all(started.map((one) => one.ready))));
     const child = started[0]!.child;
+    if (warming) {
+      // Warm: deliver the warm-up events, stop the dispatchers while the backlog is published, continue
+      // them. Their code is compiled, their connections open; they find the backlog as a fresh one would.
+      await publishAll(warmUp);
+      const warmUpDeadline = wallNow() + config.dispatcherTimeoutMs;
+      while ((await receiver.ask<ReceiverStats>({ type: 'stats' })).verified < warmUp.length * endpointCount) {
+        if (wallNow() > warmUpDeadline) throw new Error(`the warm-up's ${warmUp.length} events were not delivered`);
+        await sleep(100);
+      }
+      await sleep(500); // the last records and acknowledgements
+      for (const one of started) one.child.kill('SIGSTOP');
+      try {
+        await publishBacklog();
+        await receiver.ask(
+          endpointCount === 1 ? { type: 'reset', secret: secrets['/hook'] } : { type: 'reset', secrets },
+        );
+      } finally {
+        for (const one of started) one.child.kill('SIGCONT');
+      }
+      ready = wallNow();
+      // The warm-up's queries are not the backlog's: count from here (the counter prints every 100 ms).
+      for (const one of started) readyCounts.set(one.child, queryCounts.get(one.child) ?? 0);
+    }
     const cpuNow = () => started.reduce((sum, one) => sum + procSample(one.child.pid!).cpuUs, 0);
     // PostgreSQL backends serving the dispatchers: CPU first seen and last seen, per backend.
     const backends = new Map<number, { first: number; last: number }>();
@@ -1186,6 +1239,12 @@ export function renderWebhookEngineRows(w: WebhookResult): string[] {
       `| raw durable loop (${w.durableLoop.connections} connections; signs each body, records outcomes in INSERTs of 100) | ${num(d.median)} (${num(d.min)}–${num(d.max)}) | ${num(d.median / w.rawLoop.deliveriesPerSec.median, 2)}× | p99 ${w.durableLoop.trials.map((t) => num(t.p99Ms, 1)).join(', ')} ms; ${machineText(w.durableLoop.trials)}; ${verifiedText(w.durableLoop.trials)} |`,
     );
   }
+  const warm = w.warmDispatcher;
+  if (warm && (warm.status === 'ok' || warm.status === 'incomplete')) {
+    rows.push(
+      `| webhook dispatcher, 1 warm process (${num(w.warmUpEvents)} events delivered first) | ${num(warm.deliveriesPerSec)} | ${num((warm.deliveriesPerSec ?? 0) / w.rawLoop.deliveriesPerSec.median, 2)}× | ${warm.status}: ${num(warm.verified)}/${num(warm.events)} verified, ${warm.invalid} invalid, ${warm.duplicate} duplicate; ${num(warm.cpuUsPerDelivery)} µs CPU/delivery |`,
+    );
+  }
   const two = w.twoDispatchers;
   if (two && (two.status === 'ok' || two.status === 'incomplete')) {
     rows.push(
@@ -1210,6 +1269,14 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   lines.push(
     `- one dispatcher ${warmText(d)} = ${num(w.warmDurableRatio, 2)}× the raw durable loop (whose trials are warm too)`,
   );
+  const warm = w.warmDispatcher;
+  if (warm) {
+    lines.push(
+      warm.status === 'ok' || warm.status === 'incomplete'
+        ? `- one warm dispatcher (it first delivered ${num(w.warmUpEvents)} events, then was stopped with SIGSTOP while the backlog was published, and continued): ${num(warm.deliveriesPerSec)} deliveries/s = ${num(w.warmDispatcherDurableRatio, 2)}× the raw durable loop; ${warm.status}: ${num(warm.verified)}/${num(warm.events)} verified, ${num(warm.duplicate)} duplicate; ${num(warm.cpuUsPerDelivery)} µs dispatcher CPU, ${num(warm.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(warm.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(warm.machine)}`
+        : `- one warm dispatcher: ${warm.status} ${warm.reason ?? ''}`,
+    );
+  }
   lines.push(`- two dispatchers over one: ${num(w.twoOverOne, 2)}× (target ≥ 1.6×)`);
   lines.push(
     `- two dispatchers ${warmText(w.twoDispatchers)} = ${num(w.warmTwoOverOne, 2)}× one past start-up (CPU: both processes)`,

@@ -88,6 +88,6 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to pin crash recovery. Never set it in a deployment.',
   WEBHOOK_CONCURRENCY: 'Most delivery attempts in flight at once in this dispatcher.',
   WEBHOOK_ENDPOINT_CONCURRENCY:
-    'Most requests to one endpoint in flight at once, across all dispatchers, so one slow receiver cannot take every slot (a dispatcher may hold up to 10 × this many of the endpoint’s deliveries leased ahead; those take no slot).',
+    'Most requests to one endpoint in flight at once, across all dispatchers, so one slow receiver cannot take every slot (a dispatcher holds up to 20 × the slots it has of the endpoint’s deliveries leased ahead; those take no slot).',
   WEBHOOK_POLL_INTERVAL_MS: 'How often due retries and unrelayed outbox events are looked for.',
 };

@@ -11,14 +11,19 @@ import type { AttemptOutcome, ClaimedDelivery } from './lease-protocol.js';
 
 const CAP = 4;
 
-/** @param holdRecords records answer only when the test lets them (`letRecord`) */
-function scriptedEndpoint(holdRecords = false) {
+/**
+ * @param holdRecords records answer only when the test lets them (`letRecord`)
+ * @param maxSlots the most slots the lane can get (fewer than the cap: another dispatcher holds the rest)
+ */
+function scriptedEndpoint(holdRecords = false, maxSlots = CAP) {
   const due: string[] = [];
   const recordsHeld: Array<() => void> = [];
   const held = new Set<string>();
   const posts = new Map<string, () => void>();
   /** The lane's slot registration, as the database keeps it (one lane, nobody else). */
   let slots = 0;
+  /** The most deliveries the lane held at once (in flight, done or ahead). */
+  let maxHeld = 0;
   const take = (count: number, lease: string): ClaimedDelivery[] =>
     due.splice(0, count).map((id) => {
       held.add(id);
@@ -44,8 +49,8 @@ function scriptedEndpoint(holdRecords = false) {
       return { claimed, settled: Promise.resolve() };
     },
     async growSlots(_endpointId, _lease, want) {
-      slots = Math.max(slots, Math.min(CAP, want));
-      return { slots, others: 0 };
+      slots = Math.max(slots, Math.min(maxSlots, want));
+      return { slots, others: CAP - maxSlots };
     },
     attempt(delivery) {
       return new Promise<AttemptOutcome>((resolve) => {
@@ -69,6 +74,7 @@ function scriptedEndpoint(holdRecords = false) {
       if (holdRecords) await new Promise<void>((resolve) => recordsHeld.push(resolve));
       for (const { delivery } of done) held.delete(delivery.id);
       const handedOver = take(handOver?.take ?? 0, handOver?.lease ?? 'a:lease');
+      maxHeld = Math.max(maxHeld, held.size);
       slots = Math.min(slots, handOver?.slots ?? slots, (handOver?.keep ?? 0) + handedOver.length);
       return {
         result: {
@@ -102,6 +108,7 @@ function scriptedEndpoint(holdRecords = false) {
       }
     },
     held,
+    maxHeld: () => maxHeld,
     /** Makes deliveries fanned out unseen visible. */
     commit(ids: string[]) {
       due.push(...ids);
@@ -174,6 +181,23 @@ describe('endpoint lanes', () => {
     // A burst: the three other slots again, at once (having reached the cap before is no reason to wait).
     push(['e1', 'e2', 'e3', 'e4', 'e5', 'e6']);
     await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0', 'e1', 'e2', 'e3']));
+    await stop();
+  });
+
+  it('hold deliveries ahead in proportion to their own slots, not the cap: one slot of four holds at most 20', async () => {
+    const endpoint = scriptedEndpoint(false, 1);
+    const { push, stop } = startLanes(endpoint);
+    const ids = Array.from({ length: 200 }, (_, i) => `d${i}`);
+    push(ids);
+    // One slot: answer its POSTs one by one; the lane keeps taking more as it records, never past 20
+    // (20 slot-counts of its one slot), where a cap-sized hold would take 80 of the endpoint's backlog.
+    for (let answered = 0; answered < 40; answered++) {
+      await vi.waitFor(() => expect(endpoint.running()).toHaveLength(1));
+      endpoint.answer(endpoint.running());
+    }
+    await vi.waitFor(() => expect(endpoint.held.size).toBeGreaterThan(10));
+    expect(endpoint.maxHeld()).toBeGreaterThan(10);
+    expect(endpoint.maxHeld()).toBeLessThanOrEqual(20);
     await stop();
   });
 

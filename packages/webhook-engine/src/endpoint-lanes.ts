@@ -120,10 +120,12 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   // (half of what the lease has beyond the attempt's timeout); a record renews them halfway there.
   const freshForMs = (options.leaseMs - options.timeoutMs) / 2;
   // Held (in flight, done or ahead): enough to refill every slot several times while a record is on
-  // its way, so slots never wait for one and records stay large (one statement per ~4× cap deliveries).
-  const holdTarget = HOLD_SLOT_COUNTS * endpointCap;
+  // its way, so slots never wait for one and records stay large (one statement per ~8 slot-counts of
+  // deliveries). Counted in the lane's own slots, not the cap: a lane that shares the endpoint with
+  // other dispatchers' lanes holds only what its slots can work through, and leaves the rest to them.
+  const holdTarget = (lane: Lane) => HOLD_SLOT_COUNTS * Math.max(1, lane.slots);
   /** A record is due once fewer than this many are held ahead. */
-  const lowWater = LOW_WATER_SLOT_COUNTS * endpointCap;
+  const lowWater = (lane: Lane) => LOW_WATER_SLOT_COUNTS * Math.max(1, lane.slots);
 
   const settle = (entries: readonly Waiting[], settled: Promise<void>) => {
     if (entries.length === 0) return;
@@ -203,11 +205,11 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     // Outcomes wait to be recorded until there are RECORD_SLOT_COUNTS slot-counts of them, or the
     // deliveries held ahead run low, or nothing else is going on: fewer, larger statements.
     if (lane.done.length > 0 && lane.done.length >= RECORD_SLOT_COUNTS * lane.slots) return true;
-    if (lane.done.length > 0 && (lane.flight.size === 0 || lane.ready.length < lowWater)) return true;
+    if (lane.done.length > 0 && (lane.flight.size === 0 || lane.ready.length < lowWater(lane))) return true;
     const stale = performance.now() - lane.renewedAt > freshForMs / 2;
     if (stale && held(lane) > 0) return true;
     if (lane.exhausted) return false;
-    return lane.waiting.length > 0 || lane.ready.length < lowWater;
+    return lane.waiting.length > 0 || lane.ready.length < lowWater(lane);
   }
 
   async function record(lane: Lane): Promise<void> {
@@ -222,7 +224,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     // recorded: only while the last look found some.
     const taking =
       !winding && (done.length > 0 || !lane.exhausted) && done.every((one) => one.outcome.health === 'success');
-    const take = taking ? Math.max(0, holdTarget - kept.length) : 0;
+    const take = taking ? Math.max(0, holdTarget(lane) - kept.length) : 0;
     const sentAt = performance.now();
     try {
       const { result, settled } = await attempter.record(

@@ -66,7 +66,7 @@
  * claims (step 3), which gives it its slots, at most the cap minus the others' live slots; then
  * each slot POSTs one delivery after another without waiting for the database, and the outcomes are
  * recorded in coalesced statements (step 4, one in flight per lane) that also take the endpoint's next
- * due deliveries under the same a-lease ("hold ahead", up to a few times the cap). A lane never runs
+ * due deliveries under the same a-lease ("hold ahead", up to 20 times its slots). A lane never runs
  * more POSTs than its row says: its slots only ever come from a claim or from step 3b (under the
  * claim's lock, up to `cap − others' live slots`), and each record lowers them with its row. Held-ahead
  * deliveries are a-leased (no one else attempts them) but take no slot, so another dispatcher may

@@ -69,30 +69,13 @@ export function procSample(pid: number): ProcSample {
 }
 
 /**
- * The whole machine's CPU (`/proc/stat`'s first line, every core): time busy (user, nice, system, irq,
- * softirq) and time elapsed (those plus idle and iowait; steal, the time a hypervisor gave another
- * guest, is neither), both in core-µs, so the difference of two samples gives the CPU every process
- * spent in between (the bench's own, and any other load's) and the share of the cores it was.
+ * Between two {@link machineSample}s: the whole machine's busy core-µs per unit of work (every process:
+ * the bench's own and any other load's) and the busy share of all cores.
  */
-export interface MachineCpu {
-  busyUs: number;
-  totalUs: number;
-}
-
-export function machineCpu(): MachineCpu {
-  // user nice system idle iowait irq softirq (steal, guest and guest_nice left out: guest time is in user).
-  const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 8).map(Number);
-  const totalTicks = fields.reduce((sum, value) => sum + value, 0);
-  const idleTicks = fields[3]! + fields[4]!;
-  const us = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SEC;
-  return { busyUs: us(totalTicks - idleTicks), totalUs: us(totalTicks) };
-}
-
-/** Between two {@link machineCpu} samples: core-µs busy per unit of work, and the busy share of all cores. */
 export function machineCpuSince(
-  from: MachineCpu,
+  from: ReturnType<typeof machineSample>,
   units: number,
-  now: MachineCpu = machineCpu(),
+  now = machineSample(),
 ): { usPerUnit: number; busyShare: number } {
   const busy = now.busyUs - from.busyUs;
   const total = now.totalUs - from.totalUs;

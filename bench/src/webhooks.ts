@@ -11,8 +11,8 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { publishPostWithWebhook } from '../../apps/api/src/post-published-webhook.js';
 import {
-  machineCpu,
   machineCpuSince,
+  machineSample,
   procSample,
   ROOT,
   round,
@@ -455,7 +455,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       // The receiver verifies and dedupes every signed body, as it does the dispatchers' deliveries:
       // the same receiver-side work (and CPU, on the same cores) for the baseline and for Herald.
       await receiver.ask({ type: 'reset', secret });
-      const machine0 = machineCpu();
+      const machine0 = machineSample();
       const result = await loop.ask<LoopResult>({
         type: 'run',
         origin,
@@ -896,7 +896,7 @@ async function runDispatcher(
     const queriesNow = () => [...queryCounts.values()].reduce((sum, n) => sum + n, 0);
     const queries0 = [...readyCounts.values()].reduce((sum, n) => sum + n, 0);
     const cpu0 = cpuNow();
-    const machine0 = machineCpu();
+    const machine0 = machineSample();
     await sampleBackends(true);
     let publishing: Promise<SteadyPublish> | undefined;
     if (mode === 'steady') {
@@ -915,7 +915,7 @@ async function runDispatcher(
           cpuUs: number;
           pgCpuUs: number;
           queries: number;
-          machine: ReturnType<typeof machineCpu>;
+          machine: ReturnType<typeof machineSample>;
         }
       | undefined;
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
@@ -941,7 +941,7 @@ async function runDispatcher(
           cpuUs: cpuNow(),
           pgCpuUs: pgCpuNow(),
           queries: queriesNow(),
-          machine: machineCpu(),
+          machine: machineSample(),
         };
       }
       if (stats.verified > lastVerified) {

@@ -800,10 +800,38 @@ describe('retention beside the subscription history', () => {
 });
 
 describe('deleting an endpoint', () => {
-  it('is a soft delete; retention purges its deliveries and then the endpoint in the background', async () => {
+  it('is a soft delete; retention purges its deliveries, their attempts, the endpoint and its slot rows in the background', async () => {
     const endpoint = await harness.createEndpoint('org-del', receiver.url('/del'));
     await harness.publish('org-del', 3);
-    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    // One delivery attempted (an attempt row) and the lane's slot row left behind.
+    const [tried] = await claimDeliveries(harness.db, {
+      queued: queued.slice(0, 1),
+      endpointCap: 10,
+      leaseMs: 60_000,
+    });
+    await recordOutcomes(harness.db, [outcome(tried!, {})], { disableAfterMs: DAY_MS });
+    const attemptsOfEndpoint = () =>
+      harness.db
+        .selectFrom('webhook_attempts')
+        .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
+        .select('webhook_attempts.id')
+        .where('webhook_deliveries.endpoint_id', '=', endpoint.id)
+        .execute();
+    const attemptsOfTried = () =>
+      harness.db.selectFrom('webhook_attempts').select('id').where('delivery_id', '=', tried!.id).execute();
+    const slotsOfEndpoint = () =>
+      harness.db.selectFrom('webhook_endpoint_slots').select('lease').where('endpoint_id', '=', endpoint.id).execute();
+    expect(await attemptsOfEndpoint()).toHaveLength(1);
+    await harness.db
+      .insertInto('webhook_endpoint_slots')
+      .values({
+        endpoint_id: endpoint.id,
+        lease: 'a:left-behind',
+        slots: 1,
+        leased_until: new Date(Date.now() + 60_000),
+      })
+      .execute();
     expect(await deleteWebhookEndpoint(harness.db, endpoint.id, ['org-del'])).toBe(true);
     expect(await findWebhookEndpointById(harness.db, endpoint.id)).toBeUndefined();
     expect(await deliveriesOf('org-del')).toHaveLength(3);
@@ -816,6 +844,8 @@ describe('deleting an endpoint', () => {
     const result = await retention.runOnce();
     expect(result).toMatchObject({ purgedDeliveries: 3, purgedEndpoints: 1 });
     expect(await deliveriesOf('org-del')).toEqual([]);
+    expect(await attemptsOfTried()).toEqual([]);
+    expect(await slotsOfEndpoint()).toEqual([]);
     const raw = await harness.db.selectFrom('webhook_endpoints').select('id').where('id', '=', endpoint.id).execute();
     expect(raw).toEqual([]);
   });

@@ -38,9 +38,10 @@ export interface Retention {
 
 /**
  * Keeps rows from growing forever (SPEC §7): SUCCEEDED and SKIPPED deliveries (with their attempts,
- * by cascade) and dispatched outbox events older than the retention are deleted in batches of
+ * in the same statement) and dispatched outbox events older than the retention are deleted in batches of
  * {@link RETENTION_BATCH_ROWS}; DEAD deliveries are kept (replayable). Endpoints deleted over GraphQL
- * (soft-deleted) are purged the same way, deliveries first, so no request ever runs the cascade. Each
+ * (soft-deleted) are purged the same way, deliveries (and their attempts) first, then the endpoint and
+ * its slot rows, so no request ever runs an unbounded delete. Each
  * batch is a transaction holding `pg_try_advisory_xact_lock`: one process at a time does it, the
  * others skip.
  */
@@ -71,6 +72,12 @@ export function createRetention(options: RetentionOptions): Retention {
     return total;
   }
 
+  /**
+   * A CTE deleting the attempts of the deliveries a `gone` CTE deleted: no foreign key cascades them
+   * (the migration `webhook-hot-path-without-foreign-keys`).
+   */
+  const attemptsOfGone = sql`attempts as (delete from webhook_attempts where delivery_id in (select id from gone))`;
+
   async function runOnce(): Promise<RetentionResult> {
     const cutoff = sql`now() - (${options.retentionMs}::double precision * interval '1 millisecond')`;
     const result: RetentionResult = {
@@ -83,11 +90,14 @@ export function createRetention(options: RetentionOptions): Retention {
     };
     const deliveries = await drain(
       () => sql<{ id: string }>`
-        delete from webhook_deliveries where id in (
-          select id from webhook_deliveries
-          where status in ('SUCCEEDED', 'SKIPPED') and updated_at < ${cutoff}
-          limit ${RETENTION_BATCH_ROWS}
-        ) returning id`,
+        with gone as (
+          delete from webhook_deliveries where id in (
+            select id from webhook_deliveries
+            where status in ('SUCCEEDED', 'SKIPPED') and updated_at < ${cutoff}
+            limit ${RETENTION_BATCH_ROWS}
+          ) returning id
+        ), ${attemptsOfGone}
+        select id from gone`,
     );
     if (deliveries === undefined) return result;
     result.ran = true;
@@ -95,21 +105,29 @@ export function createRetention(options: RetentionOptions): Retention {
     result.purgedDeliveries =
       (await drain(
         () => sql<{ id: string }>`
-        delete from webhook_deliveries where id in (
-          select delivery.id from webhook_endpoints endpoint
-          join webhook_deliveries delivery on delivery.endpoint_id = endpoint.id
-          where endpoint.deleted_at is not null
-          limit ${RETENTION_BATCH_ROWS}
-        ) returning id`,
+        with gone as (
+          delete from webhook_deliveries where id in (
+            select delivery.id from webhook_endpoints endpoint
+            join webhook_deliveries delivery on delivery.endpoint_id = endpoint.id
+            where endpoint.deleted_at is not null
+            limit ${RETENTION_BATCH_ROWS}
+          ) returning id
+        ), ${attemptsOfGone}
+        select id from gone`,
       )) ?? 0;
     result.purgedEndpoints =
       (await drain(
         () => sql<{ id: string }>`
-        delete from webhook_endpoints where id in (
-          select id from webhook_endpoints endpoint where deleted_at is not null
-            and not exists (select 1 from webhook_deliveries delivery where delivery.endpoint_id = endpoint.id)
-          limit ${RETENTION_BATCH_ROWS}
-        ) returning id`,
+        with gone as (
+          delete from webhook_endpoints where id in (
+            select id from webhook_endpoints endpoint where deleted_at is not null
+              and not exists (select 1 from webhook_deliveries delivery where delivery.endpoint_id = endpoint.id)
+            limit ${RETENTION_BATCH_ROWS}
+          ) returning id
+        ), slots as (
+          delete from webhook_endpoint_slots where endpoint_id in (select id from gone)
+        )
+        select id from gone`,
       )) ?? 0;
     // Claims drop an endpoint's dead registrations when they find work there; an endpoint that gets no
     // more work keeps its last ones until here. A registration being renewed right now (a lane claiming

@@ -8,6 +8,7 @@ import * as engineStraightPath from './2026-11-23T11-35_engine-straight-path.js'
 import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscription-history.js';
 import * as historyDirectAppend from './2026-11-26T13-30_history-direct-append.js';
 import * as webhookEndpointSlots from './2026-11-27T00-30_webhook-endpoint-slots.js';
+import * as webhookHotPathWithoutForeignKeys from './2026-11-27T07-30_webhook-hot-path-without-foreign-keys.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -24,6 +25,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-23T11-45_resume-subscription-history': resumeSubscriptionHistory,
   '2026-11-26T13-30_history-direct-append': historyDirectAppend,
   '2026-11-27T00-30_webhook-endpoint-slots': webhookEndpointSlots,
+  '2026-11-27T07-30_webhook-hot-path-without-foreign-keys': webhookHotPathWithoutForeignKeys,
 };
 
 export const migrationProvider: MigrationProvider = {

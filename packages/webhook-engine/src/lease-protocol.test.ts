@@ -851,6 +851,24 @@ describe('deleting an endpoint', () => {
   });
 });
 
+describe('an endpoint deleted by hand (no foreign key cascades its deliveries)', () => {
+  it('leaves deliveries that the next claim naming them makes SKIPPED, not handed out again', async () => {
+    const endpoint = await harness.createEndpoint('org-hand-del', receiver.url('/hand-del'));
+    await harness.publish('org-hand-del', 2);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const mine = queued.filter((item) => item.endpointId === endpoint.id);
+    expect(mine).toHaveLength(2);
+    await sql`delete from webhook_endpoints where id = ${endpoint.id}`.execute(harness.db);
+    const claimed = await claimDeliveries(harness.db, { queued: mine, endpointCap: 10, leaseMs: 60_000 });
+    expect(claimed).toEqual([]);
+    const rows = await deliveriesOf('org-hand-del');
+    expect(rows.map((row) => [row.status, row.lease_token, row.next_attempt_at])).toEqual([
+      ['SKIPPED', null, null],
+      ['SKIPPED', null, null],
+    ]);
+  });
+});
+
 // Dispatchers started by a test run until it ends: each test's endpoint cap is its own.
 const running: Dispatcher[] = [];
 afterEach(async () => {

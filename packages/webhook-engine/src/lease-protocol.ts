@@ -90,6 +90,12 @@
  * (new delivery rows; entries naming the forgotten ones claim nothing) or those deliveries attempted
  * again: delivery is at least once, and nothing is lost.
  *
+ * Keys. No foreign key guards these tables (the migration `webhook-hot-path-without-foreign-keys`):
+ * each would cost a look-up and a WAL-logged lock of the parent row per delivery or attempt written.
+ * Endpoints are soft-deleted and purged by retention after their deliveries (and those deliveries'
+ * attempts) are gone; an outbox event is deleted only once no delivery refers to it. A delivery whose
+ * endpoint row is missing anyway (deleted by hand) is made SKIPPED by the claim that names it.
+ *
  * Plans. The statements are prepared (planned once per connection): from the sixth execution on,
  * PostgreSQL runs a generic plan made from the table sizes of that moment, and keeps it until the
  * next ANALYZE. Made while the tables were new and small, a join of the input arrays on
@@ -342,10 +348,12 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         delete from webhook_endpoint_slots registration using gone
         where registration.endpoint_id = gone.endpoint_id and registration.lease = gone.lease
       ), skipped as (
+        -- A delivery whose endpoint row is gone altogether (deleted by hand: no foreign key holds it)
+        -- is skipped like one of a deleted endpoint, not handed out again forever.
         update webhook_deliveries delivery
         set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
-        from cand join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and not endpoint.enabled
+        from cand left join endpoint on endpoint.id = cand.endpoint_id
+        where delivery.id = cand.id and not coalesce(endpoint.enabled, false)
         returning delivery.id
       ), released as (
         update webhook_deliveries delivery

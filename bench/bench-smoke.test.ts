@@ -8,7 +8,7 @@ import { PEERS } from './src/protocol.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
-import { renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
+import { besideRatio, renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
 // frame checked. Correctness only: no timing is asserted (the numbers come from `pnpm bench`).
@@ -163,6 +163,14 @@ describe('pnpm bench token-verify section, smoke size', () => {
   });
 });
 
+describe('besideRatio', () => {
+  it('is a run over the mean of the durable trials before and after it, and null without both', () => {
+    expect(besideRatio(6_000, 10_000, 14_000)).toEqual({ trials: [10_000, 14_000], ratio: 0.5 });
+    expect(besideRatio(6_000, undefined, 14_000)).toBeNull();
+    expect(besideRatio(undefined, 10_000, 14_000)).toBeNull();
+  });
+});
+
 describe('bench smoke: webhooks (engine section)', () => {
   it('raw loop, raw durable loop, one cold, one warm and two dispatchers (one endpoint and two), the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
@@ -203,6 +211,16 @@ describe('bench smoke: webhooks (engine section)', () => {
     }
     // The warm run counts only the backlog: its warm-up's 10 deliveries were reset at the receiver.
     expect(result.warmUpEvents).toBe(10);
+    // A durable trial before the first dispatcher run, one between it and the warm run, one after that:
+    // each run's "beside" ratio is over the mean of the two around it.
+    const durable = result.durableLoop!.trials.map((trial) => trial.deliveriesPerSec);
+    expect(durable).toHaveLength(3);
+    expect(result.beside.dispatcher?.trials).toEqual([durable[0], durable[1]]);
+    expect(result.beside.warm?.trials).toEqual([durable[1], durable[2]]);
+    expect(result.beside.warm?.ratio).toBeCloseTo(
+      result.warmDispatcher!.deliveriesPerSec! / ((durable[1]! + durable[2]!) / 2),
+      2,
+    );
     expect(result.dispatcher.machine?.usPerDelivery).toBeGreaterThan(0);
     expect(result.dispatcher.machine?.busyShare).toBeGreaterThan(0);
     expect(result.steady).toMatchObject({ status: 'ok', events: 20, verified: 20, duplicate: 0 });
@@ -225,6 +243,7 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain('receiver verified');
     expect(markdown).toContain("publishPost's commit → receiver");
     expect(markdown).toContain('2 endpoints on the same receiver');
+    expect(markdown).toContain('its trials just before and after the run');
   }, 240_000);
 });
 

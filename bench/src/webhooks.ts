@@ -299,6 +299,12 @@ export interface WebhookResult {
   warmUpEvents: number;
   /** The warm dispatcher's deliveries/s over the raw durable loop's median. */
   warmDispatcherDurableRatio: number | null;
+  /**
+   * The one-dispatcher and warm runs over the raw durable loop's trials run just before and just after
+   * each (null: not run): on a shared host whose speed drifts over minutes, the ratio least disturbed
+   * by the drift; the trials also count in `durableLoop`.
+   */
+  beside: { dispatcher: BesideRatio | null; warm: BesideRatio | null };
   /** The same backlog drained by two dispatcher processes. */
   twoDispatchers: DispatcherRun | null;
   /** Dispatcher deliveries/s over the raw loop's median; null when the dispatcher didn't run. */
@@ -318,6 +324,23 @@ export interface WebhookResult {
   steadyNotify: DispatcherRun | null;
   /** One due-scan pass (`queueDueDeliveries`) with 100,000 retries pending, none due. */
   schedulerPass: { pendingRetries: number; passMs: Spread } | null;
+}
+
+/** A dispatcher run over the mean of the raw durable loop's trials just before and after it. */
+export interface BesideRatio {
+  /** Deliveries/s of the trial before and of the trial after. */
+  trials: [number, number];
+  ratio: number;
+}
+
+/** `rate` over the mean of the two trials beside it; null when either is missing or the run has no rate. */
+export function besideRatio(
+  rate: number | undefined,
+  before: number | undefined,
+  after: number | undefined,
+): BesideRatio | null {
+  if (rate === undefined || before === undefined || after === undefined || before + after <= 0) return null;
+  return { trials: [before, after], ratio: round(rate / ((before + after) / 2), 3) };
 }
 
 export interface MultiEndpointResult {
@@ -498,12 +521,20 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       await durableTrial();
       if (multi) await durableTrial(endpoints * endpointCap, wideDurableTrials);
     }
+    // A durable trial right before and right after each of the two single-dispatcher backlog runs
+    // (the last one before doubles as the first run's "before", the one between them serves both).
+    const lastDurable = () => (before > 0 ? durableTrials.at(-1)?.deliveriesPerSec : undefined);
+    const beforeDispatcher = lastDurable();
     const dispatcher = only ? skipped : await runDispatcher(config, receiver, origin, 1);
+    if (!only && before > 0) await durableTrial();
+    const afterDispatcher = lastDurable();
     const warmUpEvents = config.warmUpEvents ?? 5000;
     const warmDispatcher =
       only || warmUpEvents <= 0
         ? null
         : await runDispatcher(config, receiver, origin, 1, 'backlog', 1, config.dispatcherEvents, false, warmUpEvents);
+    if (warmDispatcher && before > 0) await durableTrial();
+    const afterWarm = warmDispatcher ? lastDurable() : undefined;
     const twoDispatchers =
       config.twoDispatchers === false || only ? null : await runDispatcher(config, receiver, origin, 2);
     // Several endpoints: the same number of deliveries, twice over (events × endpoints).
@@ -610,6 +641,10 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         warmDispatcher?.deliveriesPerSec !== undefined && durableLoop
           ? round(warmDispatcher.deliveriesPerSec / durableLoop.deliveriesPerSec.median, 3)
           : null,
+      beside: {
+        dispatcher: besideRatio(dispatcher.deliveriesPerSec, beforeDispatcher, afterDispatcher),
+        warm: besideRatio(warmDispatcher?.deliveriesPerSec, afterDispatcher, afterWarm),
+      },
       twoDispatchers,
       steady,
       steadyNotify,
@@ -1278,12 +1313,18 @@ export function renderWebhookEngineRows(w: WebhookResult): string[] {
   return rows;
 }
 
+/** ", 0.52× its trials just before and after (9,100 and 9,900/s)", or nothing. */
+function besideText(beside: BesideRatio | null | undefined): string {
+  if (!beside) return '';
+  return ` (median of its trials), ${num(beside.ratio, 2)}× its trials just before and after the run (${num(beside.trials[0])} and ${num(beside.trials[1])}/s)`;
+}
+
 /** Lines under the webhook table: the ratios the issue asks for and the scheduler pass. */
 export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   const d = w.dispatcher;
   const lines = [''];
   lines.push(
-    `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop (target ≥ 5,000/s and ≥ 0.6×); not delivered when the run stopped (lost unless the run timed out) ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
+    `- one dispatcher: ${num(d.deliveriesPerSec)} deliveries/s = ${num(w.durableRatio, 2)}× the raw durable loop${besideText(w.beside?.dispatcher)} (target ≥ 5,000/s and ≥ 0.6×); not delivered when the run stopped (lost unless the run timed out) ${num((d.events ?? 0) - (d.verified ?? 0))}, duplicates ${num(d.duplicate)}`,
   );
   lines.push(
     `- one dispatcher (WEBHOOK_ENDPOINT_CONCURRENCY=${num(d.endpointCap)}): ${num(d.cpuUsPerDelivery)} µs dispatcher CPU and ${num(d.pgCpuUsPerDelivery)} µs PostgreSQL backend CPU per delivery (the backends serving its connections, by application_name; WAL writer and checkpointer not included); ${num(d.queriesPerDelivery, 3)} PostgreSQL round trips per delivery (every query its pg clients sent, BEGIN/COMMIT included); ${machineRunText(d.machine)}`,
@@ -1295,7 +1336,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   if (warm) {
     lines.push(
       warm.status === 'ok' || warm.status === 'incomplete'
-        ? `- one warm dispatcher (it first delivered ${num(w.warmUpEvents)} events, then was stopped with SIGSTOP while the backlog was published, and continued): ${num(warm.deliveriesPerSec)} deliveries/s = ${num(w.warmDispatcherDurableRatio, 2)}× the raw durable loop; ${warm.status}: ${num(warm.verified)}/${num(warm.events)} verified, ${num(warm.duplicate)} duplicate; ${num(warm.cpuUsPerDelivery)} µs dispatcher CPU, ${num(warm.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(warm.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(warm.machine)}; its ${warmText(warm)}`
+        ? `- one warm dispatcher (it first delivered ${num(w.warmUpEvents)} events, then was stopped with SIGSTOP while the backlog was published, and continued): ${num(warm.deliveriesPerSec)} deliveries/s = ${num(w.warmDispatcherDurableRatio, 2)}× the raw durable loop${besideText(w.beside?.warm)}; ${warm.status}: ${num(warm.verified)}/${num(warm.events)} verified, ${num(warm.duplicate)} duplicate; ${num(warm.cpuUsPerDelivery)} µs dispatcher CPU, ${num(warm.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(warm.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(warm.machine)}; its ${warmText(warm)}`
         : `- one warm dispatcher: ${warm.status} ${warm.reason ?? ''}`,
     );
   }

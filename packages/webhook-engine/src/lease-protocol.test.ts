@@ -867,6 +867,97 @@ describe('an endpoint deleted by hand (no foreign key cascades its deliveries)',
       ['SKIPPED', null, null],
     ]);
   });
+
+  it('a delivery whose outbox event was deleted is SKIPPED by a claim, and a hand-over that takes only such ones hands over nothing', async () => {
+    const endpoint = await harness.createEndpoint('org-hand-evt', receiver.url('/hand-evt'));
+    await harness.publish('org-hand-evt', 3);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const mine = queued.filter((item) => item.endpointId === endpoint.id);
+    const [first, second, third] = (await deliveriesOf('org-hand-evt')).map((row) => row);
+    await sql`delete from webhook_outbox where id in (${second!.event_id}, ${third!.event_id})`.execute(harness.db);
+
+    const lease = `a:${crypto.randomUUID()}`;
+    const claimed = await claimDeliveries(harness.db, { queued: mine, endpointCap: 10, leaseMs: 60_000, lease });
+    expect(claimed.map((delivery) => delivery.id)).toEqual([first!.id]);
+    expect((await deliveriesOf('org-hand-evt')).map((row) => row.status)).toEqual(['PENDING', 'SKIPPED', 'SKIPPED']);
+
+    // A new delivery whose event then goes: the lane's hand-over takes it (it cannot see the event is
+    // gone without a look-up per row) but hands nothing over, and does not throw.
+    await harness.publish('org-hand-evt');
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 1 });
+    const fourth = (await deliveriesOf('org-hand-evt'))[3]!;
+    await sql`delete from webhook_outbox where id = ${fourth.event_id}`.execute(harness.db);
+    await sql`update webhook_deliveries set leased_until = now() - interval '1 second' where id = ${fourth.id}`.execute(
+      harness.db,
+    );
+    const recorded = await recordOutcomes(
+      harness.db,
+      [outcome(claimed[0]!, { statusCode: 200, error: null, next: { status: 'SUCCEEDED' }, health: 'success' })],
+      { disableAfterMs: DAY_MS, handOver: { endpointId: endpoint.id, leaseMs: 60_000, lease, take: 5 } },
+    );
+    expect(recorded.recorded).toEqual(new Set([first!.id]));
+    expect(recorded.handedOver).toEqual([]);
+  });
+
+  it('DEAD deliveries of an endpoint deleted by hand neither stall the dead-letter catch-up nor stay after retention', async () => {
+    const queue = harness.newQueue();
+    await streamMissedDeadLetters(harness.db, queue, 10_000);
+    const gone = await harness.createEndpoint('org-dead-gone', receiver.url('/dead-gone'));
+    const kept = await harness.createEndpoint('org-dead-kept', receiver.url('/dead-kept'));
+    await harness.publish('org-dead-gone');
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    await harness.publish('org-dead-kept');
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [orphan] = await deliveriesOf('org-dead-gone');
+    const [letter] = await deliveriesOf('org-dead-kept');
+    await sql`update webhook_deliveries set status = 'DEAD', next_attempt_at = null, lease_token = null,
+      leased_until = null, updated_at = now() - interval '1 minute', dead_letter_streamed_at = null
+      where id in (${orphan!.id}, ${letter!.id})`.execute(harness.db);
+    await sql`insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error)
+      values (${orphan!.id}, now(), 500, 5, 'HTTP 500')`.execute(harness.db);
+    await sql`delete from webhook_endpoints where id = ${gone.id}`.execute(harness.db);
+
+    // One at a time: the orphan (older) is marked, not streamed; the next pass streams the other one.
+    expect(await streamMissedDeadLetters(harness.db, queue, 1)).toBe(0);
+    expect(await streamMissedDeadLetters(harness.db, queue, 1)).toBe(1);
+    const stream = await harness.redis.xrange(harness.keys.deadLetterStream, '-', '+');
+    expect(stream.filter(([, fields]) => fields.includes(letter!.id))).toHaveLength(1);
+    expect(stream.filter(([, fields]) => fields.includes(orphan!.id))).toHaveLength(0);
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    await retention.runOnce();
+    expect(await deliveriesOf('org-dead-gone')).toEqual([]);
+    expect(
+      await harness.db.selectFrom('webhook_attempts').select('id').where('delivery_id', '=', orphan!.id).execute(),
+    ).toEqual([]);
+    expect((await deliveriesOf('org-dead-kept')).map((row) => row.status)).toEqual(['DEAD']);
+    expect(kept.id).toBeTruthy();
+  });
+});
+
+describe('purging a deleted endpoint', () => {
+  it('waits for deliveries being attempted (their attempt rows come later) and purges them once recorded', async () => {
+    const endpoint = await harness.createEndpoint('org-purge-busy', receiver.url('/purge-busy'));
+    await harness.publish('org-purge-busy', 2);
+    const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const mine = queued.filter((item) => item.endpointId === endpoint.id);
+    const [busy] = await claimDeliveries(harness.db, { queued: mine.slice(0, 1), endpointCap: 10, leaseMs: 60_000 });
+    expect(await deleteWebhookEndpoint(harness.db, endpoint.id, ['org-purge-busy'])).toBe(true);
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    expect(await retention.runOnce()).toMatchObject({ purgedDeliveries: 1, purgedEndpoints: 0 });
+    expect((await deliveriesOf('org-purge-busy')).map((row) => row.id)).toEqual([busy!.id]);
+
+    await recordOutcomes(harness.db, [outcome(busy!, {})], { disableAfterMs: DAY_MS });
+    expect(
+      await harness.db.selectFrom('webhook_attempts').select('id').where('delivery_id', '=', busy!.id).execute(),
+    ).toHaveLength(1);
+    expect(await retention.runOnce()).toMatchObject({ purgedDeliveries: 1, purgedEndpoints: 1 });
+    expect(await deliveriesOf('org-purge-busy')).toEqual([]);
+    expect(
+      await harness.db.selectFrom('webhook_attempts').select('id').where('delivery_id', '=', busy!.id).execute(),
+    ).toEqual([]);
+  });
 });
 
 // Dispatchers started by a test run until it ends: each test's endpoint cap is its own.

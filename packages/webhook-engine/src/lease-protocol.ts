@@ -94,7 +94,8 @@
  * each would cost a look-up and a WAL-logged lock of the parent row per delivery or attempt written.
  * Endpoints are soft-deleted and purged by retention after their deliveries (and those deliveries'
  * attempts) are gone; an outbox event is deleted only once no delivery refers to it. A delivery whose
- * endpoint row is missing anyway (deleted by hand) is made SKIPPED by the claim that names it.
+ * endpoint row or event is missing anyway (deleted by hand) is made SKIPPED by the claim that names it,
+ * and retention purges DEAD ones whose endpoint is gone.
  *
  * Plans. The statements are prepared (planned once per connection): from the sixth execution on,
  * PostgreSQL runs a generic plan made from the table sizes of that moment, and keeps it until the
@@ -281,15 +282,17 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
         limit ${ids.length}
       ), cand as (
-        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq
+        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq,
+          exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
         from input join webhook_deliveries delivery on delivery.id = input.id
         where delivery.status = 'PENDING' and delivery.next_attempt_at <= now()
           and (delivery.lease_token = input.lease or delivery.leased_until is null or delivery.leased_until <= now())
         union
-        select next.id, next.endpoint_id, next.next_attempt_at, next.seq
+        select next.id, next.endpoint_id, next.next_attempt_at, next.seq,
+          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
         from unnest(${chain}::text[]) as chained(endpoint_id)
         cross join lateral (
-          select id, endpoint_id, next_attempt_at, seq from webhook_deliveries
+          select id, endpoint_id, event_id, next_attempt_at, seq from webhook_deliveries
           where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
             -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
             -- then claims nothing). An a-lease is an attempt: only once it has expired.
@@ -326,7 +329,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select cand.id, cand.endpoint_id,
           row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
         from cand join endpoint on endpoint.id = cand.endpoint_id
-        where endpoint.enabled and not endpoint.paused
+        where endpoint.enabled and not endpoint.paused and cand.has_event
       ), picked as (
         select ranked.id from ranked left join busy using (endpoint_id)
         where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
@@ -348,18 +351,26 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         delete from webhook_endpoint_slots registration using gone
         where registration.endpoint_id = gone.endpoint_id and registration.lease = gone.lease
       ), skipped as (
-        -- A delivery whose endpoint row is gone altogether (deleted by hand: no foreign key holds it)
-        -- is skipped like one of a deleted endpoint, not handed out again forever.
+        -- A delivery whose endpoint row or event is gone altogether (deleted by hand: no foreign key
+        -- holds them) is skipped like one of a deleted endpoint, not handed out again forever; one
+        -- whose event is gone in "orphaned" (each row in one update only).
         update webhook_deliveries delivery
         set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
         from cand left join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and not coalesce(endpoint.enabled, false)
+        where delivery.id = cand.id and not coalesce(endpoint.enabled, false) and cand.has_event
+        returning delivery.id
+      ), orphaned as (
+        -- (Apart from "skipped": one update with either condition would make PostgreSQL's generic
+        -- plan scan the whole table.)
+        update webhook_deliveries delivery
+        set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
+        from cand where delivery.id = cand.id and not cand.has_event
         returning delivery.id
       ), released as (
         update webhook_deliveries delivery
         set lease_token = null, leased_until = null, next_attempt_at = endpoint.paused_until
         from cand join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and endpoint.enabled and endpoint.paused
+        where delivery.id = cand.id and endpoint.enabled and endpoint.paused and cand.has_event
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
@@ -805,9 +816,11 @@ export async function recordOutcomes(
       const taken = JSON.parse(row.reason) as {
         url: string;
         secrets: string[];
-        deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets'>>;
+        deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets'>> | null;
       };
-      result.handedOver = taken.deliveries.map((delivery) => ({
+      // No delivery when every one taken had lost its outbox event (deleted by hand; the claim that
+      // names them once their lease has expired makes them SKIPPED).
+      result.handedOver = (taken.deliveries ?? []).map((delivery) => ({
         ...delivery,
         url: taken.url,
         secrets: taken.secrets,

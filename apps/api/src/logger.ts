@@ -1,13 +1,20 @@
+import { type LogOutput, stdoutLogOutput } from '@herald/config';
 import { type Logger, pino } from 'pino';
 
 export type { Logger };
 
-/** Structured JSON logs on stdout (one object per line), the format log shippers expect. */
-export function createLogger(level: string): Logger {
-  return pino({
-    level,
-    base: { service: 'herald-api' },
-    timestamp: pino.stdTimeFunctions.isoTime,
-    redact: { paths: ['req.headers.authorization', '*.authToken', '*.authorization'], censor: '[redacted]' },
-  });
+/**
+ * Structured JSON logs on stdout (one object per line), the format log shippers expect. Written through
+ * `output` (stdout by default), which never blocks or throws when the reader is slow or gone.
+ */
+export function createLogger(level: string, output: LogOutput = stdoutLogOutput()): Logger {
+  return pino(
+    {
+      level,
+      base: { service: 'herald-api' },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      redact: { paths: ['req.headers.authorization', '*.authToken', '*.authorization'], censor: '[redacted]' },
+    },
+    { write: (line: string) => output.write(line) },
+  );
 }

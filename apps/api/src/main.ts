@@ -1,4 +1,12 @@
-import { InvalidConfigError } from '@herald/config';
+import {
+  handleShutdownSignals,
+  InvalidConfigError,
+  shutdownEventLogger,
+  stderrLogOutput,
+  stdoutLogOutput,
+} from '@herald/config';
+import { registerLogDropMetric } from '@herald/config/log-output-metric';
+import { DataDirectoryInUseError } from '@herald/db';
 import { createApp } from './app.js';
 import { DEMO_USER } from './dev-credentials.js';
 import { loadApiConfig } from './env.js';
@@ -6,29 +14,41 @@ import { createLogger } from './logger.js';
 import { CONSOLE_PATH } from './plugins/use-console.js';
 import { GRAPHQL_PATH } from './server.js';
 
-let config: ReturnType<typeof loadApiConfig>;
-try {
-  config = loadApiConfig();
-} catch (error) {
-  if (error instanceof InvalidConfigError) {
-    for (const line of error.lines) process.stderr.write(`herald: invalid configuration: ${line}\n`);
-    process.exit(1);
-  }
-  throw error;
+// Logs (stdout) and the banner (stderr) never block or throw, whatever their readers do: see log-output.ts.
+const logs = stdoutLogOutput();
+const banner = stderrLogOutput();
+
+/** Exits with 1 after one line on stderr (and the logs so far), waiting at most a second for readers. */
+async function exitWith(lines: readonly string[]): Promise<never> {
+  for (const line of lines) banner.write(`${line}\n`);
+  await Promise.all([banner.flush(1_000), logs.flush(1_000)]);
+  process.exit(1);
 }
 
-const logger = createLogger(config.logLevel);
+const config = await Promise.resolve()
+  .then(() => loadApiConfig())
+  .catch((error: unknown) => {
+    if (!(error instanceof InvalidConfigError)) throw error;
+    return exitWith(error.lines.map((line) => `herald: invalid configuration: ${line}`));
+  });
+
+const logger = createLogger(config.logLevel, logs);
 logger.info(
   { mode: config.mode, database: config.database.kind, pubsub: config.redisUrl ? 'redis' : 'memory' },
   `herald api starting in ${config.mode} mode`,
 );
 const app = await createApp(config, logger).catch((error: unknown) => {
+  if (error instanceof DataDirectoryInUseError) {
+    // Another server (or CLI) has this data directory open: one line, as for a bad variable.
+    return exitWith([`herald: ${error.message}`]);
+  }
   logger.fatal({ err: error }, 'start-up failed');
-  process.exit(1);
+  return exitWith([]);
 });
+registerLogDropMetric(app.metrics.registry, [logs, banner]);
 const address = await app.listen().catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
-  process.exit(1);
+  return exitWith([]);
 });
 logger.info(
   { mode: config.mode, database: config.database.kind, address: address.address, port: address.port },
@@ -38,7 +58,7 @@ logger.info(
 if (app.devToken) {
   const host = config.http.host === '0.0.0.0' || config.http.host === '::' ? 'localhost' : config.http.host;
   const token = app.devToken;
-  process.stderr.write(
+  banner.write(
     [
       '',
       `  Herald is running in ${config.mode} mode (data in ${config.dataDir}).`,
@@ -52,23 +72,10 @@ if (app.devToken) {
   );
 }
 
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => {
-    logger.info({ signal }, 'shutting down');
-    const hardExit = setTimeout(
-      () => {
-        logger.error('shutdown grace period exceeded; exiting');
-        process.exit(1);
-      },
-      config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
-    );
-    hardExit.unref();
-    app.stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  });
-}
+// The hard bound: the drain pause and the grace period, plus the time to close Redis and the database.
+handleShutdownSignals({
+  stop: () => app.stop(),
+  hardExitMs: config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
+  beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), banner.flush(timeoutMs)]).then(() => {}),
+  onEvent: shutdownEventLogger(logger),
+});

@@ -1,8 +1,9 @@
 import { InvalidConfigError } from '@herald/config';
-import { createDatabase, migrateToLatest } from '@herald/db';
+import { createDatabase, DataDirectoryInUseError, migrateToLatest } from '@herald/db';
 import { loadApiConfig } from './env.js';
 
 // `pnpm migrate`: brings the configured database (DATABASE_URL, or the embedded one) to the latest schema.
+// An embedded data directory is locked while migrating: refused (exit 1, one line) while a server has it.
 try {
   const config = loadApiConfig();
   const database = await createDatabase(config.database);
@@ -16,6 +17,8 @@ try {
 } catch (error) {
   if (error instanceof InvalidConfigError) {
     for (const line of error.lines) process.stderr.write(`herald: invalid configuration: ${line}\n`);
+  } else if (error instanceof DataDirectoryInUseError) {
+    process.stderr.write(`herald: ${error.message}\n`);
   } else {
     process.stderr.write(`herald: migration failed: ${(error as Error).message}\n`);
   }

@@ -1,5 +1,12 @@
 import type { AddressInfo } from 'node:net';
-import { InvalidConfigError } from '@herald/config';
+import {
+  handleShutdownSignals,
+  InvalidConfigError,
+  shutdownEventLogger,
+  stderrLogOutput,
+  stdoutLogOutput,
+} from '@herald/config';
+import { registerLogDropMetric } from '@herald/config/log-output-metric';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
 import { createDispatcher, createOutboxWakeListener, createRedisStreamQueue } from '@herald/webhook-engine';
@@ -7,18 +14,25 @@ import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
 
-let config: ReturnType<typeof loadDispatcherConfig>;
-try {
-  config = loadDispatcherConfig();
-} catch (error) {
-  if (error instanceof InvalidConfigError) {
-    for (const line of error.lines) process.stderr.write(`herald-webhook-dispatcher: invalid configuration: ${line}\n`);
-    process.exit(1);
-  }
-  throw error;
+// Logs never block or throw, whatever their reader does (see log-output.ts in @herald/config).
+const logs = stdoutLogOutput();
+const errors = stderrLogOutput();
+
+/** Exits with 1 after `lines` on stderr, waiting at most a second for the readers. */
+async function exitWith(lines: readonly string[]): Promise<never> {
+  for (const line of lines) errors.write(`${line}\n`);
+  await Promise.all([errors.flush(1_000), logs.flush(1_000)]);
+  process.exit(1);
 }
 
-const logger = createLogger(config.logLevel);
+const config = await Promise.resolve()
+  .then(() => loadDispatcherConfig())
+  .catch((error: unknown) => {
+    if (!(error instanceof InvalidConfigError)) throw error;
+    return exitWith(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
+  });
+
+const logger = createLogger(config.logLevel, logs);
 // Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
 const database = await createDatabase({
   kind: 'postgres',
@@ -31,7 +45,7 @@ try {
   await migrateToLatest(database.db);
 } catch (error) {
   logger.fatal({ err: error }, 'database migration failed');
-  process.exit(1);
+  await exitWith([]);
 }
 const keys = webhookRedisKeys(config.redisPrefix);
 const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
@@ -47,7 +61,7 @@ const dispatcher = createDispatcher({
 });
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');
-  process.exit(1);
+  return exitWith([]);
 });
 // API pods announce their publishPost commits on Redis (no NOTIFY there, see outbox-wake.ts).
 const wake = createOutboxWakeListener({
@@ -58,16 +72,17 @@ const wake = createOutboxWakeListener({
 });
 await wake.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'could not subscribe to the outbox wake-up channel');
-  process.exit(1);
+  return exitWith([]);
 });
 
+registerLogDropMetric(dispatcher.metrics.registry, [logs, errors]);
 const ops = createOpsServer({ registry: dispatcher.metrics.registry, readiness: () => dispatcher.readiness() });
 await new Promise<void>((resolve, reject) => {
   ops.once('error', reject);
   ops.listen(config.http.port, config.http.host, () => resolve());
 }).catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
-  process.exit(1);
+  return exitWith([]);
 });
 const address = ops.address() as AddressInfo;
 logger.info(
@@ -75,26 +90,16 @@ logger.info(
   'herald webhook dispatcher ready',
 );
 
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => {
-    logger.info({ signal }, 'shutting down');
-    const hardExit = setTimeout(() => {
-      logger.error('shutdown grace period exceeded; exiting');
-      process.exit(1);
-    }, config.http.shutdownGraceMs);
-    hardExit.unref();
-    (async () => {
-      ops.close();
-      await wake.stop();
-      await dispatcher.stop();
-      await queue.close();
-      await database.close();
-    })().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  });
-}
+// Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
+handleShutdownSignals({
+  stop: async () => {
+    ops.close();
+    await wake.stop();
+    await dispatcher.stop();
+    await queue.close();
+    await database.close();
+  },
+  hardExitMs: config.http.shutdownGraceMs,
+  beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), errors.flush(timeoutMs)]).then(() => {}),
+  onEvent: shutdownEventLogger(logger),
+});

@@ -6,6 +6,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { Kysely, PostgresDialect, type PostgresPool, sql } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
+import { lockDataDirectory } from './data-directory-lock.js';
 import type { Database } from './database.js';
 import { createDialectPool } from './dialect-pool.js';
 import { registerDirectReads } from './direct-reads.js';
@@ -53,7 +54,8 @@ export type DatabaseConfig =
     }
   /**
    * Embedded PostgreSQL (PGlite, WebAssembly) stored in `dataDir`, or in memory for `memory://`.
-   * One process only: two processes must never open the same directory.
+   * One process only: opening takes the directory's lock (data-directory-lock.ts) and fails with
+   * `DataDirectoryInUseError` while another live process holds it; `close` releases it.
    */
   | {
       kind: 'embedded';
@@ -114,10 +116,20 @@ export interface HeraldDatabase {
 export async function createDatabase(config: DatabaseConfig, options: DatabaseOptions = {}): Promise<HeraldDatabase> {
   const onConnectionError = options.onConnectionError ?? logConnectionError;
   // Embedded: in process, no pooler in between, so statements with parameters are always prepared.
-  const embedded =
-    config.kind === 'embedded'
-      ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated))
+  const lock =
+    config.kind === 'embedded' && !config.dataDir.startsWith('memory://')
+      ? lockDataDirectory(config.dataDir)
       : undefined;
+  let embedded: PGlite | undefined;
+  try {
+    embedded =
+      config.kind === 'embedded'
+        ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated))
+        : undefined;
+  } catch (error) {
+    lock?.release();
+    throw error;
+  }
   let dialect: PostgresDialect | PGliteDialect;
   let dialectPool: PostgresPool | undefined;
   if (config.kind === 'postgres') {
@@ -163,9 +175,14 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
         // webhook dispatcher) may have one in flight at any moment. Closing it while holding its single
         // connection waits for that query; queries queued behind it then fail with "PGlite is closed".
         if (embedded) {
-          await db.connection().execute(() => embedded.close());
-          // Kysely's destroy closes PGlite again, which now throws "PGlite is closed".
-          await db.destroy().catch(() => {});
+          const pglite = embedded;
+          try {
+            await db.connection().execute(() => pglite.close());
+            // Kysely's destroy closes PGlite again, which now throws "PGlite is closed".
+            await db.destroy().catch(() => {});
+          } finally {
+            lock?.release();
+          }
         } else {
           await db.destroy();
         }

@@ -1,5 +1,6 @@
 export * from './author-loader.js';
 export * from './create-database.js';
+export { DataDirectoryInUseError, type LockHolder, lockDataDirectory } from './data-directory-lock.js';
 export type * from './database.js';
 export * from './database-unavailable.js';
 export { readRows } from './direct-reads.js';

@@ -21,19 +21,22 @@ import { createAndPublish } from './support/subscribers.js';
 
 // A real Prometheus, configured from deploy/prometheus/prometheus.yml and loading deploy/prometheus/alerts.yml
 // unchanged, scrapes a cluster-mode Herald: two API pods and a webhook dispatcher on real PostgreSQL and
-// Redis. A receiver that always answers 500 gets a delivery dead-lettered, and the dead-letter alert fires
-// in Prometheus. Then every query of deploy/grafana/herald-dashboard.json must return a series from that
+// Redis. A receiver that always answers 500 gets deliveries dead-lettered, and the dead-letter alert fires
+// in Prometheus; a second endpoint answering 410 Gone is disabled, and its alert fires too; with every
+// attempt failing, the failure-rate alert goes pending (its `for:` is 10 minutes), and so does the one for
+// dead deliveries waiting (a day). Every shipped alert is thus seen live. Then every query of deploy/grafana/herald-dashboard.json must return a series from that
 // Prometheus, and every selector of the alert rules must match scraped series: a misspelt metric or
 // label would leave a panel empty or an alert that can never fire.
 //
-// The shipped rules are loaded as they are: HeraldWebhookDeadLetters has no `for:`, so it fires at the
-// first evaluation after the scrape that sees the dead letter; the test Prometheus scrapes and evaluates
-// every second instead of the shipped 15 s.
+// The shipped rules are loaded as they are: the dead-letter and disabled-endpoint alerts have no `for:`, so
+// they fire at the first evaluation after the scrape that sees the count grow; the test Prometheus scrapes
+// and evaluates every second instead of the shipped 15 s.
 
 const DASHBOARD_FILE = fileURLToPath(new URL('../deploy/grafana/herald-dashboard.json', import.meta.url));
 const JWT_SECRET = 'prometheus-alerts-test-secret-0123456789';
 const ORG = `org-${randomUUID()}`;
-const DEAD_LETTER_ALERT = 'HeraldWebhookDeadLetters';
+/** Posts published to both endpoints: enough failed attempts (one per post) for the failure-rate alert. */
+const POSTS = 25;
 /** The namespace label deploy/prometheus/prometheus.yml gives every Herald target. */
 const NAMESPACE = 'herald';
 /** Scrapes and evaluations run every second; this bounds a handful of them on a busy machine. */
@@ -68,15 +71,17 @@ let dispatcher: DispatcherProcess | undefined;
 let prometheus: PrometheusServer | undefined;
 let receiver: Server;
 let token: string;
-let receiverHits = 0;
+const receiverHits = { failing: 0, gone: 0 };
 
 beforeAll(async () => {
   schema = await createTestSchema(inject('databaseUrl'));
   // Every delivery fails: with a retry horizon shorter than the first backoff, the first failure is final.
+  // /gone answers 410, which disables its endpoint at once.
   receiver = createServer((request, response) => {
     request.resume().on('end', () => {
-      receiverHits++;
-      response.writeHead(500).end('always failing');
+      const gone = request.url === '/gone';
+      receiverHits[gone ? 'gone' : 'failing']++;
+      response.writeHead(gone ? 410 : 500).end();
     });
   });
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
@@ -135,11 +140,13 @@ describe('a real Prometheus scraping two API pods and a webhook dispatcher', () 
     });
   });
 
-  it(`fires ${DEAD_LETTER_ALERT} once a delivery is dead-lettered, and not before`, async () => {
-    // The counter's 0 must be scraped first: increase() needs a sample from before the dead letter.
+  it('fires the dead-letter and disabled-endpoint alerts and holds the other two pending, none before', async () => {
+    // The counters' zeros must be scraped first: increase() needs a sample from before they grow.
     await waitFor(
-      'a scrape of the dispatcher at zero dead letters',
-      async () => (await prometheus!.query('herald_webhook_dead_letters_total == 0')).length === 1,
+      'a scrape of the dispatcher with nothing dead-lettered or disabled',
+      async () =>
+        (await prometheus!.query('herald_webhook_dead_letters_total + herald_webhook_endpoints_disabled_total == 0'))
+          .length === 1,
       { timeoutMs: PROMETHEUS_WAIT_MS, intervalMs: 250 },
     );
     const scrapedAt = Date.now();
@@ -147,34 +154,51 @@ describe('a real Prometheus scraping two API pods and a webhook dispatcher', () 
       timeoutMs: PROMETHEUS_WAIT_MS,
       intervalMs: 250,
     });
-    expect((await prometheus!.alerts()).map((alert) => alert.labels.alertname)).not.toContain(DEAD_LETTER_ALERT);
+    expect(await prometheus!.alerts()).toEqual([]);
 
     const { port } = receiver.address() as { port: number };
-    const endpoint = await postGraphql(
-      pods[0]!.baseUrl,
-      token,
-      'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-      { input: { orgId: ORG, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-    );
-    expect(endpoint.body.errors).toBeUndefined();
-    const published = await createAndPublish(pods[1]!.baseUrl, token, ORG, 'never acknowledged');
-    expect(published.errors).toBeUndefined();
+    for (const path of ['/failing', '/gone']) {
+      const endpoint = await postGraphql(
+        pods[0]!.baseUrl,
+        token,
+        'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
+        { input: { orgId: ORG, url: `http://127.0.0.1:${port}${path}`, eventTypes: ['post.published'] } },
+      );
+      expect(endpoint.body.errors).toBeUndefined();
+    }
+    for (let i = 0; i < POSTS; i++) {
+      const published = await createAndPublish(pods[i % pods.length]!.baseUrl, token, ORG, `never acknowledged ${i}`);
+      expect(published.errors).toBeUndefined();
+    }
 
-    let fired: PrometheusAlert | undefined;
+    const expected = {
+      HeraldWebhookDeadLetters: 'firing',
+      HeraldWebhookEndpointDisabled: 'firing',
+      HeraldWebhookFailureRateHigh: 'pending',
+      HeraldWebhookDeadDeliveriesWaiting: 'pending',
+    };
+    let alerts: PrometheusAlert[] = [];
+    const states = () => Object.fromEntries(alerts.map((alert) => [alert.labels.alertname, alert.state]));
     await waitFor(
-      `${DEAD_LETTER_ALERT} to fire in Prometheus`,
+      `Prometheus to show ${JSON.stringify(expected)}`,
       async () => {
-        fired = (await prometheus!.alerts()).find(
-          (alert) => alert.labels.alertname === DEAD_LETTER_ALERT && alert.state === 'firing',
-        );
-        return fired !== undefined;
+        alerts = await prometheus!.alerts();
+        return Object.entries(expected).every(([name, state]) => states()[name] === state);
       },
       { timeoutMs: PROMETHEUS_WAIT_MS, intervalMs: 250 },
-    );
-    expect(receiverHits).toBeGreaterThan(0);
-    expect(fired!.labels).toMatchObject({ namespace: NAMESPACE, severity: 'critical' });
-    expect(Number(fired!.value)).toBeGreaterThan(0);
-    expect(fired!.annotations.description).toContain(`in namespace ${NAMESPACE} exhausted`);
+    ).catch((error: Error) => {
+      throw new Error(`${error.message}; alerts now: ${JSON.stringify(alerts)}`);
+    });
+    expect(states()).toEqual(expected);
+    expect(receiverHits.failing).toBeGreaterThanOrEqual(POSTS);
+    expect(receiverHits.gone).toBeGreaterThan(0);
+    for (const alert of alerts) {
+      expect(alert.labels.namespace, alert.labels.alertname).toBe(NAMESPACE);
+      expect(Number(alert.value), alert.labels.alertname).toBeGreaterThan(0);
+    }
+    const deadLetters = alerts.find((alert) => alert.labels.alertname === 'HeraldWebhookDeadLetters')!;
+    expect(deadLetters.labels.severity).toBe('critical');
+    expect(deadLetters.annotations.description).toContain(`in namespace ${NAMESPACE} exhausted`);
   });
 
   it('has a series for every query of the Grafana dashboard', async () => {

@@ -25,10 +25,22 @@ export interface ApiMetrics {
   httpRequests: Counter<'route'>;
 }
 
+/** The `reason` label values of `herald_delivery_errors_total`. */
+export const DELIVERY_ERROR_REASONS = ['publish_failed', 'send_failed'] as const;
+
 /** One registry per server instance, so tests and several servers in one process don't collide. */
 export function createApiMetrics(): ApiMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'herald_api_' });
+  const deliveryErrors = new Counter({
+    name: 'herald_delivery_errors_total',
+    help: 'Events that could not be sent to a subscriber, or could not be published',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+  // Every reason exists from the start at 0: the dashboard shows 0 rather than no data, and rate() sees
+  // the first error (a series born at 1 has no earlier sample to grow from).
+  for (const reason of DELIVERY_ERROR_REASONS) deliveryErrors.inc({ reason }, 0);
   return {
     registry,
     openSockets: new Gauge({
@@ -51,12 +63,7 @@ export function createApiMetrics(): ApiMetrics {
       help: 'next messages sent to subscribers',
       registers: [registry],
     }),
-    deliveryErrors: new Counter({
-      name: 'herald_delivery_errors_total',
-      help: 'Events that could not be sent to a subscriber, or could not be published',
-      labelNames: ['reason'],
-      registers: [registry],
-    }),
+    deliveryErrors,
     eventToSendSeconds: new Histogram({
       name: 'herald_event_to_send_seconds',
       help: 'Time from publishing an event to sending it on a socket',

@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { createDatabase, type HeraldDatabase, isDatabaseUnavailableError } from '@herald/db';
 import { waitFor } from '@herald/testing/ports';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiOnOwnPostgres, POSTS_QUERY as POSTS, startApiOnOwnPostgres } from './support/api-on-own-postgres.js';
 import type { ApiProcess } from './support/api-process.js';
+import { startDispatcherProcess } from './support/dispatcher-process.js';
 import { postGraphql } from './support/graphql-http.js';
 import type { OwnPostgres } from './support/postgres-cluster.js';
 
@@ -12,6 +14,9 @@ import type { OwnPostgres } from './support/postgres-cluster.js';
 
 const JWT_SECRET = 'postgres-freeze-test-secret-0123456789abcdef';
 const QUERY_TIMEOUT_MS = 2_000;
+const SHUTDOWN_GRACE_MS = 3_000;
+/** The API's hard bound (drain 0 + grace + 5 s) with slack for a busy machine; the dispatcher's is less. */
+const EXIT_BOUND_MS = SHUTDOWN_GRACE_MS + 5_000 + 5_000;
 
 let setup: ApiOnOwnPostgres | undefined;
 let cluster: OwnPostgres;
@@ -21,7 +26,10 @@ let token: string;
 let ORG: string;
 
 beforeAll(async () => {
-  setup = await startApiOnOwnPostgres(JWT_SECRET, { DATABASE_QUERY_TIMEOUT_MS: String(QUERY_TIMEOUT_MS) });
+  setup = await startApiOnOwnPostgres(JWT_SECRET, {
+    DATABASE_QUERY_TIMEOUT_MS: String(QUERY_TIMEOUT_MS),
+    SHUTDOWN_GRACE_MS: String(SHUTDOWN_GRACE_MS),
+  });
   ({ cluster, api, token, orgId: ORG } = setup);
   database = await createDatabase({
     kind: 'postgres',
@@ -80,4 +88,34 @@ describe('a PostgreSQL server that freezes with its connections open', () => {
     expect(again.body.errors).toBeUndefined();
     expect(api.child.exitCode).toBeNull();
   });
+
+  it('ends the API and a dispatcher within their bound on one SIGTERM while PostgreSQL stays frozen', async () => {
+    const dispatcher = await startDispatcherProcess({
+      DATABASE_URL: setup!.own.url,
+      REDIS_URL: inject('redisUrl'),
+      HERALD_REDIS_PREFIX: `herald-freeze-${randomUUID()}:`,
+      SHUTDOWN_GRACE_MS: String(SHUTDOWN_GRACE_MS),
+    });
+    await cluster.freeze();
+    try {
+      // A request in flight on the frozen server while the signal arrives.
+      const inFlight = postGraphql(api.baseUrl, token, POSTS, { orgId: ORG }).catch(() => undefined);
+      const exits = [api, dispatcher].map(async (herald) => {
+        const started = Date.now();
+        const timer = setTimeout(() => herald.child.kill('SIGKILL'), EXIT_BOUND_MS);
+        const code = await herald.stop('SIGTERM');
+        clearTimeout(timer);
+        return { code, ms: Date.now() - started, signal: herald.child.signalCode };
+      });
+      for (const exit of await Promise.all(exits)) {
+        // Exited by itself (0: stopped in time, 1: its hard bound cut a close the frozen server never answered).
+        expect(exit.signal).toBeNull();
+        expect([0, 1]).toContain(exit.code);
+        expect(exit.ms).toBeLessThan(EXIT_BOUND_MS);
+      }
+      await inFlight;
+    } finally {
+      await cluster.thaw();
+    }
+  }, 120_000);
 });

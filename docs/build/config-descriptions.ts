@@ -42,7 +42,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'The Redis the API uses (`redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`).',
   HERALD_REDIS_PREFIX:
     'Prefix of every Redis key, stream and pub/sub channel, so several installations can share one Redis. Must match between the API and the dispatcher.',
-  HERALD_DATA_DIR: 'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives.',
+  HERALD_DATA_DIR:
+    'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives. One process at a time: a second server or `pnpm migrate` on a directory in use is refused (see docs/operations.md).',
   HERALD_CONSOLE_DIR:
     'Folder of the built operator console served at `/console/` (apps/console). Unset: `dist/console/` beside the production bundle, else `apps/console/dist/` of the workspace (built by `pnpm install` / `pnpm start`); none found: `/console/` answers 503 saying how to build it. Set to a folder without `index.html`: the API refuses to start.',
 

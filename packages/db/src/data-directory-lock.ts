@@ -157,8 +157,11 @@ function tryCreate(path: string, text: string): boolean {
   return true;
 }
 
-/** Deletes the lock at `path` if it still reads `deadText`, under the take-over guard. */
-function takeOver(path: string, deadText: string): boolean {
+/**
+ * Deletes the lock at `path` if it still reads `deadText`, under the take-over guard. False when another
+ * process holds the guard (the caller waits and looks again). Exported for its test only.
+ */
+export function takeOver(path: string, deadText: string): boolean {
   const guard = `${path}.takeover`;
   try {
     mkdirSync(guard);

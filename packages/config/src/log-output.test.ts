@@ -31,7 +31,7 @@ function writer(stdout: 'pipe' | number) {
     stdio: ['ignore', stdout, 'inherit', 'pipe'],
   });
   let report = '';
-  child.stdio[3]!.setEncoding('utf8').on('data', (chunk: string) => {
+  (child.stdio[3] as NodeJS.ReadableStream).setEncoding('utf8').on('data', (chunk: string) => {
     report += chunk;
   });
   const exited = once(child, 'exit').then(([code]) => code as number | null);

@@ -1,3 +1,4 @@
+export * from './encryption-keys.js';
 export * from './own-database.js';
 export * from './postgres.js';
 export * from './redis-topologies.js';

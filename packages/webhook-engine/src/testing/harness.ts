@@ -10,7 +10,7 @@ import {
   migrateToLatest,
   newWebhookEventId,
 } from '@herald/db';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import { pino } from 'pino';
@@ -92,6 +92,7 @@ export async function createDispatcherHarness(
         databaseUrl: schema.url,
         queue,
         logger,
+        keyring: TEST_KEYRING,
         settings: { ...FAST_SETTINGS, ...settings },
       });
       dispatchers.push(dispatcher);
@@ -100,7 +101,13 @@ export async function createDispatcherHarness(
     },
     async createEndpoint(orgId, url) {
       const secret = generateWebhookSecret();
-      const endpoint = await insertWebhookEndpoint(database.db, { orgId, url, eventTypes: ['post.published'], secret });
+      const endpoint = await insertWebhookEndpoint(database.db, {
+        orgId,
+        url,
+        eventTypes: ['post.published'],
+        secret,
+        keyring: TEST_KEYRING,
+      });
       return { id: endpoint.id, secret };
     },
     async publish(orgId, count = 1) {

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
@@ -37,6 +38,8 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
       PORT: '0',
       LOG_LEVEL: 'info',
       SHUTDOWN_DRAIN_DELAY_MS: '0',
+      // Single and cluster mode need the keyring; the dispatchers tests start get the same one.
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -9,6 +9,7 @@ import {
   insertWebhookEndpoint,
   migrateToLatest,
   newWebhookEventId,
+  type SecretKeyring,
 } from '@herald/db';
 import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
@@ -45,7 +46,7 @@ export interface DispatcherHarness {
   /** A Redis-stream queue on this harness's keys (closed by `close`). */
   newQueue(): WebhookQueue;
   /** Starts a dispatcher on this harness's database and keys (stopped by `close`). */
-  startDispatcher(settings?: Partial<DispatcherSettings>): Promise<StartedDispatcher>;
+  startDispatcher(settings?: Partial<DispatcherSettings>, keyring?: SecretKeyring): Promise<StartedDispatcher>;
   createEndpoint(orgId: string, url: string): Promise<{ id: string; secret: string }>;
   /** Writes `count` post.published events for `orgId` to the outbox, as publishPost does. */
   publish(orgId: string, count?: number): Promise<string[]>;
@@ -85,14 +86,14 @@ export async function createDispatcherHarness(
     keys,
     redis,
     newQueue,
-    async startDispatcher(settings = {}) {
+    async startDispatcher(settings = {}, keyring = TEST_KEYRING) {
       const queue = newQueue();
       const dispatcher = createDispatcher({
         db: database.db,
         databaseUrl: schema.url,
         queue,
         logger,
-        keyring: TEST_KEYRING,
+        keyring,
         settings: { ...FAST_SETTINGS, ...settings },
       });
       dispatchers.push(dispatcher);

@@ -97,23 +97,27 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
   };
 }
 
-/** Runs the API expecting it to refuse to start; resolves with its exit code and output. */
+/** Runs the API expecting it to refuse to start; resolves with its exit code and output (logs are on stdout). */
 export async function runApiExpectingExit(
   env: Record<string, string>,
-): Promise<{ code: number | null; stderr: string }> {
+): Promise<{ code: number | null; stderr: string; stdout: string }> {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
+  let stdout = '';
   child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
     stderr += chunk;
+  });
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
   const [code] = await once(child, 'exit');
   clearTimeout(timer);
-  return { code: code as number | null, stderr };
+  return { code: code as number | null, stderr, stdout };
 }
 
 function safeJson(line: string): Record<string, unknown> | undefined {

@@ -61,3 +61,25 @@ export async function startDispatcherProcess(env: Record<string, string>): Promi
     },
   };
 }
+
+/** Runs the dispatcher expecting it to refuse to start; resolves with its exit code and output. */
+export async function runDispatcherExpectingExit(
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, DISPATCHER_MAIN], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    output += chunk;
+  });
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    output += chunk;
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
+  const [code] = await once(child, 'exit');
+  clearTimeout(timer);
+  return { code: code as number | null, output };
+}

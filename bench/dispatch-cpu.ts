@@ -20,12 +20,14 @@
  *
  * For A/B comparisons run it alternately from two trees, in the same time window.
  */
+
 import { fork } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, insertWebhookEndpoint, migrateToLatest } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
 import { generateWebhookSecret } from '@herald/webhooks';
 import pg from 'pg';
@@ -124,6 +126,7 @@ if (process.argv[2] === 'receiver') {
       databaseUrl: url.toString(),
       queue,
       logger,
+      keyring: TEST_KEYRING,
       settings: {
         timeoutMs: 10_000,
         retryBaseMs: 5_000,
@@ -144,6 +147,7 @@ if (process.argv[2] === 'receiver') {
         url: `http://127.0.0.1:${port}/hook/${i}`,
         eventTypes: ['post.published'],
         secret: generateWebhookSecret(),
+        keyring: TEST_KEYRING,
       });
     }
     /** Inserts a backlog in one transaction, and calls `beforeCommit` (the round's clock starts) just before its commit. */

@@ -16,7 +16,7 @@
  * through auto_explain.
  */
 import { readFileSync } from 'node:fs';
-import { createDatabase, type Database, migrateToLatest } from '@herald/db';
+import { createDatabase, type Database, migrateToLatest, sealSecret } from '@herald/db';
 import {
   type ClaimedDelivery,
   claimDeliveries,
@@ -61,6 +61,8 @@ const success = (d: ClaimedDelivery) => ({
   health: 'success' as const,
 });
 const LEASE_MS = 15_000;
+/** Seals the one endpoint's secret (nothing here opens it). */
+const MICRO_KEYRING = [{ id: 'micro', key: Buffer.alloc(32, 1) }] as const;
 const LANE_LEASE = `a:${crypto.randomUUID()}`;
 
 async function insertEvents(on: Kysely<Database>, from: number, count: number) {
@@ -167,7 +169,9 @@ try {
   await sql`insert into webhook_endpoints (id, org_id, url, event_types) values ('we_micro', 'micro', 'http://127.0.0.1:9/', '{post.published}')`.execute(
     db,
   );
-  await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_micro', 'whsec_x')`.execute(db);
+  // Sealed like every stored secret, so claims carry an envelope of the real size.
+  await sql`insert into webhook_endpoint_secrets (endpoint_id, sealed_secret)
+    values ('we_micro', ${sealSecret(MICRO_KEYRING, 'we_micro', 'whsec_x')})`.execute(db);
   if (process.env.EXPLAIN) await sql`load 'auto_explain'`.execute(db);
   const out: Record<string, unknown> = { events, cap, batch, mode };
   if (mode === 'steady') {

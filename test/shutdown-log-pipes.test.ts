@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_ENCRYPTION_KEYS, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 
@@ -98,6 +98,7 @@ async function start(kind: Kind, stdio: 'pipe' | number): Promise<Started> {
       HERALD_REDIS_PREFIX: `herald-log-pipes-${port}:`,
       SHUTDOWN_DRAIN_DELAY_MS: '0',
       SHUTDOWN_GRACE_MS: String(GRACE_MS),
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
       ...kind.env(),
     },
     stdio: ['ignore', stdio, stdio],

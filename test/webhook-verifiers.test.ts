@@ -1,5 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { sealSecret } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { Webhook as SvixWebhook } from 'svix';
@@ -107,11 +109,17 @@ describe('deliveries from the engine, verified by standardwebhooks, svix and str
     expect(verifyWithEveryLibrary(during, next, next)).toEqual(Array(3).fill(duringEvent));
 
     // The grace period over: only the new secret signs, and the old one is refused by every library.
+    const [original] = await api.app.database.db
+      .selectFrom('webhook_endpoint_secrets')
+      .select('id')
+      .where('endpoint_id', '=', endpoint.id)
+      .orderBy('id')
+      .limit(1)
+      .execute();
     await api.app.database.db
       .updateTable('webhook_endpoint_secrets')
       .set({ expires_at: new Date(Date.now() - 1_000) })
-      .where('endpoint_id', '=', endpoint.id)
-      .where('secret', '=', endpoint.secret)
+      .where('id', '=', original!.id)
       .execute();
     const after = await publishAndReceive('/rotation', 'after rotation');
     const afterEvent = JSON.parse(after.rawBody.toString('utf8'));
@@ -120,23 +128,19 @@ describe('deliveries from the engine, verified by standardwebhooks, svix and str
     expect(() => verifyWithEveryLibrary(after, next, endpoint.secret)).toThrow();
   });
 
-  it('for a secret issued in the old base64url form: Stripe with it as is, the standard libraries with its stored standard_secret', async () => {
+  it('for a secret issued in the old base64url form: Stripe with it as is, the standard libraries with its key in standard base64 (what toStandardWebhookSecret derives)', async () => {
     const endpoint = await createEndpoint('/legacy');
     await api.app.database.db
       .updateTable('webhook_endpoint_secrets')
-      .set({ secret: LEGACY_SECRET })
+      .set({ sealed_secret: sealSecret(TEST_KEYRING, endpoint.id, LEGACY_SECRET) })
       .where('endpoint_id', '=', endpoint.id)
       .execute();
-    const { standard_secret: standardSecret } = await api.app.database.db
-      .selectFrom('webhook_endpoint_secrets')
-      .select('standard_secret')
-      .where('endpoint_id', '=', endpoint.id)
-      .executeTakeFirstOrThrow();
+    const standardSecret = `whsec_${Buffer.from(LEGACY_SECRET.slice('whsec_'.length), 'base64url').toString('base64')}`;
     expect(standardSecret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     expect(() => new StandardWebhook(LEGACY_SECRET)).toThrow();
 
     const delivery = await publishAndReceive('/legacy', 'legacy secret');
     const event = JSON.parse(delivery.rawBody.toString('utf8'));
-    expect(verifyWithEveryLibrary(delivery, LEGACY_SECRET, standardSecret!)).toEqual([event, event, event]);
+    expect(verifyWithEveryLibrary(delivery, LEGACY_SECRET, standardSecret)).toEqual([event, event, event]);
   });
 });

@@ -385,6 +385,8 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     NODE_ENV: 'production',
     LOG_LEVEL: 'info',
     JWT_SECRET: jwtSecret,
+    // Single and cluster mode seal webhook secrets under it (a fresh key per run).
+    HERALD_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('base64')}`,
     ...options.env,
   };
   const removers: Array<() => Promise<unknown>> = [];

@@ -797,6 +797,7 @@ async function runDispatcher(
     };
     if (mode === 'backlog' && !warming) await publishBacklog();
     const dispatcherUrl = new URL(herald.env.DATABASE_URL!);
+    const encryptionKeys = herald.env.HERALD_ENCRYPTION_KEYS!;
     dispatcherUrl.searchParams.set('application_name', applicationName);
     monitor = new pg.Client({ connectionString: config.databaseUrl });
     await monitor.connect();
@@ -838,6 +839,8 @@ async function runDispatcher(
             DATABASE_URL: dispatcherUrl.toString(),
             REDIS_URL: config.redisUrl!,
             HERALD_REDIS_PREFIX: prefix,
+            // The API's keyring: the dispatcher opens the secrets the API sealed.
+            HERALD_ENCRYPTION_KEYS: encryptionKeys,
             WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
             // The same concurrency as the raw loops: this many requests in flight to the one endpoint.
             WEBHOOK_ENDPOINT_CONCURRENCY: String(endpointCap),

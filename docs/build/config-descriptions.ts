@@ -43,7 +43,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   HERALD_REDIS_PREFIX:
     'Prefix of every Redis key, stream and pub/sub channel, so several installations can share one Redis. Must match between the API and the dispatcher.',
   HERALD_DATA_DIR:
-    'Embedded mode only: where PGlite keeps its data and the generated development JWT secret lives. One process at a time: a second server or `pnpm migrate` on a directory in use is refused (see docs/operations.md).',
+    'Embedded mode only: where PGlite keeps its data and the generated development JWT secret and webhook encryption key live. One process at a time: a second server or `pnpm migrate` on a directory in use is refused (see docs/operations.md).',
   HERALD_CONSOLE_DIR:
     'Folder of the built operator console served at `/console/` (apps/console). Unset: `dist/console/` beside the production bundle, else `apps/console/dist/` of the workspace (built by `pnpm install` / `pnpm start`); none found: `/console/` answers 503 saying how to build it. Set to a folder without `index.html`: the API refuses to start.',
 
@@ -81,6 +81,8 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Allow receiver URLs on loopback and private addresses. Unset: on in embedded mode, off otherwise. Link-local addresses (cloud metadata) are always refused.',
   'dispatcher:WEBHOOK_ALLOW_PRIVATE_URLS':
     'Allow receiver URLs on loopback and private addresses, checked again at delivery (DNS rebinding). Link-local addresses are always refused.',
+  HERALD_ENCRYPTION_KEYS:
+    'Keyring that webhook signing secrets are stored encrypted under (AES-256-GCM): `<id>:<base64 32-byte key>`, comma-separated, e.g. `k2:…,k1:…`. The first key encrypts, every key decrypts. Required when `DATABASE_URL` is set (the API and every dispatcher need the same keyring); embedded mode generates one in `HERALD_DATA_DIR`. A malformed value, or one that cannot decrypt the stored secrets, stops the start. See docs/webhooks.md for rotating it.',
   WEBHOOK_RETENTION:
     'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
   WEBHOOK_DISABLE_AFTER:

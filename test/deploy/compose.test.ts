@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { APPS, type AppName } from '../../deploy/build/apps.js';
+import { parseEncryptionKeys } from '../../packages/config/src/encryption-keys.js';
 import { NGINX_TEMPLATE } from '../support/nginx.js';
 import { type Dockerfile, effectiveEnv, REPO_ROOT, readDockerfile } from './dockerfile.js';
 
@@ -133,6 +134,20 @@ describe('deploy/docker-compose.yml', () => {
     for (const [name, service] of heraldServices('webhook-dispatcher')) {
       expect(service.environment?.JWT_SECRET, `${name} never sees the JWT key`).toBeUndefined();
     }
+  });
+
+  it('gives the pods and the dispatchers one dev-only keyring for the webhook secrets', () => {
+    const keyrings = new Set(
+      [...heraldServices('api'), ...heraldServices('webhook-dispatcher')].map(
+        ([, service]) => service.environment?.HERALD_ENCRYPTION_KEYS,
+      ),
+    );
+    expect(keyrings.size).toBe(1);
+    const [keyring] = keyrings;
+    expect(keyring).toMatch(/^\$\{HERALD_ENCRYPTION_KEYS:-.+\}$/);
+    const parsed = parseEncryptionKeys(withDefaults(keyring ?? ''));
+    expect(parsed).not.toHaveProperty('error');
+    expect(Buffer.from(withDefaults(keyring ?? '').split(':')[1] ?? '', 'base64').toString()).toMatch(/dev-only/);
   });
 
   it('runs Redis with AOF persistence (fsync every second) and no eviction, on a volume', () => {

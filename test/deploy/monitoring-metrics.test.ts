@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_ENCRYPTION_KEYS, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parse } from 'yaml';
@@ -69,6 +69,7 @@ beforeAll(async () => {
     DATABASE_URL: schema.url,
     REDIS_URL: inject('redisUrl'),
     HERALD_REDIS_PREFIX: `herald-monitoring-test:${schema.schema}:`,
+    HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
     JWT_SECRET,
   };
   // The API first: it migrates the schema the dispatcher then reads.

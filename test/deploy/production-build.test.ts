@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signToken } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_ENCRYPTION_KEYS, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { APPS, type AppName } from '../../deploy/build/apps.js';
@@ -123,6 +123,7 @@ for (const appName of Object.keys(APPS) as AppName[]) {
           DATABASE_URL: schema.url,
           REDIS_URL: inject('redisUrl'),
           HERALD_REDIS_PREFIX: redisPrefix(schema),
+          HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
           ...(appName === 'api' ? { JWT_SECRET } : {}),
         });
         try {
@@ -177,6 +178,7 @@ for (const appName of Object.keys(APPS) as AppName[]) {
               DATABASE_URL: schema.url,
               REDIS_URL: inject('redisUrl'),
               HERALD_REDIS_PREFIX: redisPrefix(schema),
+              HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
               JWT_SECRET,
             },
             stdio: ['ignore', 'pipe', 'pipe'],

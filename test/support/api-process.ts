@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
@@ -37,6 +38,8 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
       PORT: '0',
       LOG_LEVEL: 'info',
       SHUTDOWN_DRAIN_DELAY_MS: '0',
+      // Single and cluster mode need the keyring; the dispatchers tests start get the same one.
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -94,23 +97,27 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
   };
 }
 
-/** Runs the API expecting it to refuse to start; resolves with its exit code and output. */
+/** Runs the API expecting it to refuse to start; resolves with its exit code and output (logs are on stdout). */
 export async function runApiExpectingExit(
   env: Record<string, string>,
-): Promise<{ code: number | null; stderr: string }> {
+): Promise<{ code: number | null; stderr: string; stdout: string }> {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
+  let stdout = '';
   child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
     stderr += chunk;
+  });
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
   const [code] = await once(child, 'exit');
   clearTimeout(timer);
-  return { code: code as number | null, stderr };
+  return { code: code as number | null, stderr, stdout };
 }
 
 function safeJson(line: string): Record<string, unknown> | undefined {

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** `node --import tsx`, not the tsx CLI wrapper: signals reach the real process (see api-process.ts). */
@@ -22,7 +23,15 @@ export interface DispatcherProcess {
 export async function startDispatcherProcess(env: Record<string, string>): Promise<DispatcherProcess> {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, DISPATCHER_MAIN], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      // The API processes' keyring (api-process.ts), so secrets they sealed open here.
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -51,4 +60,26 @@ export async function startDispatcherProcess(env: Record<string, string>): Promi
       return exited;
     },
   };
+}
+
+/** Runs the dispatcher expecting it to refuse to start; resolves with its exit code and output. */
+export async function runDispatcherExpectingExit(
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, DISPATCHER_MAIN], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    output += chunk;
+  });
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    output += chunk;
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
+  const [code] = await once(child, 'exit');
+  clearTimeout(timer);
+  return { code: code as number | null, output };
 }

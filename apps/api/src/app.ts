@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
+import type { EncryptionKeyring } from '@herald/config';
 import { createRedisClient } from '@herald/config/redis';
-import { createDatabase, type HeraldDatabase, migrateToLatest } from '@herald/db';
+import { createDatabase, type HeraldDatabase, migrateToLatest, prepareWebhookSecrets } from '@herald/db';
 import { createEmbeddedDispatcher } from '@herald/webhook-engine';
 import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
-import { loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
+import { loadOrCreateDevEncryptionKeys, loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { type ApiMetrics, createApiMetrics } from './metrics.js';
@@ -63,6 +64,17 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     await database.close();
     throw error;
   }
+  // Webhook signing secrets are sealed under this keyring (docs/webhooks.md, "Secrets at rest"): rows
+  // still in plaintext are sealed now, and a keyring that does not open what is stored stops the start.
+  let keyring: EncryptionKeyring;
+  try {
+    keyring = config.webhooks.encryptionKeys ?? loadOrCreateDevEncryptionKeys(config.dataDir);
+    const { sealed } = await prepareWebhookSecrets(database.db, keyring);
+    if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
 
   let devSecret: string | undefined;
   let key: TokenKeySource | undefined = config.auth.key;
@@ -90,6 +102,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         settings: config.webhooks,
         registry: metrics.registry,
         databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
+        keyring,
       });
   // --- end webhooks -------------------------------------------------------------------------------
   const pubsub = createPubSubService({
@@ -110,7 +123,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   }
   const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
   const server = createServer({
-    config,
+    config: { ...config, webhooks: { ...config.webhooks, encryptionKeys: keyring } },
     database,
     verifier,
     logger,

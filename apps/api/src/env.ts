@@ -1,6 +1,13 @@
 import { createPublicKey } from 'node:crypto';
 import type { TokenKeySource } from '@herald/auth';
-import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/config';
+import {
+  durationMs,
+  type EncryptionKeyring,
+  encryptionKeys,
+  InvalidConfigError,
+  parseEnv,
+  redisUrl,
+} from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import { type DatabaseConfig, DEFAULT_QUERY_TIMEOUT_MS } from '@herald/db';
 import { z } from 'zod';
@@ -87,6 +94,7 @@ export const EnvSchema = z.object({
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
   WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
   WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
+  HERALD_ENCRYPTION_KEYS: encryptionKeys().optional(),
 });
 
 /**
@@ -182,6 +190,12 @@ export interface ApiConfig {
     disableAfterMs: number;
     /** `WEBHOOK_RETENTION` (SPEC §7). */
     retentionMs: number;
+    /**
+     * `HERALD_ENCRYPTION_KEYS`: seals and opens the endpoints' signing secrets (the first key seals,
+     * every key opens). Required outside embedded mode; undefined: embedded mode generates one in
+     * `dataDir` at start.
+     */
+    encryptionKeys: EncryptionKeyring | undefined;
   };
 }
 
@@ -193,6 +207,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
   const parsed = parseEnv(EnvSchema, env);
   checkModes(parsed);
   checkKeySources(parsed);
+  checkEncryptionKeys(parsed);
   const nodeEnv = parsed.NODE_ENV ?? 'development';
   const isProduction = nodeEnv === 'production';
   const mode: Mode = parsed.DATABASE_URL ? (parsed.REDIS_URL ? 'cluster' : 'single') : 'embedded';
@@ -258,6 +273,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
       disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
       retentionMs: parsed.WEBHOOK_RETENTION,
+      encryptionKeys: parsed.HERALD_ENCRYPTION_KEYS,
     },
   };
 }
@@ -286,6 +302,15 @@ function checkKeySources(env: z.output<typeof EnvSchema>): void {
   if (keys.length === 0 && env.DATABASE_URL) {
     throw new InvalidConfigError([
       'JWT_SECRET: required in cluster mode (DATABASE_URL is set): set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL',
+    ]);
+  }
+}
+
+/** Single and cluster mode seal webhook secrets with a keyring every pod and dispatcher shares. */
+function checkEncryptionKeys(env: z.output<typeof EnvSchema>): void {
+  if (env.DATABASE_URL && !env.HERALD_ENCRYPTION_KEYS) {
+    throw new InvalidConfigError([
+      'HERALD_ENCRYPTION_KEYS: required when DATABASE_URL is set: <id>:<base64 32-byte key>, e.g. k1:$(openssl rand -base64 32)',
     ]);
   }
 }

@@ -10,7 +10,7 @@ import {
   migrateToLatest,
   upsertUser,
 } from '@herald/db';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { createOutboxListener } from '@herald/webhook-engine';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
@@ -100,7 +100,13 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
   });
 
   const endpointIn = (orgId: string, eventTypes = ['post.published']) =>
-    insertWebhookEndpoint(db, { orgId, url: 'https://receiver.example/hook', eventTypes, secret: 'whsec_test' });
+    insertWebhookEndpoint(db, {
+      orgId,
+      url: 'https://receiver.example/hook',
+      eventTypes,
+      secret: 'whsec_test',
+      keyring: TEST_KEYRING,
+    });
   const dispatchedAt = (eventId: string | undefined) =>
     db
       .selectFrom('webhook_outbox')

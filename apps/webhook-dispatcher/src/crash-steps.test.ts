@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 import {
   createDispatcherHarness,
   type DispatcherHarness,
@@ -45,6 +46,7 @@ function spawnDispatcher(crashAt?: string): { child: ChildProcess; ready: Promis
       DATABASE_URL: harness.schema.url,
       REDIS_URL: harness.redisUrl,
       HERALD_REDIS_PREFIX: harness.redisPrefix,
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
       WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
       WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
       WEBHOOK_RETRY_BASE_MS: '50',

@@ -1,4 +1,4 @@
-import { durationMs, parseEnv, redisUrl } from '@herald/config';
+import { durationMs, type EncryptionKeyring, encryptionKeys, parseEnv, redisUrl } from '@herald/config';
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import type { DispatcherSettings, DispatcherStep } from '@herald/webhook-engine';
 import { z } from 'zod';
@@ -22,6 +22,9 @@ export const EnvSchema = z.object({
   DATABASE_PREPARED_STATEMENTS: z.stringbool().default(true),
   REDIS_URL: redisUrl(),
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
+
+  // the keyring the endpoints' signing secrets are sealed under (the API's)
+  HERALD_ENCRYPTION_KEYS: encryptionKeys(),
 
   // delivery (SPEC §3)
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
@@ -53,6 +56,8 @@ export interface DispatcherConfig {
   redisUrl: string;
   /** Prefix of every Redis key (`HERALD_REDIS_PREFIX`). */
   redisPrefix: string;
+  /** `HERALD_ENCRYPTION_KEYS`: opens the sealed signing secrets; the same keyring as the API's. */
+  encryptionKeys: EncryptionKeyring;
   /** Tests only (`HERALD_TEST_CRASH_AT`): the step at which the process SIGKILLs itself. */
   testCrashAt: DispatcherStep | undefined;
   webhooks: DispatcherSettings &
@@ -74,6 +79,7 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
     databasePreparedStatements: parsed.DATABASE_PREPARED_STATEMENTS,
     redisUrl: parsed.REDIS_URL,
     redisPrefix: parsed.HERALD_REDIS_PREFIX,
+    encryptionKeys: parsed.HERALD_ENCRYPTION_KEYS,
     testCrashAt: parsed.HERALD_TEST_CRASH_AT,
     webhooks: {
       timeoutMs: parsed.WEBHOOK_TIMEOUT_MS,

@@ -55,6 +55,7 @@ const dispatcher = createDispatcher({
   queue,
   logger,
   settings: config.webhooks,
+  keyring: config.encryptionKeys,
   onStep: (step) => {
     if (step === config.testCrashAt) process.kill(process.pid, 'SIGKILL');
   },

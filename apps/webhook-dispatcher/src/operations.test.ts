@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 import {
   createDispatcherHarness,
   type DispatcherHarness,
@@ -45,6 +46,7 @@ function dlq(...args: string[]) {
       DATABASE_URL: harness.schema.url,
       REDIS_URL: harness.redisUrl,
       HERALD_REDIS_PREFIX: harness.redisPrefix,
+      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
     },
   });
 }

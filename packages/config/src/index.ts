@@ -1,4 +1,5 @@
 export * from './duration.js';
+export * from './encryption-keys.js';
 export * from './log-output.js';
 export * from './parse-env.js';
 export * from './redis-url.js';

@@ -1,4 +1,4 @@
-import { createTestSchema } from '@herald/testing';
+import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
@@ -38,6 +38,7 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ open }
       url: `https://example.com/${counter}`,
       eventTypes: ['post.published'],
       secret: `whsec_${counter}`,
+      keyring: TEST_KEYRING,
     });
   }
 

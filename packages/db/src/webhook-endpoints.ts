@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { WEBHOOK_ENDPOINT_ID_PREFIX } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
+import { openSecret, type SecretKeyring, sealSecret } from './secret-envelope.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
 
 export interface NewWebhookEndpointInput {
@@ -10,9 +11,11 @@ export interface NewWebhookEndpointInput {
   eventTypes: readonly string[];
   /** The first signing secret. */
   secret: string;
+  /** Seals the secret (its first key); the plaintext never reaches the database. */
+  keyring: SecretKeyring;
 }
 
-/** Registers an endpoint with its first signing secret, atomically. */
+/** Registers an endpoint with its first signing secret (sealed), atomically. */
 export async function insertWebhookEndpoint(
   db: Kysely<Database>,
   input: NewWebhookEndpointInput,
@@ -30,7 +33,7 @@ export async function insertWebhookEndpoint(
       .executeTakeFirstOrThrow();
     await trx
       .insertInto('webhook_endpoint_secrets')
-      .values({ endpoint_id: endpoint.id, secret: input.secret })
+      .values({ endpoint_id: endpoint.id, sealed_secret: sealSecret(input.keyring, endpoint.id, input.secret) })
       .execute();
     return endpoint;
   });
@@ -86,6 +89,8 @@ export interface RotateSecretInput {
   secret: string;
   /** How long the secrets in use keep signing beside the new one (0: they stop at once). */
   graceMs: number;
+  /** Seals the new secret (its first key). */
+  keyring: SecretKeyring;
 }
 
 /**
@@ -105,19 +110,30 @@ export async function rotateWebhookSecret(db: Kysely<Database>, input: RotateSec
       .execute();
     await trx
       .insertInto('webhook_endpoint_secrets')
-      .values({ endpoint_id: input.endpointId, secret: input.secret })
+      .values({
+        endpoint_id: input.endpointId,
+        sealed_secret: sealSecret(input.keyring, input.endpointId, input.secret),
+      })
       .execute();
   });
 }
 
-/** The secrets an endpoint signs with right now, newest first. */
-export async function listActiveWebhookSecrets(db: Kysely<Database>, endpointId: string): Promise<string[]> {
+/**
+ * The secrets an endpoint signs with right now, newest first, opened with `keyring`.
+ * @throws SecretUnreadableError when one does not open with the keyring
+ */
+export async function listActiveWebhookSecrets(
+  db: Kysely<Database>,
+  endpointId: string,
+  keyring: SecretKeyring,
+): Promise<string[]> {
   const rows = await db
     .selectFrom('webhook_endpoint_secrets')
-    .select('secret')
+    .select('sealed_secret')
     .where('endpoint_id', '=', endpointId)
+    .where('sealed_secret', 'is not', null)
     .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', sql<Date>`now()`)]))
     .orderBy('id', 'desc')
     .execute();
-  return rows.map((row) => row.secret);
+  return rows.map((row) => openSecret(keyring, endpointId, row.sealed_secret as string));
 }

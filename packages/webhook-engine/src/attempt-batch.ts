@@ -20,6 +20,7 @@ import {
 import type { DispatcherMetrics } from './metrics.js';
 import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
 import { decideRetry, MAX_RETRY_AFTER_MS, parseRetryAfterMs, type RetryPolicy } from './retry-policy.js';
+import type { SecretCache } from './secret-cache.js';
 import { redactUrl } from './url-policy.js';
 
 /** The `alert` field of the log line written when a delivery goes DEAD; log-based alerting keys on it. */
@@ -34,6 +35,8 @@ export interface BatchAttempterDeps {
   metrics: DispatcherMetrics;
   logger: Logger;
   retry: RetryPolicy;
+  /** Opens the claimed deliveries' sealed secrets (decrypted once, then from memory). */
+  secrets: SecretCache;
   /** How long a claimed attempt may take before another dispatcher may take the delivery over. */
   attemptLeaseMs: number;
   /** At most this many attempts in flight per endpoint, across all dispatchers. */
@@ -147,22 +150,30 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     };
   }
 
+  /** The plaintext secrets, or why there are none (an attempt that fails and is retried like any). */
+  function openSecrets(delivery: ClaimedDelivery): string[] | string {
+    if (delivery.secrets.length === 0) return 'the endpoint has no active signing secret';
+    try {
+      return deps.secrets.open(delivery.endpointId, delivery.secrets);
+    } catch (error) {
+      // A row sealed under a key this process lacks (its keyring differs from the API's): the message
+      // names the endpoint and the key id, never secret material.
+      logger.error({ err: error, endpointId: delivery.endpointId }, 'webhook signing secret does not open');
+      return error instanceof Error ? error.message : 'the signing secret does not open';
+    }
+  }
+
   async function attemptOne(delivery: ClaimedDelivery): Promise<AttemptOutcome> {
     const at = new Date();
+    const secrets = openSecrets(delivery);
     const outcome: DeliveryOutcome =
-      delivery.secrets.length === 0
-        ? {
-            ok: false,
-            statusCode: null,
-            durationMs: 0,
-            error: 'the endpoint has no active signing secret',
-            retryAfter: null,
-          }
+      typeof secrets === 'string'
+        ? { ok: false, statusCode: null, durationMs: 0, error: secrets, retryAfter: null }
         : await deliverer.deliver({
             endpointId: delivery.endpointId,
             url: delivery.url,
             body: delivery.body,
-            headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets: delivery.secrets }),
+            headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets }),
           });
     const series = outcome.ok ? succeeded : failed;
     series.attempts.inc();

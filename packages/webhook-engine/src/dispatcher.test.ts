@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { rotateWebhookSecret } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
 import { generateWebhookSecret, verifyWebhook } from '@herald/webhooks';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -84,7 +85,12 @@ describe('delivery', () => {
     const orgId = 'org-rotation';
     const endpoint = await harness.createEndpoint(orgId, receiver.url('/rotation'));
     const next = generateWebhookSecret();
-    await rotateWebhookSecret(harness.db, { endpointId: endpoint.id, secret: next, graceMs: 60_000 });
+    await rotateWebhookSecret(harness.db, {
+      endpointId: endpoint.id,
+      secret: next,
+      graceMs: 60_000,
+      keyring: TEST_KEYRING,
+    });
     await harness.publish(orgId);
     await receiver.waitFor(() => receiver.requestsTo('/rotation').length === 1);
     const [request] = receiver.requestsTo('/rotation');

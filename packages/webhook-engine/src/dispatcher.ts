@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { countRetryBacklog, type Database } from '@herald/db';
+import { countRetryBacklog, type Database, prepareWebhookSecrets, type SecretKeyring } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -14,6 +14,7 @@ import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
 import { createRetention, type Retention } from './retention.js';
 import { createScheduler } from './scheduler.js';
+import { createSecretCache } from './secret-cache.js';
 
 /** `WEBHOOK_DISABLE_AFTER`'s default (SPEC §3): 5 days. */
 export const DEFAULT_DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
@@ -65,6 +66,11 @@ export interface DispatcherDeps {
   queue: WebhookQueue;
   logger: Logger;
   settings: DispatcherSettings;
+  /**
+   * `HERALD_ENCRYPTION_KEYS`: opens the endpoints' sealed signing secrets. `start()` seals rows still
+   * holding plaintext and rejects (naming the variable) when the keyring does not open what is stored.
+   */
+  keyring: SecretKeyring;
   /** The name in the consumer group. @default `<hostname>-<pid>-<random>` */
   consumerName?: string;
   /** Where the metrics are registered. @default a new registry */
@@ -125,6 +131,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   // in flight is taken over only after this long, so a live attempt is not duplicated.
   const leaseMs = settings.timeoutMs + Math.max(1_000, Math.round(settings.timeoutMs / 2));
 
+  const secrets = createSecretCache({ keyring: deps.keyring });
   const metrics = createDispatcherMetrics(
     {
       retryBacklog: () => countRetryBacklog(db),
@@ -202,6 +209,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     runRetention: () => retention.runOnce(),
     async start() {
       if (state !== 'idle') return;
+      const { sealed } = await prepareWebhookSecrets(db, deps.keyring);
+      if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
       await queue.init();
       deliverer = createDeliverer({
         timeoutMs: settings.timeoutMs,
@@ -215,6 +224,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         metrics,
         logger,
         retry: { baseMs: settings.retryBaseMs, horizonMs: settings.retryHorizonMs },
+        secrets,
         attemptLeaseMs: leaseMs,
         endpointCap: endpointConcurrency,
         disableAfterMs: settings.disableAfterMs ?? DEFAULT_DISABLE_AFTER_MS,
@@ -258,6 +268,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         await lanes?.drain();
         await attempter?.drain();
         await deliverer?.close();
+        secrets.clear();
         state = 'stopped';
         logger.info('webhook dispatcher stopped');
       })();

@@ -9,6 +9,7 @@ import {
   migrateToLatest,
   newWebhookEventId,
 } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -31,6 +32,7 @@ beforeAll(async () => {
   dispatcher = createEmbeddedDispatcher({
     db: database.db,
     logger: pino({ level: 'silent' }),
+    keyring: TEST_KEYRING,
     settings: { ...FAST_SETTINGS, pollIntervalMs: 120_000 },
   });
   await dispatcher.start();
@@ -50,6 +52,7 @@ describe('embedded mode (PGlite)', () => {
       url: receiver.url('/wake'),
       eventTypes: ['post.published'],
       secret: generateWebhookSecret(),
+      keyring: TEST_KEYRING,
     });
     // Let the start-up passes finish, so the next one can only come from a wake-up.
     await new Promise((resolve) => setTimeout(resolve, 500));

@@ -1,4 +1,4 @@
-import type { Database } from '@herald/db';
+import type { Database, SecretKeyring } from '@herald/db';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -21,6 +21,8 @@ export interface EmbeddedDispatcherDeps {
   db: Kysely<Database>;
   logger: Logger;
   settings: DispatcherSettings;
+  /** Opens the endpoints' sealed signing secrets (`HERALD_ENCRYPTION_KEYS`, or embedded mode's generated key). */
+  keyring: SecretKeyring;
   /** Where the metrics are registered (the API's registry, so its `/metrics` shows them). */
   registry?: Registry;
   /** PostgreSQL URL in single mode (LISTEN for outbox commits); absent for the embedded PGlite. */
@@ -38,6 +40,7 @@ export function createEmbeddedDispatcher(deps: EmbeddedDispatcherDeps): Dispatch
     logger: deps.logger.child({ component: 'webhook-dispatcher' }),
     registry: deps.registry,
     databaseUrl: deps.databaseUrl,
+    keyring: deps.keyring,
     settings: { concurrency: EMBEDDED_CONCURRENCY, pollIntervalMs: EMBEDDED_POLL_INTERVAL_MS, ...deps.settings },
   });
   return { ...dispatcher, notifyOutbox: throttleWakeUps(dispatcher.notifyOutbox, EMBEDDED_FAN_OUT_INTERVAL_MS) };

@@ -12,4 +12,5 @@ export * from './queue/redis-stream-queue.js';
 export * from './queue/webhook-queue.js';
 export * from './retention.js';
 export * from './retry-policy.js';
+export * from './secret-cache.js';
 export * from './url-policy.js';

@@ -5,9 +5,11 @@ import {
   deleteWebhookEndpoint,
   findWebhookEndpointById,
   migrateToLatest,
+  openSecret,
   replayWebhookDelivery,
+  sealSecret,
 } from '@herald/db';
-import { createTestSchema } from '@herald/testing';
+import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import { sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -170,9 +172,8 @@ describe('prepared statements', () => {
       await migrateToLatest(fresh.db);
       await sql`insert into webhook_endpoints (id, org_id, url, event_types)
         values ('we_plan', 'org-plan', ${receiver.url('/plan')}, '{post.published}')`.execute(fresh.db);
-      await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_plan', 'whsec_plan')`.execute(
-        fresh.db,
-      );
+      await sql`insert into webhook_endpoint_secrets (endpoint_id, sealed_secret)
+        values ('we_plan', ${sealSecret(TEST_KEYRING, 'we_plan', 'whsec_plan')})`.execute(fresh.db);
       const seqScans = async () => {
         await sql`select pg_stat_force_next_flush()`.execute(fresh.db);
         await sql`select 1`.execute(fresh.db);
@@ -230,7 +231,7 @@ describe('claim', () => {
     const [handed] = result.handedOver;
     expect(claimed.map((delivery) => delivery.id)).not.toContain(handed!.id);
     expect(handed).toMatchObject({ endpointId: endpoint.id, attemptCount: 0, url: receiver.url('/hand') });
-    expect(handed!.secrets).toEqual([endpoint.secret]);
+    expect(handed!.secrets.map((sealed) => openSecret(TEST_KEYRING, endpoint.id, sealed))).toEqual([endpoint.secret]);
     expect(JSON.parse(handed!.body).type).toBe('post.published');
     expect(handed!.lease.startsWith('a:')).toBe(true);
     const rows = await deliveriesOf('org-hand');

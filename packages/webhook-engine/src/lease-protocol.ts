@@ -225,7 +225,7 @@ export interface ClaimedDelivery {
   url: string;
   /** The exact JSON body to sign and send. */
   body: string;
-  /** Signing secrets in use, newest first. */
+  /** Signing secrets in use, newest first, sealed (`secret-cache.ts` opens them before signing). */
   secrets: string[];
   /** Attempts made before this one. */
   attemptCount: number;
@@ -376,8 +376,9 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
         claimed.attempt_count, endpoint.url, event.body,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
-        (select array_agg(secret.secret order by secret.id desc) from webhook_endpoint_secrets secret
-          where secret.endpoint_id = claimed.endpoint_id and (secret.expires_at is null or secret.expires_at > now())
+        (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
+          where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
+            and (secret.expires_at is null or secret.expires_at > now())
         ) as secrets
       from claimed
       join webhook_endpoints endpoint on endpoint.id = claimed.endpoint_id
@@ -768,8 +769,9 @@ export async function recordOutcomes(
     // The endpoint's URL and secrets once, not once per delivery (they are one endpoint's).
     branches.push(sql`select 'handed', null, (
       select json_build_object('url', endpoint.url,
-        'secrets', (select coalesce(array_agg(secret.secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
-          where secret.endpoint_id = endpoint.id and (secret.expires_at is null or secret.expires_at > now())),
+        'secrets', (select coalesce(array_agg(secret.sealed_secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
+          where secret.endpoint_id = endpoint.id and secret.sealed_secret is not null
+            and (secret.expires_at is null or secret.expires_at > now())),
         'deliveries', (
           select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
             'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,

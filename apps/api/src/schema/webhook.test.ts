@@ -1,4 +1,5 @@
 import { listActiveWebhookSecrets } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
 import { fanOutOutbox } from '@herald/webhook-engine';
 import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
@@ -78,7 +79,7 @@ describe('createWebhookEndpoint', () => {
     expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     expect(endpoint).toMatchObject({ orgId: 'org-a', url: PUBLIC_URL, eventTypes: ['post.published'] });
     expect(endpoint.id).toMatch(/^we_/);
-    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id)).toEqual([secret]);
+    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id, TEST_KEYRING)).toEqual([secret]);
 
     const listed = await api.graphql(ENDPOINTS, { orgId: 'org-a' }, alice);
     expect(listed.body.data.webhookEndpoints).toContainEqual({
@@ -186,7 +187,7 @@ describe('tenancy', () => {
     // Nothing changed for bob.
     const own = await api.graphql(ENDPOINT, { id: bobsEndpoint }, bob);
     expect(own.body.data.webhookEndpoint.deliveries.edges).toHaveLength(1);
-    expect(await listActiveWebhookSecrets(api.app.database.db, bobsEndpoint)).toHaveLength(1);
+    expect(await listActiveWebhookSecrets(api.app.database.db, bobsEndpoint, TEST_KEYRING)).toHaveLength(1);
   });
 
   it('answers UNAUTHENTICATED without a token', async () => {
@@ -212,11 +213,11 @@ describe('rotateWebhookSecret', () => {
     const second = body.data.rotateWebhookSecret.secret as string;
     expect(second).toMatch(/^whsec_/);
     expect(second).not.toBe(first);
-    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id)).toEqual([second, first]);
+    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id, TEST_KEYRING)).toEqual([second, first]);
 
     // A rotation with no grace retires every secret in use at once.
     const third = (await api.graphql(ROTATE, { id: endpoint.id, grace: 0 }, alice)).body.data.rotateWebhookSecret;
-    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id)).toEqual([third.secret]);
+    expect(await listActiveWebhookSecrets(api.app.database.db, endpoint.id, TEST_KEYRING)).toEqual([third.secret]);
   });
 
   it('refuses a grace period out of bounds', async () => {

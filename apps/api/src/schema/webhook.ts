@@ -1,4 +1,5 @@
 import { isMemberOf } from '@herald/auth';
+import type { EncryptionKeyring } from '@herald/config';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
   countPendingTestWebhooks,
@@ -311,7 +312,13 @@ builder.mutationFields((t) => ({
       }
       const signatureScheme = input.signatureScheme ?? 'HMAC_SHA256';
       const { stored, shown } = newSigningCredential(signatureScheme);
-      const endpoint = await insertWebhookEndpoint(context.db, { orgId, url: checked.url, eventTypes, secret: stored });
+      const endpoint = await insertWebhookEndpoint(context.db, {
+        orgId,
+        url: checked.url,
+        eventTypes,
+        secret: stored,
+        keyring: keyringOf(context),
+      });
       return { endpoint, secret: shown, signatureScheme };
     },
   }),
@@ -340,11 +347,16 @@ builder.mutationFields((t) => ({
       }
       const endpoint = await findOwnEndpoint(context, String(args.id));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
-      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id);
+      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id, keyringOf(context));
       const signatureScheme: SignatureScheme =
         args.signatureScheme ?? (newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256');
       const { stored, shown } = newSigningCredential(signatureScheme);
-      await rotateWebhookSecret(context.db, { endpointId: endpoint.id, secret: stored, graceMs: graceSeconds * 1_000 });
+      await rotateWebhookSecret(context.db, {
+        endpointId: endpoint.id,
+        secret: stored,
+        graceMs: graceSeconds * 1_000,
+        keyring: keyringOf(context),
+      });
       return { endpoint, secret: shown, signatureScheme };
     },
   }),
@@ -448,6 +460,13 @@ builder.mutationFields((t) => ({
 }));
 
 /** The endpoint when it exists and the viewer is a member of its organisation; else undefined. */
+/** The keyring that seals signing secrets; createApp resolves it (configured, or embedded mode's generated one). */
+function keyringOf(context: Context): EncryptionKeyring {
+  const keyring = context.webhooks.encryptionKeys;
+  if (!keyring) throw new Error('no HERALD_ENCRYPTION_KEYS keyring: the server was built without createApp');
+  return keyring;
+}
+
 async function findOwnEndpoint(context: Context, id: string): Promise<WebhookEndpoint | undefined> {
   const endpoint = await findWebhookEndpointById(context.db, id);
   return endpoint && isMemberOf(context.viewer, endpoint.org_id) ? endpoint : undefined;

@@ -1,5 +1,5 @@
 import { signToken, type TokenClaims } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_ENCRYPTION_KEYS, type TestSchema } from '@herald/testing';
 import { pino } from 'pino';
 import { createApp, type HeraldApp } from '../app.js';
 import { type ApiConfig, loadApiConfig } from '../env.js';
@@ -52,6 +52,8 @@ export async function startTestApi(options: TestApiOptions = {}): Promise<TestAp
     HOST: '127.0.0.1',
     PORT: '0',
     JWT_SECRET: TEST_JWT_SECRET,
+    // TEST_KEYRING of @herald/testing: tests open what the API sealed.
+    HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
     HERALD_DATA_DIR: 'memory://',
     SHUTDOWN_DRAIN_DELAY_MS: '0',
     ...(schema ? { DATABASE_URL: schema.url } : {}),

@@ -9,8 +9,9 @@ import {
   insertWebhookEndpoint,
   migrateToLatest,
   newWebhookEventId,
+  type SecretKeyring,
 } from '@herald/db';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import { pino } from 'pino';
@@ -45,7 +46,7 @@ export interface DispatcherHarness {
   /** A Redis-stream queue on this harness's keys (closed by `close`). */
   newQueue(): WebhookQueue;
   /** Starts a dispatcher on this harness's database and keys (stopped by `close`). */
-  startDispatcher(settings?: Partial<DispatcherSettings>): Promise<StartedDispatcher>;
+  startDispatcher(settings?: Partial<DispatcherSettings>, keyring?: SecretKeyring): Promise<StartedDispatcher>;
   createEndpoint(orgId: string, url: string): Promise<{ id: string; secret: string }>;
   /** Writes `count` post.published events for `orgId` to the outbox, as publishPost does. */
   publish(orgId: string, count?: number): Promise<string[]>;
@@ -85,13 +86,14 @@ export async function createDispatcherHarness(
     keys,
     redis,
     newQueue,
-    async startDispatcher(settings = {}) {
+    async startDispatcher(settings = {}, keyring = TEST_KEYRING) {
       const queue = newQueue();
       const dispatcher = createDispatcher({
         db: database.db,
         databaseUrl: schema.url,
         queue,
         logger,
+        keyring,
         settings: { ...FAST_SETTINGS, ...settings },
       });
       dispatchers.push(dispatcher);
@@ -100,7 +102,13 @@ export async function createDispatcherHarness(
     },
     async createEndpoint(orgId, url) {
       const secret = generateWebhookSecret();
-      const endpoint = await insertWebhookEndpoint(database.db, { orgId, url, eventTypes: ['post.published'], secret });
+      const endpoint = await insertWebhookEndpoint(database.db, {
+        orgId,
+        url,
+        eventTypes: ['post.published'],
+        secret,
+        keyring: TEST_KEYRING,
+      });
       return { id: endpoint.id, secret };
     },
     async publish(orgId, count = 1) {

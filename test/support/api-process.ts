@@ -12,8 +12,11 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
  */
 const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const API_MAIN = 'apps/api/src/main.ts';
-/** Start-up includes migrations and TypeScript transpilation on a busy 2-core machine. */
-const START_TIMEOUT_MS = 60_000;
+/**
+ * Start-up includes migrations and TypeScript transpilation on a busy 2-core machine; in embedded mode
+ * from source (no template beside it) also initdb and every migration in PGlite.
+ */
+const START_TIMEOUT_MS = 120_000;
 
 export interface ApiProcess {
   child: ChildProcess;
@@ -51,10 +54,11 @@ export async function startApiProcess(env: Record<string, string>): Promise<ApiP
   });
   const exited = once(child, 'exit').then(([code]) => code as number | null);
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`API did not start in time; stderr:\n${stderr}`)),
-      START_TIMEOUT_MS,
-    );
+    const timer = setTimeout(() => {
+      // Not left running: it would hold its port, and in embedded mode its data directory.
+      child.kill('SIGKILL');
+      reject(new Error(`API did not start in time; stderr:\n${stderr}`));
+    }, START_TIMEOUT_MS);
     let buffered = '';
     child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
       buffered += chunk;

@@ -1,13 +1,17 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { closeSync, constants, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createTestSchema, TEST_ENCRYPTION_KEYS, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startApiProcess } from './support/api-process.js';
+import { postGraphql } from './support/graphql-http.js';
 
 // One SIGTERM ends every Herald process, whatever its log pipe does: a reader that went away (a closed
 // terminal, `pnpm start | tee` ended by Ctrl-C, a harness that exited) or one that stopped reading (a
@@ -198,6 +202,47 @@ describe.each(KINDS)('$name', (kind) => {
       pipe.close();
     }
   }, 180_000);
+});
+
+describe('a webhook receiver that never answers', () => {
+  it('does not keep an embedded server from ending on one SIGTERM within its bound', async () => {
+    let received = 0;
+    const receiver = createServer(() => {
+      received++; // never answers: the attempt stays in flight until WEBHOOK_TIMEOUT_MS
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    try {
+      const api = await startApiProcess({
+        HERALD_DATA_DIR: join(scratch, `data-${dataDirs++}`),
+        SHUTDOWN_GRACE_MS: String(GRACE_MS),
+        WEBHOOK_TIMEOUT_MS: '60000',
+      });
+      const token = (await api.waitForStderr(/Bearer ([\w-]+\.[\w-]+\.[\w-]+)/))[1]!;
+      const call = async (query: string) => {
+        const answer = await postGraphql(api.baseUrl, token, query);
+        expect(answer.body.errors).toBeUndefined();
+        return answer.body.data as any;
+      };
+      await call(
+        `mutation { createWebhookEndpoint(input: { orgId: "demo", url: "${receiverUrl}", eventTypes: ["post.published"] }) { endpoint { id } } }`,
+      );
+      const post = await call('mutation { createPost(input: { orgId: "demo", title: "never answered" }) { id } }');
+      await call(`mutation { publishPost(id: "${post.createPost.id}") { id } }`);
+      await waitFor('the attempt in flight', () => received > 0, { timeoutMs: 30_000 });
+
+      const started = Date.now();
+      const timer = setTimeout(() => api.child.kill('SIGKILL'), EXIT_BOUND_MS);
+      const code = await api.stop('SIGTERM');
+      clearTimeout(timer);
+      expect(api.child.signalCode).toBeNull();
+      expect([0, 1]).toContain(code);
+      expect(Date.now() - started).toBeLessThan(EXIT_BOUND_MS);
+    } finally {
+      receiver.closeAllConnections();
+      receiver.close();
+    }
+  }, 240_000);
 });
 
 describe('a second signal', () => {

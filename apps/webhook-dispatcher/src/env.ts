@@ -36,6 +36,7 @@ export const EnvSchema = z.object({
 
   // capacity and timing
   WEBHOOK_CONCURRENCY: positiveInt.default(100),
+  TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT: z.coerce.number().int().min(0).default(100),
   WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(10),
   WEBHOOK_POLL_INTERVAL_MS: positiveInt.default(500),
 
@@ -89,6 +90,7 @@ export function loadDispatcherConfig(env: Record<string, string | undefined> = p
       disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
       retentionMs: parsed.WEBHOOK_RETENTION,
       concurrency: parsed.WEBHOOK_CONCURRENCY,
+      orgConcurrency: parsed.TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT,
       endpointConcurrency: parsed.WEBHOOK_ENDPOINT_CONCURRENCY,
       pollIntervalMs: parsed.WEBHOOK_POLL_INTERVAL_MS,
     },

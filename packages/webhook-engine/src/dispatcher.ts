@@ -5,6 +5,7 @@ import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
+import { createAttemptGate } from './attempt-gate.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { createEndpointLanes, type EndpointLanes } from './endpoint-lanes.js';
@@ -41,8 +42,16 @@ export interface DispatcherSettings {
   retryHorizonMs: number;
   /** Allow receivers on loopback and private addresses (`WEBHOOK_ALLOW_PRIVATE_URLS`). */
   allowPrivateUrls: boolean;
-  /** Attempts in hand at once in this dispatcher. @default 200 */
+  /**
+   * Attempts in flight at once in this dispatcher, all endpoints together (`WEBHOOK_CONCURRENCY`; the
+   * attempt gate, attempt-gate.ts), and work entries held at once. @default 200
+   */
   concurrency?: number;
+  /**
+   * Attempts in flight at once for one organisation in this dispatcher
+   * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); 0: no cap. @default 100
+   */
+  orgConcurrency?: number;
   /** Attempts in flight per endpoint at once, across all dispatchers (enforced at the claim). @default 10 */
   endpointConcurrency?: number;
   /** An endpoint whose every attempt failed for this long is disabled (`WEBHOOK_DISABLE_AFTER`). @default 5 days */
@@ -125,6 +134,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const logger = deps.logger.child({ consumer: consumerName });
   const concurrency = settings.concurrency ?? 200;
   const endpointConcurrency = settings.endpointConcurrency ?? 10;
+  // Every lane's POSTs take permits here: the dispatcher's cap holds, and organisations take turns.
+  const gate = createAttemptGate({ concurrency, orgConcurrency: settings.orgConcurrency ?? 100 });
   const pollIntervalMs = settings.pollIntervalMs ?? 500;
   const batchSize = settings.batchSize ?? 200;
   // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
@@ -234,6 +245,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       });
       lanes = createEndpointLanes({
         attempter,
+        gate,
         running: () => state === 'running',
         endpointCap: endpointConcurrency,
         leaseMs,

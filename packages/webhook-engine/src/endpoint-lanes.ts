@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { BatchAttempter } from './attempt-batch.js';
+import { type AttemptGate, createAttemptGate, type GateLane } from './attempt-gate.js';
 import {
   ATTEMPT_LEASE_PREFIX,
   type AttemptOutcome,
@@ -19,6 +20,11 @@ export interface EndpointLanesOptions {
   leaseMs: number;
   /** One attempt's deadline (`WEBHOOK_TIMEOUT_MS`). */
   timeoutMs: number;
+  /**
+   * Permits for POSTs across all lanes of this dispatcher, shared fairly among organisations
+   * (attempt-gate.ts). @default no limit
+   */
+  gate?: AttemptGate;
   logger: Logger;
 }
 
@@ -42,6 +48,8 @@ interface Waiting {
 
 interface Lane {
   endpointId: string;
+  /** The lane as the attempt gate knows it: its organisation (from its deliveries) and its wake-up. */
+  gate: GateLane;
   /** The a-lease this lane holds its deliveries under. */
   lease: string;
   /** The endpoint's URL as its claim found it. */
@@ -114,6 +122,7 @@ const GROW_INTERVAL_MAX_MS = 1_000;
 
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
   const { attempter, endpointCap, logger } = options;
+  const gate = options.gate ?? createAttemptGate({ concurrency: 0, orgConcurrency: 0 });
   const lanes = new Map<string, Lane>();
   const ended = new Set<Promise<void>>();
   // A POST may start only while the leases taken or renewed at `renewedAt` outlive it by a margin
@@ -147,8 +156,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
 
   function start(lane: Lane, delivery: ClaimedDelivery): void {
     lane.flight.add(delivery);
+    const { orgId } = lane.gate;
     attempter.attempt(delivery).then(
       (outcome) => {
+        gate.release(orgId);
         lane.flight.delete(delivery);
         attempter.onStep?.('after-post');
         lane.done.push({ delivery, outcome });
@@ -156,6 +167,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         pump(lane);
       },
       (error: unknown) => {
+        gate.release(orgId);
         lane.flight.delete(delivery);
         lane.broken = true;
         logger.error({ err: error, endpointId: lane.endpointId }, 'webhook attempt failed unexpectedly');
@@ -167,9 +179,16 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   function pump(lane: Lane): void {
     // Stopping, or holding nothing it may start (its slots are given up): let the rest go.
     if (!options.running() || lane.slots === 0) lane.winding = true;
-    if (!lane.winding && !lane.broken && performance.now() - lane.renewedAt <= freshForMs) {
-      while (lane.ready.length > 0 && lane.flight.size < lane.slots) start(lane, lane.ready.shift()!);
+    const startable = !lane.winding && !lane.broken && performance.now() - lane.renewedAt <= freshForMs;
+    if (startable) {
+      // Each POST also takes one of the dispatcher's permits; without one the lane waits in its
+      // organisation's line and is pumped again when one is reserved for it.
+      while (lane.ready.length > 0 && lane.flight.size < lane.slots && gate.tryAcquire(lane.gate)) {
+        start(lane, lane.ready.shift()!);
+      }
     }
+    // Nothing it could start now: out of the line, any permit reserved for it goes to another lane.
+    if (!startable || lane.ready.length === 0 || lane.flight.size >= lane.slots) gate.leave(lane.gate);
     // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
     // (Recording first starved this: with work arriving every few ms a record is always due, and a
     // lane whose claim found one delivery ran one slot while its backlog grew.)
@@ -307,6 +326,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.done = [];
     lane.slots = claimed.length;
     lane.url = claimed[0]?.url;
+    // An endpoint belongs to one organisation.
+    if (claimed[0]) lane.gate.orgId = claimed[0].orgId;
     lane.renewedAt = claimedAt;
     lane.winding = false;
     lane.exhausted = false;
@@ -381,8 +402,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           }
           return;
         }
-        lane = {
+        const gateLane: GateLane = { orgId: '', wake: () => pump(created) };
+        const created: Lane = {
           endpointId: item.endpointId,
+          gate: gateLane,
           lease: newLease(ATTEMPT_LEASE_PREFIX),
           url: undefined,
           waiting: [{ item, done, failed }],
@@ -399,6 +422,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           lookedAt: 0,
           growEveryMs: GROW_INTERVAL_MS,
         };
+        lane = created;
         lanes.set(item.endpointId, lane);
         // Started after the current read's entries are all in, so the first claim takes them together.
         const started = lane;

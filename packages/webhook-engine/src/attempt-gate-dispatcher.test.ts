@@ -1,0 +1,126 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+
+// The attempt gate in a real dispatcher, against PostgreSQL, Redis and a real receiver whose every answer
+// takes a while: the dispatcher's cap holds with every endpoint lane chaining, an organisation's own cap
+// holds, and an organisation with a backlog on slow endpoints does not hold back another's new delivery.
+
+/** How long the receiver takes to answer each POST. */
+const ANSWER_MS = 250;
+
+interface SlowReceiver {
+  url(path: string): string;
+  /** POSTs being answered now, and the most at once so far (all paths, or paths starting with `prefix`). */
+  inFlight(prefix?: string): number;
+  maxInFlight(prefix?: string): number;
+  /** POSTs answered so far to paths starting with `prefix`, and when each arrived. */
+  received(prefix: string): number[];
+  close(): Promise<void>;
+}
+
+async function startSlowReceiver(): Promise<SlowReceiver> {
+  const open = new Map<string, number>();
+  const most = new Map<string, number>();
+  const arrivals = new Map<string, number[]>();
+  const groupOf = (path: string) => path.split('/')[1] ?? '';
+  const bump = (key: string, by: number) => {
+    const now = (open.get(key) ?? 0) + by;
+    open.set(key, now);
+    most.set(key, Math.max(most.get(key) ?? 0, now));
+  };
+  const server: Server = createServer((req, res) => {
+    const group = groupOf(req.url ?? '/');
+    arrivals.set(group, [...(arrivals.get(group) ?? []), Date.now()]);
+    bump('', 1);
+    bump(group, 1);
+    req.resume();
+    setTimeout(() => {
+      bump('', -1);
+      bump(group, -1);
+      res.writeHead(200).end();
+    }, ANSWER_MS);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: (path) => `http://127.0.0.1:${port}${path}`,
+    inFlight: (prefix = '') => open.get(prefix) ?? 0,
+    maxInFlight: (prefix = '') => most.get(prefix) ?? 0,
+    received: (prefix) => arrivals.get(prefix) ?? [],
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+let harness: DispatcherHarness;
+let receiver: SlowReceiver;
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  receiver = await startSlowReceiver();
+});
+
+afterAll(async () => {
+  await harness?.close();
+  await receiver?.close();
+});
+
+async function until(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** An organisation with `endpoints` endpoints on the receiver under `/<group>/…`, each getting `events` events. */
+async function organisation(group: string, endpoints: number, events: number) {
+  const orgId = `org-${randomUUID()}`;
+  for (let i = 0; i < endpoints; i++) await harness.createEndpoint(orgId, receiver.url(`/${group}/${i}`));
+  return { orgId, publish: () => harness.publish(orgId, events) };
+}
+
+describe('attempts in flight in one dispatcher', () => {
+  it('never exceed WEBHOOK_CONCURRENCY, all endpoint lanes together, and reach it under a backlog', async () => {
+    // 6 endpoints that may each have 10 POSTs in flight: 60 without the dispatcher's cap.
+    const storm = await organisation('capped', 6, 10);
+    const dispatcher = await harness.startDispatcher({ concurrency: 8, endpointConcurrency: 10, orgConcurrency: 0 });
+    await storm.publish();
+    await until('every delivery', () => receiver.received('capped').length === 60);
+    expect(receiver.maxInFlight('capped')).toBe(8);
+    await dispatcher.stop(); // each test has the only dispatcher running
+  }, 120_000);
+});
+
+describe('an organisation', () => {
+  it('never has more than TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT in flight in a dispatcher', async () => {
+    const storm = await organisation('org-capped', 4, 10);
+    const dispatcher = await harness.startDispatcher({ concurrency: 100, endpointConcurrency: 10, orgConcurrency: 3 });
+    await storm.publish();
+    await until('every delivery', () => receiver.received('org-capped').length === 40);
+    expect(receiver.maxInFlight('org-capped')).toBe(3);
+    await dispatcher.stop();
+  }, 120_000);
+
+  it("with a backlog on slow endpoints does not hold back another organisation's new delivery", async () => {
+    // 100 deliveries at 4 at a time and 250 ms each: 6 s of backlog.
+    const storm = await organisation('storm', 5, 20);
+    const quiet = await organisation('quiet', 1, 1);
+    const dispatcher = await harness.startDispatcher({ concurrency: 4, endpointConcurrency: 10, orgConcurrency: 0 });
+    await storm.publish();
+    await until('the storm filling the dispatcher', () => receiver.inFlight('storm') === 4);
+    await quiet.publish();
+    await until("the quiet organisation's delivery", () => receiver.received('quiet').length === 1);
+    // Started with one of the next permits given back, not after the backlog.
+    expect(receiver.received('storm').length).toBeLessThan(40);
+    await until('the backlog', () => receiver.received('storm').length === 100);
+    expect(receiver.maxInFlight('storm')).toBe(4);
+    await dispatcher.stop();
+  }, 120_000);
+});

@@ -1,5 +1,5 @@
 /**
- * Token verification cost (issue 15, first lever): how long one HS256 verification takes, in process, for
+ * Token verification cost: how long one HS256 verification takes, in process, for
  * the ways Herald has verified tokens. CPU-bound and single-threaded, so a plain loop measures it:
  *
  * - raw node:crypto: HMAC-SHA256 over `header.payload`, a constant-time compare, JSON.parse of the claims
@@ -75,7 +75,7 @@ function rawVerify(token: string): unknown {
 }
 
 export function tokenVerifyMarkdown(result: TokenVerifyResult | null | undefined): string[] {
-  const lines = ['', '## Token verification: one HS256 token, in process (issue 15)', ''];
+  const lines = ['', '## Token verification: one HS256 token, in process', ''];
   if (!result) return [...lines, 'Not run.'];
   const raw = result.rows[0]?.usPerVerify ?? Number.NaN;
   lines.push('| verifier | µs/verify | verifies/s | × raw cost |', '|---|---:|---:|---:|');

@@ -5,7 +5,7 @@
  *   pnpm bench                                   # everything (≈ 8–10 min on 2 cores), results in bench/results/
  *   pnpm bench --quick                           # 1k sockets only, shorter trials (≈ 2 min)
  *   pnpm bench --scenarios raw,embedded --sockets 10000
- *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (the seed's path)
+ *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (no shared execution)
  *   pnpm bench --scenarios nginx3 --sockets 6000 # 3 pods + Redis behind deploy/'s nginx: throughput, p99, spread
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
  *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md

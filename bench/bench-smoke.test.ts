@@ -261,7 +261,7 @@ describe('pnpm bench, resume section at smoke size', () => {
   });
 });
 
-/** The HTTP section (issue 15) at toy size: 4 connections, one short trial per target and operation. */
+/** The HTTP section at toy size: 4 connections, one short trial per target and operation. */
 const httpConfig = (overrides: Partial<HttpConfig>): HttpConfig => ({
   databaseUrl: inject('databaseUrl'),
   targets: ['raw', 'herald', 'herald-start', 'yoga', 'herald-pglite'],

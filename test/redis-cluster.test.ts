@@ -12,8 +12,8 @@ import { postGraphql } from './support/graphql-http.js';
 import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
 import { readMetric } from './support/subscribers.js';
 
-// Redis Cluster end to end (issue 14): a real 3-master cluster, two API pods and the webhook dispatcher as
-// their own processes on it, real PostgreSQL. Resumable @herald/client applications on both pods and a
+// Redis Cluster end to end (docs/scaling.md, "One Redis shard"): a real 3-master cluster, two API pods
+// and the webhook dispatcher as their own processes on it, real PostgreSQL. Resumable @herald/client applications on both pods and a
 // webhook receiver must get every post (applications exactly once, in order), before and after the master
 // that owns the organisation's channel and the webhook work stream is restarted (it comes back empty: no
 // persistence), with posts published while it is down.

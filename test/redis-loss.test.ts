@@ -9,7 +9,7 @@ import { createAndPublish, readMetric, type Subscriber, subscribePostPublished }
 
 // Redis restarts (killed, no persistence): every pod resubscribes by itself and later events arrive
 // again. publishPost still succeeds during the outage; its event stays in the outbox and goes out once
-// Redis is back (SPEC §6.1; test/resume-redis-outage.test.ts pins the order and count).
+// Redis is back (test/resume-redis-outage.test.ts pins the order and count).
 
 const JWT_SECRET = 'redis-loss-test-secret-0123456789abcdef';
 const ORG = `org-${randomUUID()}`;

@@ -7,7 +7,7 @@ import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type OwnRedis, ownRedis } from './support/redis-server.js';
 import { createAndPublish, readMetric, type Subscriber, subscribePostPublished } from './support/subscribers.js';
 
-// No silent drop on publish (SPEC §6.1): posts committed while Redis is down stay in the outbox and
+// No silent drop on publish: posts committed while Redis is down stay in the outbox and
 // reach every live subscriber, in commit order and once, when Redis is back (empty: no persistence).
 
 const JWT_SECRET = 'resume-outage-test-secret-0123456789abcdef';

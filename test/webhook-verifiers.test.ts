@@ -8,7 +8,7 @@ import { Webhook as SvixWebhook } from 'svix';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../apps/api/src/testing/test-api.js';
 
-// SPEC §7: deliveries made by Herald's own engine (the API's in-process dispatcher, real PostgreSQL),
+// Deliveries made by Herald's own engine (the API's in-process dispatcher, real PostgreSQL),
 // received over HTTP on 127.0.0.1, verify with the npm libraries receivers already use: Standard
 // Webhooks' `standardwebhooks`, `svix` and Stripe's `constructEvent`, before, during and after a secret
 // rotation, and for an endpoint whose secret was issued in the old base64url form.

@@ -1,5 +1,5 @@
 /**
- * The capacity table of `pnpm bench --sockets 19000` (issue 14): one pod holding as many subscribed sockets
+ * The capacity table of `pnpm bench --sockets 19000`: one pod holding as many subscribed sockets
  * as the machine's open-files limit allows (20,000 per process here; the load is split across the client
  * processes, `--workers 2` by default), every socket receiving every event: RSS, latency and CPU at that size.
  */

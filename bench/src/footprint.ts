@@ -1,5 +1,5 @@
 /**
- * `pnpm bench` embedded footprint (issue 14): what a new user's `pnpm start` costs. The very command
+ * `pnpm bench` embedded footprint: what a new user's `pnpm start` costs. The very command
  * `pnpm start` runs (the `start` script of package.json, through `sh -c` as pnpm runs it: rebuild the
  * console and the API bundle when stale, then `node apps/api/dist/main.js`; no DATABASE_URL, no
  * REDIS_URL: embedded mode on PGlite, in-process dispatcher) is started twice on one fresh data
@@ -143,7 +143,7 @@ export async function runFootprint(): Promise<FootprintResult> {
 export function footprintMarkdown(result: FootprintResult | null | undefined): string {
   if (!result) return '';
   return [
-    '## Embedded footprint: `pnpm start` (issue 14; goal ≤ 3 s to ready, ≤ 250 MB RSS idle)',
+    '## Embedded footprint: `pnpm start` (goal ≤ 3 s to ready, ≤ 250 MB RSS idle)',
     '',
     '| start | ready ms | RSS idle MiB |',
     '|---|---:|---:|',

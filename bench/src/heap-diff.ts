@@ -1,5 +1,5 @@
 /**
- * Where a subscribed socket's memory goes (issue 14): V8 heap snapshots of one server at `--from` and at
+ * Where a subscribed socket's memory goes: V8 heap snapshots of one server at `--from` and at
  * `--to` subscribed sockets (same process, same load clients), diffed per constructor/closure name and
  * divided by the sockets added, next to RSS per socket over the same step.
  *

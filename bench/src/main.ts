@@ -1,10 +1,11 @@
 /**
- * `pnpm bench`: the fan-out benchmark of issue 6 in one process tree on 127.0.0.1.
+ * `pnpm bench`: the fan-out benchmark behind docs/scaling.md's measured figures, in one process tree on
+ * 127.0.0.1.
  *
  *   pnpm bench                                   # everything (≈ 8–10 min on 2 cores), results in bench/results/
  *   pnpm bench --quick                           # 1k sockets only, shorter trials (≈ 2 min)
  *   pnpm bench --scenarios raw,embedded --sockets 10000
- *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (the seed's path)
+ *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (no shared execution)
  *   pnpm bench --scenarios nginx3 --sockets 6000 # 3 pods + Redis behind deploy/'s nginx: throughput, p99, spread
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
  *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md
@@ -199,7 +200,7 @@ async function main() {
       {},
     ),
     redis: herald('redis', 'Herald 2 pods + Redis', 2, 'redis', {}),
-    // Resumable subscriptions (issue 12): the same without keeping the history, to price it.
+    // Resumable subscriptions: the same without keeping the history, to price it.
     'redis-history-off': herald(
       'redis-history-off',
       'Herald 2 pods + Redis, history off (SUBSCRIPTION_HISTORY_SIZE=0)',
@@ -222,7 +223,7 @@ async function main() {
       stock,
     ),
     ...peerScenarios(),
-    // Issue 14: load through the load balancer (bench/src/nginx3.ts).
+    // Load through the load balancer (bench/src/nginx3.ts).
     nginx3: {
       label: "Herald 3 pods + Redis behind deploy/'s nginx",
       needs: ['postgres', 'redis'],
@@ -490,7 +491,7 @@ async function main() {
   mkdirSync(outDir, { recursive: true });
   if (profile) {
     const header = [
-      '# Where Herald spends its CPU at 1k sockets (issue 6, part 1)',
+      '# Where Herald spends its CPU at 1k sockets',
       '',
       `- Date: ${results.run.date}; ${results.run.machine}; Node ${results.run.node}; Herald ${results.run.commit}`,
       `- Command: \`${command}\` — \`node --cpu-prof\` on the API process (and on the raw ws server, profiled the same way for comparison); only the samples inside the saturation trials are counted (the profile's clock is the monotonic clock the bench records the trials with). Raw profiles: \`bench/results/*.cpuprofile\` (not committed; open them in Chrome DevTools → Performance).`,

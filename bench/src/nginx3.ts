@@ -1,5 +1,5 @@
 /**
- * `pnpm bench --scenarios nginx3 --sockets 6000` (issue 14): load through the load balancer. Three Herald
+ * `pnpm bench --scenarios nginx3 --sockets 6000`: load through the load balancer. Three Herald
  * pods on PostgreSQL + Redis behind the nginx config users deploy (deploy/nginx/herald.conf.template,
  * rendered and run as test/support/nginx.ts does: one worker, round robin). Every load-client socket
  * connects to nginx, which alone decides the pod; the fan-out run then measures deliveries/s, latency and

@@ -1,5 +1,5 @@
 /**
- * The peers Herald is compared with (issue 14), each set up the way its own documentation shows, serving
+ * The peers Herald is compared with, each set up the way its own documentation shows, serving
  * the bench's one subscription `postPublished(orgId)` with the selection `{ id title tags author { name } }`
  * over graphql-transport-ws on `/graphql`, with an in-memory pub/sub and the same post payload:
  *

@@ -1,5 +1,5 @@
 /**
- * The peer scenarios of `pnpm bench` (issue 14) and their table: Apollo Server 5 + graphql-ws, Mercurius 16
+ * The peer scenarios of `pnpm bench` and their table: Apollo Server 5 + graphql-ws, Mercurius 16
  * with and without its JIT, stock Yoga + graphql-ws (peer-server.ts), next to raw `ws` and Herald at the
  * same socket count, in the same run, with the same load clients, payload and selection.
  */

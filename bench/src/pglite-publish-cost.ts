@@ -1,4 +1,4 @@
-// Where embedded mode's CPU goes per `publishPost` on PGlite (issue 15): the synchronous time PGlite spends
+// Where embedded mode's CPU goes per `publishPost` on PGlite: the synchronous time PGlite spends
 // inside WebAssembly per statement (every `execProtocolRawSync` call, attributed to the SQL it runs), and the
 // whole process's CPU per publish, with N publishes in flight at once (as the bench's 64 connections) on a
 // data directory on disk (as `pnpm start`; `memory://` with --memory).

@@ -1,4 +1,4 @@
-// Statements PGlite runs per `publishPost` in embedded mode (issue 15: PGlite costs ~180–280 µs per
+// Statements PGlite runs per `publishPost` in embedded mode (PGlite costs ~180–280 µs per
 // statement), across the publish, the history (relay or direct append; the publish marks it) and the in-process webhook
 // engine. Counts every PGlite `query`/`exec` call in this process while N posts are published one after
 // another, then subtracts what the same process runs idle for as long (the relay's and engine's polls).

@@ -25,7 +25,7 @@ export const PEER_ORG_ID = 'bench';
 export const BENCH_TAGS = ['bench', 'realtime', 'fan-out'];
 export const BENCH_AUTHOR = { id: 'bench-writer', name: 'Bench Writer' };
 
-/** A title that puts Herald's `next` frame at about 290 bytes (issue 6: ~290-byte frames). */
+/** A title that puts Herald's `next` frame at about 290 bytes. */
 export function benchTitle(index: number): string {
   return `Benchmark post ${String(index).padStart(6, '0')}: one event fanned out to every subscriber of the organisation`;
 }

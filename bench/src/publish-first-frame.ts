@@ -1,4 +1,4 @@
-// publishPost → first `next` frame, alone (issue 14: how much of one pod's "one event → all sockets"
+// publishPost → first `next` frame, alone (how much of one pod's "one event → all sockets"
 // p99 is the publish path). One Herald API in this process (in-memory pub/sub, the fan-out bench's
 // one-pod set-up) on PostgreSQL or PGlite, one graphql-transport-ws subscriber over a real socket, posts
 // published one at a time over HTTP: from the call to the frame, and until the mutation answered;

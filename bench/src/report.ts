@@ -36,11 +36,11 @@ export interface BenchResults {
   fanout: Array<FanoutResult & { vsRaw: Ratios }>;
   webhooks: WebhookResult | null;
   tokenVerify?: TokenVerifyResult | null;
-  /** Resumable subscriptions' catch-up run (issue 12); absent in results of earlier runs. */
+  /** Resumable subscriptions' catch-up run; absent in results of earlier runs. */
   resume?: ResumeResult | null;
-  /** issue 15's HTTP section (absent in runs from before it). */
+  /** The HTTP section (absent in runs from before it). */
   http?: HttpResult | null;
-  /** issue 14's embedded footprint (absent in older runs). */
+  /** The embedded footprint (absent in older runs). */
   footprint?: FootprintResult | null;
   skipped: string[];
 }
@@ -125,7 +125,7 @@ const kSockets = (n: number) => (n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : 
 export function markdown(results: BenchResults): string {
   const { run } = results;
   const lines: string[] = [];
-  lines.push('# Herald fan-out benchmark (issue 6)', '');
+  lines.push('# Herald fan-out benchmark', '');
   lines.push(`- Date: ${run.date}`);
   lines.push(`- Machine: ${run.machine}; Node ${run.node}`);
   lines.push(`- Herald commit: ${run.commit}`);

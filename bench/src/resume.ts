@@ -1,5 +1,5 @@
 /**
- * `pnpm bench` section "resume" (issue 12): how fast Herald replays history to clients that resume at
+ * `pnpm bench` section "resume": how fast Herald replays history to clients that resume at
  * once. One Herald pod on PostgreSQL + Redis; `events` posts published after a cursor; then `clients`
  * graphql-transport-ws sockets subscribe with `after: <cursor>` in the same instant and each must
  * receive all `events` replayed events (counted per frame, last one checked). Reports the aggregate

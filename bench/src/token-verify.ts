@@ -1,10 +1,10 @@
 /**
- * Token verification cost (issue 15, first lever): how long one HS256 verification takes, in process, for
+ * Token verification cost: how long one HS256 verification takes, in process, for
  * the ways Herald has verified tokens. CPU-bound and single-threaded, so a plain loop measures it:
  *
  * - raw node:crypto: HMAC-SHA256 over `header.payload`, a constant-time compare, JSON.parse of the claims
  *   and an `exp` check (the floor any verifier pays);
- * - jose with a `Uint8Array` secret: the seed's path, which imports the key into WebCrypto on every call;
+ * - jose with a `Uint8Array` secret: Herald's first verifier, which imports the key into WebCrypto on every call;
  * - Herald's verifier with its cache off: jose with a KeyObject made once;
  * - Herald's verifier as configured: the same, plus the cache of verified tokens, fed `clients` distinct
  *   tokens round-robin (one per client, as a pod sees them).
@@ -45,7 +45,7 @@ export async function runTokenVerify(config: TokenVerifyConfig): Promise<TokenVe
   const cached = createTokenVerifier({ key: { kind: 'secret', secret: SECRET } });
   const variants: Array<[string, (token: string) => Promise<unknown> | unknown]> = [
     ['raw node:crypto HS256 (HMAC + compare + claims)', rawVerify],
-    ['jose, Uint8Array secret (seed: key imported per call)', (token) => jwtVerify(token, secretBytes)],
+    ['jose, Uint8Array secret (key imported per call)', (token) => jwtVerify(token, secretBytes)],
     ['Herald verifier, cache off (KeyObject made once)', (token) => uncached.verify(token)],
     [`Herald verifier (verified-token cache, ${config.clients} tokens)`, (token) => cached.verify(token)],
   ];
@@ -75,7 +75,7 @@ function rawVerify(token: string): unknown {
 }
 
 export function tokenVerifyMarkdown(result: TokenVerifyResult | null | undefined): string[] {
-  const lines = ['', '## Token verification: one HS256 token, in process (issue 15)', ''];
+  const lines = ['', '## Token verification: one HS256 token, in process', ''];
   if (!result) return [...lines, 'Not run.'];
   const raw = result.rows[0]?.usPerVerify ?? Number.NaN;
   lines.push('| verifier | µs/verify | verifies/s | × raw cost |', '|---|---:|---:|---:|');

@@ -9,7 +9,7 @@
  * counts (as `noncanonical`) and a wrong one never does. A server whose frames for one event all carry the
  * same extra bytes (Herald: `extensions.cursor`) would otherwise be parsed on every frame, costing the
  * clients ~55 % more CPU per delivery than raw's and, on a machine they share with the server, its p99
- * (bench/results/PROFILE.md, issue 14 part 2): so the part after the post id of the first such frame that
+ * (bench/results/PROFILE.md): so the part after the post id of the first such frame that
  * passes the field-by-field check is kept, and later frames of that event that match it byte for byte are
  * accepted (still counted as `noncanonical`) without parsing.
  */

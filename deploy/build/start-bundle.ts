@@ -6,7 +6,7 @@ import { type BuildOptions, build, type Plugin } from 'esbuild';
 
 /**
  * What `pnpm start` runs: the API as one esbuild bundle, `apps/api/dist/main.js`, instead of its
- * TypeScript transpiled by tsx at run time (issue 14: tsx and its per-module transforms cost the idle
+ * TypeScript transpiled by tsx at run time (tsx and its per-module transforms cost the idle
  * embedded server ~100 MB of RSS). Rebuilt in ~0.3 s whenever a source it was built from, or the
  * lockfile, is newer than it; `pnpm start` stays one command.
  *

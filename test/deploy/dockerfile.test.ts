@@ -100,7 +100,7 @@ describe('deploy/Dockerfile', () => {
 
   it("api: fixes V8's young generation at node's large-machine size rather than one derived from the pod's memory limit", async () => {
     // Under a 1 GiB limit node would pick 4 MB semi-spaces (1 MB under 512 MiB): measured, a `publishPost`
-    // then costs ~70 % more CPU (issue 15). The production overlay's limit is what makes this matter.
+    // then costs ~70 % more CPU (docs/operations.md). The production overlay's limit is what makes this matter.
     const command = execForm(effective(dockerfile, 'api', 'CMD') ?? '');
     expect(command).toContain('--max-semi-space-size=16');
     const deployment = parse(await readFile(join(REPO_ROOT, K8S_DEPLOYMENTS.api), 'utf8'));

@@ -8,7 +8,7 @@ export interface GraphqlAnswer {
   retryAfter: string | null;
 }
 
-/** A request that has not answered in this long counts as hung (SPEC §8: never a hang). */
+/** A request that has not answered in this long counts as hung (a request must never hang). */
 export const REQUEST_HANG_MS = 15_000;
 
 export async function postGraphql(

@@ -42,7 +42,7 @@ describe('JWT_JWKS_URL', () => {
 });
 
 describe('loadApiConfig', () => {
-  it('defaults to embedded mode with the SPEC §3 defaults', () => {
+  it('defaults to embedded mode with the documented defaults', () => {
     const config = loadApiConfig({});
     expect(config.mode).toBe('embedded');
     expect(config.http).toMatchObject({ host: '0.0.0.0', port: 4000, maxRequestBodyBytes: 1024 * 1024 });
@@ -157,7 +157,7 @@ describe('loadApiConfig', () => {
     ]);
   });
 
-  it('reads the subscription history settings (SPEC §3), 1000 events for 1 h by default', () => {
+  it('reads the subscription history settings, 1000 events for 1 h by default', () => {
     expect(loadApiConfig({}).subscriptionHistory).toEqual({ size: 1_000, ttlMs: 3_600_000 });
     expect(loadApiConfig({}).redisPrefix).toBe('herald:');
     expect(

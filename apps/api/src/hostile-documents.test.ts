@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { openAckedSocket, type RawSocket } from './testing/raw-socket.js';
 import { startTestApi, type TestApi } from './testing/test-api.js';
 
-/** Documents an attacker sends (issue 10): each must be a coded refusal on both transports. */
+/** Documents an attacker sends: each must be a coded refusal on both transports. */
 const HOSTILE = {
   'nested inline fragments ×5000': `{ ${'... on Query { '.repeat(5_000)} me { id } ${'} '.repeat(5_000)} }`,
   'me{id} ×10,000': `{ ${'me { id } '.repeat(10_000)} }`,

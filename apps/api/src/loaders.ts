@@ -32,7 +32,7 @@ const eventLoaders = new WeakMap<object, Loaders>();
 
 /**
  * The batching loaders a resolver must use. Queries and mutations get the request's loaders. A
- * subscription runs one fresh execution per event with the event as root value (seed §6.1), so each
+ * subscription runs one fresh execution per event with the event as root value, so each
  * event gets fresh loaders too: nothing cached for one event is served for the next.
  */
 export function loadersFor(context: Context, info: GraphQLResolveInfo): Loaders {

@@ -131,7 +131,7 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
     const deleted = await endpointIn('org-deleted');
     expect(await deleteWebhookEndpoint(db, deleted.id, ['org-deleted'])).toBe(true);
     expect(await publish('org-deleted')).toEqual(nothingDue);
-    // Due: an endpoint selecting it, or a disabled one (its delivery is recorded SKIPPED, SPEC §7.2).
+    // Due: an endpoint selecting it, or a disabled one (its delivery is recorded SKIPPED).
     const due = { due: true, dispatchedAt: null };
     await endpointIn('org-hooked');
     expect(await publish('org-hooked')).toEqual(due);

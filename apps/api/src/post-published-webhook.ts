@@ -10,7 +10,7 @@ import {
 } from '@herald/db';
 import type { Kysely } from 'kysely';
 
-/** `data` of a `post.published` webhook: the post as the API shows it (SPEC §5, §7). */
+/** `data` of a `post.published` webhook: the post as the API shows it (docs/webhooks.md). */
 export interface PostPublishedWebhookData {
   id: string;
   orgId: string;
@@ -49,7 +49,7 @@ const POST_COLUMN_LIST = POST_COLUMNS.map((column) => `"${column}"`).join(', ');
 
 /**
  * The publish statement's text, with and without the NOTIFY: built once, not by Kysely's builder and
- * compiler on every call (the mutation's hot path, issue 15). Parameters: $1 published at, $2 post id,
+ * compiler on every call (the mutation's hot path). Parameters: $1 published at, $2 post id,
  * $3 organisations, $4 event id, $5 event type, $6 the envelope's head, $7 published at as ISO text.
  * With `historied`, an event its publisher will append itself (not handed to the relay) is recorded
  * `historied_at` at once (see {@link PublishOptions.historyInProcess}).
@@ -107,7 +107,7 @@ export interface PublishOptions {
    * row is then recorded `historied_at` by the statement itself instead of by a batched mark a moment
    * later: that history does not outlive the process, so an event its publisher died before appending
    * has no history left to enter, and on PostgreSQL every batched mark was one more row version per
-   * event (issue 15). @default false
+   * event. @default false
    */
   historyInProcess?: boolean;
 }
@@ -125,7 +125,7 @@ export interface PublishOptions {
  * When no endpoint of the organisation selects `post.published` (deleted ones aside; a disabled one
  * still gets its SKIPPED delivery), the fan-out would create no delivery: the row is recorded already
  * dispatched (`dispatched_at`), so the webhook relay has nothing to do for it and nobody is woken
- * (issue 15: on the embedded PGlite that fan-out statement cost as much CPU as the publish itself). The
+ * (on the embedded PGlite that fan-out statement cost as much CPU as the publish itself). The
  * endpoints are read in the publish's own snapshot: an endpoint created after the publication committed
  * does not get the event (before, one created in the milliseconds before the relay's pass did).
  *

@@ -27,7 +27,7 @@ async function request(path: string, init: RequestInit): Promise<{ status: numbe
   return { status: response.status, type: response.headers.get('content-type') ?? '', text: await response.text() };
 }
 
-describe('subscriptions over HTTP are refused with WEBSOCKET_REQUIRED (SPEC §6)', () => {
+describe('subscriptions over HTTP are refused with WEBSOCKET_REQUIRED', () => {
   const body = JSON.stringify({ query: SUBSCRIBE });
   const auth = () => ({ authorization: `Bearer ${alice}`, 'content-type': 'application/json' });
 

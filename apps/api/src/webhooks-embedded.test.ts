@@ -56,7 +56,7 @@ describe('embedded mode', () => {
   it('runs no Redis and delivers a signed post.published to a local receiver', async () => {
     expect(api.config.mode).toBe('embedded');
     expect(api.config.redisUrl).toBeUndefined();
-    // Loopback receivers are allowed by default in embedded mode (SPEC §3).
+    // Loopback receivers are allowed by default in embedded mode (WEBHOOK_ALLOW_PRIVATE_URLS).
     const { body } = await api.graphql(
       CREATE_ENDPOINT,
       { input: { orgId: 'demo', url: receiver.url('/embedded'), eventTypes: ['post.published'] } },

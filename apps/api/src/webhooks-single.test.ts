@@ -6,7 +6,7 @@ import { startTestApi, type TestApi } from './testing/test-api.js';
 
 // Single mode (DATABASE_URL, no REDIS_URL): the dispatcher runs in the API process, and publishPost wakes
 // it there after the commit instead of sending the outbox NOTIFY, which would make PostgreSQL commit
-// notifying transactions one at a time (issue 15).
+// notifying transactions one at a time.
 
 let api: TestApi;
 let receiver: TestReceiver;

@@ -1,6 +1,6 @@
 /**
- * Operators' dead-letter CLI (SPEC §7): `pnpm dlq list [--json]`, `pnpm dlq replay <delivery-id>…` and
- * `pnpm dlq replay --all`. Reads the DEAD deliveries in the database (their one record; any number of
+ * Operators' dead-letter CLI (docs/operations.md, "Dead letters: list and replay"): `pnpm dlq list
+ * [--json]`, `pnpm dlq replay <delivery-id>…` and `pnpm dlq replay --all`. Reads the DEAD deliveries in the database (their one record; any number of
  * them, page by page). Reads DATABASE_URL like the dispatcher. Exit status 0 on success, 1 on an
  * error, 2 on bad usage.
  */

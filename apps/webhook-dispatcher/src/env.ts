@@ -26,7 +26,7 @@ export const EnvSchema = z.object({
   // the keyring the endpoints' signing secrets are sealed under (the API's)
   HERALD_ENCRYPTION_KEYS: encryptionKeys(),
 
-  // delivery (SPEC §3)
+  // delivery
   WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000),
   WEBHOOK_RETRY_HORIZON: durationMs().default(3 * 24 * 3_600_000),

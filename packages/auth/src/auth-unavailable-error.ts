@@ -2,7 +2,7 @@
  * Thrown by {@link TokenVerifier.verify} when the token cannot be checked because the key source is
  * unreachable (a `JWT_JWKS_URL` that times out, refuses connections or answers other than 200 with a key
  * set). Not the caller's fault: answer HTTP 503 `AUTH_UNAVAILABLE` with `Retry-After`, or close a socket
- * with 1013, never 401/4403 (SPEC §4).
+ * with 1013, never 401/4403.
  */
 export class AuthUnavailableError extends Error {
   override readonly name = 'AuthUnavailableError';

@@ -66,7 +66,7 @@ describe('HS256 secret', () => {
     expect((await refusal(verifier.verify(badOrgs))).message).toMatch(/orgs/);
   });
 
-  it('refuses a token without exp like an invalid one (SPEC §4)', async () => {
+  it('refuses a token without exp like an invalid one', async () => {
     const forever = await new SignJWT({ orgs: ['org-a'] })
       .setProtectedHeader({ alg: 'HS256' })
       .setSubject('u1')
@@ -211,7 +211,7 @@ describe('verified-token cache (injected clock)', () => {
   });
 });
 
-describe('JWKS outage (SPEC §4): unavailable, not invalid', () => {
+describe('JWKS outage: unavailable, not invalid', () => {
   let jwks: TestJwksServer;
 
   beforeAll(async () => {

@@ -17,7 +17,7 @@ export function postPublishedChannel(orgId: string, prefix: string = DEFAULT_RED
 
 /**
  * The Redis channel a pub/sub channel travels on: `HERALD_REDIS_PREFIX` (default `herald:`) in front,
- * so two installations sharing one Redis never hear each other's events (SPEC §2).
+ * so two installations sharing one Redis never hear each other's events.
  */
 export function redisChannel(prefix: string, channel: string): string {
   return `${prefix}${channel}`;

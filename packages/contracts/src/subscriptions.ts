@@ -1,5 +1,5 @@
 /**
- * Resumable subscriptions (SPEC §6.1): the event that travels between pods, and every Redis key and
+ * Resumable subscriptions (docs/subscriptions.md): the event that travels between pods, and every Redis key and
  * channel of the subscription history. All of them carry the organisation id in a hash tag (`{orgId}`)
  * so that one organisation's history, its counters and its live channel live in the same Redis Cluster
  * slot, and the history append and the publish stay one atomic script.

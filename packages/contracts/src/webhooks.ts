@@ -5,15 +5,15 @@
  * runs, can share one Redis without seeing each other's work.
  */
 
-/** Event type sent when a draft post is published (SPEC §7). */
+/** Event type sent when a draft post is published. */
 export const POST_PUBLISHED_EVENT = 'post.published';
 
-/** Event type of `sendTestWebhook`: delivered to the one endpoint it targets (SPEC §7.2). */
+/** Event type of `sendTestWebhook`: delivered to the one endpoint it targets. */
 export const WEBHOOK_TEST_EVENT = 'webhook.test';
-/** Operational event: an endpoint was disabled (SPEC §7.2); data `{ endpointId, url, reason, disabledAt }`. */
+/** Operational event: an endpoint was disabled; data `{ endpointId, url, reason, disabledAt }`. */
 export const WEBHOOK_ENDPOINT_DISABLED_EVENT = 'webhook.endpoint.disabled';
 /**
- * Operational event: a delivery ran out of retries (SPEC §7.2); data `{ deliveryId, endpointId, eventId,
+ * Operational event: a delivery ran out of retries; data `{ deliveryId, endpointId, eventId,
  * eventType, attempts, lastError }`.
  */
 export const WEBHOOK_DELIVERY_DEAD_EVENT = 'webhook.delivery.dead';
@@ -28,7 +28,7 @@ export const WEBHOOK_EVENT_TYPES = [
 
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
-/** Event ids look like `evt_…` (SPEC §7); the id is the receiver's deduplication key. */
+/** Event ids look like `evt_…`; the id is the receiver's deduplication key. */
 export const WEBHOOK_EVENT_ID_PREFIX = 'evt_';
 /** Webhook endpoint ids look like `we_…`. */
 export const WEBHOOK_ENDPOINT_ID_PREFIX = 'we_';

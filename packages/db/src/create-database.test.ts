@@ -130,7 +130,7 @@ describe('createDatabase in embedded mode (PGlite)', () => {
   });
 });
 
-describe('embedded PGlite footprint (issue 14)', () => {
+describe('embedded PGlite footprint', () => {
   it('runs with 16MB of shared buffers instead of the 128MB default', async () => {
     const database = await createDatabase({ kind: 'embedded', dataDir: 'memory://' });
     try {

@@ -195,7 +195,7 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
 /**
  * PGlite's shared buffers. PostgreSQL's default (128MB) lives in the WebAssembly memory of the API
  * process and never shrinks; a laptop's embedded database is small, and 16MB keeps the idle process
- * about 115 MB smaller (issue 14) with no measurable cost to Herald's queries.
+ * about 115 MB smaller with no measurable cost to Herald's queries.
  */
 const EMBEDDED_SHARED_BUFFERS = '16MB';
 const EMBEDDED_START_PARAMS = [...PGlite.defaultStartParams, '-c', `shared_buffers=${EMBEDDED_SHARED_BUFFERS}`];
@@ -239,7 +239,7 @@ async function openEmbedded(
 /**
  * Creating a data directory (initdb) grows PGlite's WebAssembly memory to ~700 MB, which a process
  * never gives back. Done in a child process, that memory (and the allocator arenas and compiled
- * WebAssembly a worker thread left behind: ~50 MB, issue 14) goes away with it, and the API opens the
+ * WebAssembly a worker thread left behind: ~50 MB) goes away with it, and the API opens the
  * finished directory at its normal size. Where the script is not beside this module (a production
  * bundle without it), the directory is created in this process as before.
  */

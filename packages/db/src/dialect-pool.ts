@@ -76,7 +76,7 @@ class PooledConnection implements PostgresPoolClient, DeadlineOwner {
       const pending = deadlines.add(this, reject);
       // node-postgres' own Query, made from the text (a config object would be copied property by
       // property: `cloneQueryConfig`) with a callback (no promise and `.catch` of its own), then named:
-      // ~4 µs of a posts page (issue 15). prepared-statements.test.ts checks the name still prepares.
+      // ~4 µs of a posts page. prepared-statements.test.ts checks the name still prepares.
       // The callback stays anonymous: a named closure gets esbuild's `__name` (keepNames, as tsx and
       // the production bundle build) — a defineProperty on every query.
       const query = new Query(text, values, (error, result) => {

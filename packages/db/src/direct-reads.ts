@@ -28,7 +28,7 @@ export function registerDirectReads(db: Kysely<Database>, pool: PostgresPool): v
  * database opened by `createDatabase` over PostgreSQL the statement goes straight to the same pool Kysely
  * uses (dialect-pool.ts: same connections, same deadline, same prepared statements), skipping Kysely's
  * executor, connection provider and driver layers: 5–10 µs of CPU per posts page (84–95 → 79–84 µs in
- * one same-process A/B, issue 15), ~3 KB less allocated per mutation. Anything else — a transaction (a
+ * one same-process A/B), ~3 KB less allocated per mutation. Anything else — a transaction (a
  * Kysely `Transaction` is not the registered instance), a Kysely made `withPlugin` (its plugins must see
  * the result), the embedded database — takes Kysely's own path.
  */

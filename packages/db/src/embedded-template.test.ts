@@ -17,7 +17,7 @@ import { migrateToLatest } from './migrate.js';
 import { migrationProvider } from './migrations/index.js';
 
 // A first embedded start copies a pre-built, migrated data directory instead of running initdb and every
-// migration (issue 14). A template that is stale or damaged must never cost correctness: the start falls
+// migration. A template that is stale or damaged must never cost correctness: the start falls
 // back to initdb + migrations.
 
 let root: string;

@@ -2,7 +2,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, r
 import { basename, dirname, join } from 'node:path';
 
 /**
- * A pre-initialised embedded data directory (issue 14). Creating a PGlite data directory runs initdb
+ * A pre-initialised embedded data directory. Creating a PGlite data directory runs initdb
  * and then every migration: seconds of a first start. `pnpm start`'s build step (deploy/build/start-cli.ts,
  * with embedded-template-build.ts) does that once into a template, and a first start copies it into the
  * fresh data directory, so the migration run at start finds nothing to do. Layout:

@@ -41,7 +41,7 @@ async function migrate(db: Kysely<any>): Promise<MigrationResult[]> {
 /**
  * True when the migration table lists exactly this build's migrations: the Migrator would find nothing
  * to do, after waiting for the migration lock and reading the catalog of every schema (~0.2 s of a
- * reopened embedded start, issue 14; a pod's start waits behind another pod's migration). On any doubt
+ * reopened embedded start; a pod's start waits behind another pod's migration). On any doubt
  * (no table yet, a migration missing or unknown) the Migrator runs and decides, as before.
  */
 async function isUpToDate(db: Kysely<any>, schema: string | undefined): Promise<boolean> {

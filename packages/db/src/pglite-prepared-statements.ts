@@ -14,7 +14,7 @@ interface Prepared {
 /**
  * Makes PGlite's `query(text, params)` (what Kysely's PGlite dialect calls) run each statement with
  * parameters as a named prepared statement: parsed, analysed and planned once per PGlite instance, then
- * only bound and executed (issue 15). PGlite's own `query` sends every statement unnamed, so the embedded
+ * only bound and executed. PGlite's own `query` sends every statement unnamed, so the embedded
  * backend plans it on every call, inside the API's event loop: the publishPost statement cost 1.1–1.9 ms of
  * CPU that way and 0.45–0.5 ms prepared (EXECUTE in a loop, PGlite 0.4.6).
  *

@@ -102,7 +102,7 @@ export type PostWithAuthor = Post & { author_name: string };
 /**
  * The columns of a `columns: 'page'` posts page: what a list of titles with tags and author names needs,
  * and `seq` for its cursors. Every column costs: node-postgres decodes each value of each row (dates are
- * the costliest), and a page of 10 columns cost ~25 µs more CPU than one of 4 (issue 15).
+ * the costliest), and a page of 10 columns cost ~25 µs more CPU than one of 4.
  */
 export const POST_PAGE_COLUMNS = ['id', 'title', 'tags', 'seq'] as const satisfies ReadonlyArray<keyof Post>;
 /** A post of a `columns: 'page'` page: {@link POST_PAGE_COLUMNS} and the author's name. */
@@ -128,7 +128,7 @@ export async function listPostsByOrg(
   db: Kysely<Database>,
   query: PostPageQuery,
 ): Promise<PostWithAuthor[] | PostPageRow[]> {
-  // The hottest read of the API (issue 15): written as its SQL text rather than built and compiled by
+  // The hottest read of the API: written as its SQL text rather than built and compiled by
   // Kysely's query builder on every request (~5 % of a `posts` request's CPU). Sixteen texts in all,
   // made once (a constant string also keeps its hash for the prepared-statement lookup), each prepared
   // once per connection.
@@ -172,7 +172,7 @@ const ALL_TEXTS = pageTexts(POST_COLUMNS);
  * (`[{"id", "title", "tags", "seq", "author_name"}, …]` in page order, `seq` as text on both backends,
  * like node-postgres' int8; null when there are no posts), parsed with one `JSON.parse`. Row by row,
  * node-postgres made a Buffer slice, a string and a row object per value and parsed each `text[]` with a
- * hand-written parser: a `posts(first: 10)` request allocated 57 KB, 41 KB with this (issue 15: fewer
+ * hand-written parser: a `posts(first: 10)` request allocated 57 KB, 41 KB with this (fewer
  * young-generation GCs, the tail latency's main cause once requests no longer outlive them).
  */
 const PAGE_TEXTS = pageTexts(POST_PAGE_COLUMNS).map((text, variant) => {

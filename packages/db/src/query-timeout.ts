@@ -28,8 +28,8 @@ let exemptRuns = 0;
  * An enabled AsyncLocalStorage turns on Node's async hooks for the whole process (on Node 20): every
  * promise made afterwards, anywhere, runs an init hook and carries three extra properties (two async ids
  * and the store). Left on after the start-up migration, that cost every request and every WebSocket
- * subscription's pending promises ~300 B and CPU for the life of the pod (bench/results/PROFILE.md,
- * issue 14). So the storage is disabled again once the last run ends; the next `run` re-enables it.
+ * subscription's pending promises ~300 B and CPU for the life of the pod (bench/results/PROFILE.md).
+ * So the storage is disabled again once the last run ends; the next `run` re-enables it.
  */
 export async function withoutQueryTimeout<T>(work: () => Promise<T>): Promise<T> {
   exemptRuns++;
@@ -65,10 +65,10 @@ export interface PendingQuery {
 
 /**
  * The deadlines of one pool's queries, enforced by ONE sweep timer rather than a timer per query
- * (node-postgres' `query_timeout` arms and clears a `setTimeout` for every query, and wraps its callback;
- * issue 15). A query is registered when sent and removed when answered; the sweep, running every
- * tenth of the deadline (10 ms to 1 s) while anything is in flight, expires those past their deadline.
- * So a query fails between `timeoutMs` and `timeoutMs` + one sweep interval (≤ 10 %, at most 1 s) after
+ * (node-postgres' `query_timeout` arms and clears a `setTimeout` for every query, and wraps its callback).
+ * A query is registered when sent and removed when answered; the sweep, running every tenth of the
+ * deadline (10 ms to 1 s) while anything is in flight, expires those past their deadline. So a query
+ * fails between `timeoutMs` and `timeoutMs` + one sweep interval (≤ 10 %, at most 1 s) after
  * it was sent. The timer is unref'd and stops when nothing is in flight.
  */
 export class QueryDeadlines {

@@ -3,7 +3,7 @@ import { type Kysely, sql, type Transaction } from 'kysely';
 import type { Database, Post } from './database.js';
 
 /**
- * The subscription side of the outbox (SPEC §6.1): `post.published` events not yet in the
+ * The subscription side of the outbox: `post.published` events not yet in the
  * subscription history (`webhook_outbox.historied_at`, its own marker; the webhook relay's columns are
  * untouched). Queried with SQL rather than through the Database type, which the webhook engine owns.
  */

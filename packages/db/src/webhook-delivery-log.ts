@@ -5,7 +5,7 @@ import type { Database } from './database.js';
 import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
 
 /*
- * The tenant's tools on deliveries (SPEC §7.2): the searchable delivery log of an endpoint, replaying
+ * The tenant's tools on deliveries: the searchable delivery log of an endpoint, replaying
  * all of its dead letters at once, and the `webhook.test` event.
  */
 

@@ -6,7 +6,7 @@ import type { Database } from './database.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
 
 /*
- * Endpoint health as an operator drives it (SPEC §7.2): disable and enable over GraphQL, and the
+ * Endpoint health as an operator drives it: disable and enable over GraphQL, and the
  * recent success rate the console shows. The engine disables endpoints by itself (410, failing for
  * WEBHOOK_DISABLE_AFTER) through the same columns.
  */

@@ -31,7 +31,7 @@ export interface NewOutboxEvent {
 
 /**
  * Records an event in the outbox. Call it with the transaction that makes the change the event
- * announces: the event exists exactly when the change committed (SPEC §7, "no event is lost").
+ * announces: the event exists exactly when the change committed, so no event is lost.
  */
 export async function insertOutboxEvent(db: Kysely<Database>, event: NewOutboxEvent): Promise<void> {
   await db

@@ -8,7 +8,7 @@ export interface WebhookEndpointsTable {
   url: string;
   event_types: string[];
   created_at: ColumnType<Date, never, never>;
-  /** ENABLED or DISABLED (SPEC §7.2); a disabled endpoint gets SKIPPED deliveries. */
+  /** ENABLED or DISABLED; a disabled endpoint gets SKIPPED deliveries. */
   status: ColumnType<WebhookEndpointStatus, WebhookEndpointStatus | undefined, WebhookEndpointStatus>;
   disabled_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   disabled_reason: ColumnType<string | null, string | null | undefined, string | null>;

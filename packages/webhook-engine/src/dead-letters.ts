@@ -4,7 +4,7 @@ import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
 import { redactUrl } from './url-policy.js';
 
 /*
- * Dead letters are DEAD deliveries: the database is their one record (SPEC §7). Listing and replay
+ * Dead letters are DEAD deliveries: the database is their one record. Listing and replay
  * read `webhook_deliveries` (walking the partial index on `seq` where DEAD), so any number of them is
  * listed and replayed. The dead-letter stream is an alerting feed only: each DEAD delivery is written
  * to it once (`dead_letter_streamed_at`), and one that could not be written is written later.

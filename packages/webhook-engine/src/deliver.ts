@@ -15,7 +15,7 @@ const MAX_CACHED_URLS = 1_000;
 
 /** The result of one delivery attempt. Every failure is a value: `deliver` never throws. */
 export interface DeliveryOutcome {
-  /** True for a 2xx answer, the only acknowledgement (SPEC §7). */
+  /** True for a 2xx answer, the only acknowledgement. */
   ok: boolean;
   /** The response status; null when no response arrived. */
   statusCode: number | null;

@@ -17,9 +17,9 @@ import { createRetention, type Retention } from './retention.js';
 import { createScheduler } from './scheduler.js';
 import { createSecretCache } from './secret-cache.js';
 
-/** `WEBHOOK_DISABLE_AFTER`'s default (SPEC §3): 5 days. */
+/** `WEBHOOK_DISABLE_AFTER`'s default: 5 days. */
 export const DEFAULT_DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
-/** `WEBHOOK_RETENTION`'s default (SPEC §3): 30 days. */
+/** `WEBHOOK_RETENTION`'s default: 30 days. */
 export const DEFAULT_RETENTION_MS = 30 * 24 * 3_600_000;
 /**
  * Outbox events per fan-out statement. A statement has a fixed cost (~1.2 ms of PostgreSQL time at
@@ -32,7 +32,7 @@ export const DEFAULT_RETENTION_MS = 30 * 24 * 3_600_000;
  */
 export const FAN_OUT_BATCH_SIZE = 500;
 
-/** Tunables of a dispatcher. The first four come from the environment (SPEC §3). */
+/** Tunables of a dispatcher. The first four come from the environment (docs/configuration.md). */
 export interface DispatcherSettings {
   /** Per attempt, connection included (`WEBHOOK_TIMEOUT_MS`). */
   timeoutMs: number;
@@ -122,7 +122,7 @@ export interface Dispatcher {
 }
 
 /**
- * Wires one dispatcher (SPEC §7; the protocol is in lease-protocol.ts): the relay fans outbox events
+ * Wires one dispatcher (the protocol is in lease-protocol.ts): the relay fans outbox events
  * out into queued deliveries and XADDs them; the consumer reads batches and hands them to one lane per
  * endpoint, which claims, then keeps its slots POSTing while coalesced records take the next due
  * deliveries (endpoint-lanes.ts); the scheduler queues due retries and anything whose lease expired;

@@ -12,7 +12,7 @@ const EMBEDDED_POLL_INTERVAL_MS = 250;
 /**
  * Publishes wake the relay (`notifyOutbox`) at most this often while they keep coming, so one fan-out
  * statement, one enqueue and one claim take every event committed in the meantime instead of one each
- * (issue 15: on PGlite each statement costs the API ~0.2–0.6 ms of CPU). The first wake-up after a quiet
+ * (on PGlite each statement costs the API ~0.2–0.6 ms of CPU). The first wake-up after a quiet
  * spell is immediate; a webhook waits at most this much longer for its fan-out.
  */
 export const EMBEDDED_FAN_OUT_INTERVAL_MS = 20;
@@ -30,7 +30,7 @@ export interface EmbeddedDispatcherDeps {
 }
 
 /**
- * The dispatcher for a process without Redis (embedded mode, SPEC §2): the very same dispatcher, on the
+ * The dispatcher for a process without Redis (embedded mode): the very same dispatcher, on the
  * database-backed queue, running inside the API process.
  */
 export function createEmbeddedDispatcher(deps: EmbeddedDispatcherDeps): Dispatcher {

@@ -12,7 +12,7 @@ export interface RetentionOptions {
   logger: Logger;
   /** Rows older than this are deleted (`WEBHOOK_RETENTION`). */
   retentionMs: number;
-  /** Pause between passes; at most 10 min by SPEC §7. */
+  /** Pause between passes; keep it at or under 10 min so expired rows go soon after they expire. */
   intervalMs: number;
 }
 
@@ -37,7 +37,7 @@ export interface Retention {
 }
 
 /**
- * Keeps rows from growing forever (SPEC §7): SUCCEEDED and SKIPPED deliveries (with their attempts,
+ * Keeps rows from growing forever: SUCCEEDED and SKIPPED deliveries (with their attempts,
  * in the same statement) and dispatched outbox events older than the retention are deleted in batches of
  * {@link RETENTION_BATCH_ROWS}; DEAD deliveries are kept (replayable). Endpoints deleted over GraphQL
  * (soft-deleted) are purged the same way, deliveries (and their attempts) first, then the endpoint and
@@ -155,7 +155,7 @@ export function createRetention(options: RetentionOptions): Retention {
         ) and leased_until < now() - interval '1 minute'
         returning endpoint_id as id`,
       )) ?? 0;
-    // The subscription history (SPEC §6.1) also reads the outbox: where it marks what it has taken
+    // The subscription history also reads the outbox: where it marks what it has taken
     // (`historied_at`), a post.published event it has not taken yet is kept.
     const { rows: history } = await sql<{ present: boolean }>`
       select exists (select 1 from information_schema.columns where table_schema = current_schema()

@@ -1,6 +1,7 @@
 /**
- * When to try a failed delivery again, and when to give up (SPEC §7). Pure: the caller passes the
- * clock and the random source, so every branch is unit-testable.
+ * When to try a failed delivery again, and when to give up (docs/webhooks.md, "Answering, retries and
+ * dead letters"). Pure: the caller passes the clock and the random source, so every branch is
+ * unit-testable.
  */
 
 /** No single pause between two attempts is longer than this. */

@@ -5,7 +5,7 @@ import ipaddr from 'ipaddr.js';
 /** Longest receiver URL accepted. */
 export const MAX_WEBHOOK_URL_LENGTH = 2_048;
 
-/** Where receivers may live (SPEC §7). */
+/** Where receivers may live. */
 export interface UrlPolicy {
   /**
    * Allow loopback, private (RFC 1918), unique-local (fc00::/7) and carrier-grade NAT addresses.
@@ -89,7 +89,7 @@ export function hostOf(url: URL): string {
 }
 
 /**
- * The full registration check (SPEC §7): the URL's form, and every address its host resolves to right
+ * The full registration check: the URL's form, and every address its host resolves to right
  * now. The same check runs again at each delivery, on the address actually connected to.
  * @returns the normalised URL, or the reason it is refused
  */

@@ -1,5 +1,5 @@
 /**
- * A complete webhook receiver for Herald deliveries, following seed §6.3:
+ * A complete webhook receiver for Herald deliveries:
  *
  *   POST /webhooks → verify (400 if refused) → store in PostgreSQL, deduplicated by event id
  *   (500 if that fails, so Herald retries) → 200 → the slow work runs in the background.

@@ -1,5 +1,5 @@
 /**
- * Header names of a webhook delivery, exactly as SPEC §7 spells them. Senders set them with this
+ * Header names of a webhook delivery, exactly as docs/webhooks.md spells them. Senders set them with this
  * casing; receivers look them up case-insensitively (HTTP header names are case-insensitive, and
  * node:http lower-cases them).
  */

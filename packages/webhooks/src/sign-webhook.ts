@@ -35,7 +35,7 @@ export interface SignWebhookOptions {
 }
 
 /**
- * The headers of one delivery attempt (SPEC §7), in two schemes signed with the same secrets:
+ * The headers of one delivery attempt, in two schemes signed with the same secrets:
  * - Stripe's: `X-Webhook-ID`, `X-Webhook-Timestamp` and `X-Webhook-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]`,
  *   where each hex is HMAC-SHA256(secret string, `${t}.${rawBody}`);
  * - Standard Webhooks': `webhook-id`, `webhook-timestamp` and `webhook-signature: v1,<base64>[ v1,<base64>…]`,

@@ -18,7 +18,7 @@ import { generateWebhookSecret, toStandardWebhookSecret } from './webhook-secret
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
 /**
- * SPEC §7: every delivery carries Standard Webhooks headers beside Stripe's, signed with the same
+ * Every delivery carries Standard Webhooks headers beside Stripe's, signed with the same
  * secrets, so receivers verify with `standardwebhooks`, `svix`, `stripe` or @herald/webhooks. Each
  * delivery here goes over real HTTP (127.0.0.1) and is verified on the bytes and headers the receiver
  * read off the socket, by all four libraries.

@@ -6,7 +6,7 @@ import { verifyWebhook } from './verify-webhook.js';
 import { generateWebhookSecret } from './webhook-secret.js';
 
 /**
- * SPEC §7: Herald signs like Stripe, so receivers' existing Stripe verifiers accept its deliveries.
+ * Herald signs like Stripe, so receivers' existing Stripe verifiers accept its deliveries.
  * This runs Stripe's own Node library (offline: constructing the client and verifying make no request).
  */
 const stripe = new Stripe('sk_test_offline_never_used');

@@ -19,7 +19,7 @@ const event: WebhookEvent = {
 };
 
 /**
- * A delivery in SPEC §7's Stripe scheme only (as a Herald from before Standard Webhooks sends it:
+ * A delivery in the Stripe scheme only (as a Herald from before Standard Webhooks sends it:
  * `verifyWebhook` falls back to `X-Webhook-*` when no `webhook-signature` is present), plus the
  * verifier's other options. standard-webhooks.test.ts covers the other scheme.
  */
@@ -57,7 +57,7 @@ function without(headers: Record<string, string>, name: string): Record<string, 
 }
 
 describe('signWebhook', () => {
-  it('sends the SPEC §7 headers of both schemes: hex HMAC of "<t>.<body>", base64 HMAC of "<id>.<t>.<body>"', () => {
+  it('sends the headers of both schemes: hex HMAC of "<t>.<body>", base64 HMAC of "<id>.<t>.<body>"', () => {
     const rawBody = JSON.stringify(event);
     const headers = signWebhook({ eventId: event.id, rawBody, secrets: [OLD_SECRET], timestamp: NOW_SEC });
     const expected = createHmac('sha256', OLD_SECRET).update(`${NOW_SEC}.${rawBody}`).digest('hex');

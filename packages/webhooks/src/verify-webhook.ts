@@ -15,7 +15,7 @@ import { isWebhookEvent, type WebhookEvent } from './webhook-event.js';
 import { standardWebhookKey } from './webhook-secret.js';
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
-/** Replay window: how far the signed `t` may be from the receiver's clock, either way (SPEC §7). */
+/** Replay window: how far the signed `t` may be from the receiver's clock, either way. */
 export const DEFAULT_TOLERANCE_SEC = 300;
 
 export interface VerifyWebhookOptions {
@@ -116,7 +116,7 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookEvent {
   return event;
 }
 
-/** SPEC §7's `X-Webhook-Signature: t=…,v1=<hex>` (Stripe's scheme), keyed with the whole secret string. */
+/** `X-Webhook-Signature: t=…,v1=<hex>` (Stripe's scheme), keyed with the whole secret string. */
 function verifyStripeSignature(
   headers: WebhookHeaders,
   secrets: readonly string[],

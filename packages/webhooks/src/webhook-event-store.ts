@@ -2,8 +2,8 @@ import type { WebhookEvent } from './webhook-event.js';
 
 /**
  * Where a receiver persists the events it accepts, keyed by event id. The receiver helper calls
- * {@link WebhookEventStore.recordIfNew} before it answers, so a 2xx always means "stored durably"
- * (seed §6.3 rule 2), and a duplicate delivery is recognised however many times it arrives.
+ * {@link WebhookEventStore.recordIfNew} before it answers, so a 2xx always means "stored durably", and a
+ * duplicate delivery is recognised however many times it arrives.
  */
 export interface WebhookEventStore {
   /**

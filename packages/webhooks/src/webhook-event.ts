@@ -1,5 +1,5 @@
 /**
- * The body of every delivery (SPEC §7): `{ id, type, created, data }`. `id` (`evt_…`) is the
+ * The body of every delivery: `{ id, type, created, data }`. `id` (`evt_…`) is the
  * deduplication key: a retried or replayed delivery carries the same one.
  */
 export interface WebhookEvent<T = unknown> {

@@ -5,7 +5,7 @@ import type { WebhookEvent } from './webhook-event.js';
 import type { WebhookEventStore } from './webhook-event-store.js';
 import { WebhookVerificationError } from './webhook-verification-error.js';
 
-/** Largest body accepted unless told otherwise: 1 MiB, Herald's own request limit (SPEC §8). */
+/** Largest body accepted unless told otherwise: 1 MiB, Herald's own request limit. */
 export const DEFAULT_MAX_BODY_BYTES = 1_048_576;
 
 /** The step of a request at which an unexpected failure happened, for {@link WebhookHandlerOptions.onError}. */
@@ -61,7 +61,7 @@ export type WebhookHandlerOptions = CommonOptions &
 export type WebhookRequestHandler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 /**
- * A webhook endpoint following seed §6.3: read the raw body (over `maxBodyBytes`: 413), verify it
+ * A webhook endpoint: read the raw body (over `maxBodyBytes`: 413), verify it
  * (refused: 400 with the reason, nothing stored), persist it deduplicated by event id (failure: 500,
  * so the sender retries), answer 200 for a new and for an already seen event alike, then hand new
  * events to `enqueue` without waiting for the slow work. Methods other than POST get 405.

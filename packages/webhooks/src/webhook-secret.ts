@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 
 /** Every signing secret starts with this, so a leaked one is recognisable (secret scanners, logs). */
 export const WEBHOOK_SECRET_PREFIX = 'whsec_';
-/** Random bytes behind a generated secret; issue 4 requires at least 24. */
+/** Random bytes behind a generated secret; never fewer than 24. */
 export const WEBHOOK_SECRET_BYTES = 32;
 /** Standard base64 (padded) or base64url (unpadded): the two encodings a Herald secret has used. */
 const BASE64_BODY_PATTERN = /^(?:[A-Za-z0-9+/]{4,}={0,2}|[A-Za-z0-9_-]{4,})$/;

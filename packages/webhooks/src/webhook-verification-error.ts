@@ -1,7 +1,7 @@
 /**
  * Why a delivery was refused:
  * - `missing_header`: an id, timestamp or signature header of the checked scheme is absent or empty;
- * - `malformed_header`: one is present but not in the SPEC §7 format (or repeated, or the timestamp
+ * - `malformed_header`: one is present but not in the documented format (or repeated, or the timestamp
  *   header disagrees with the signature's `t`);
  * - `timestamp_outside_tolerance`: the signed `t` is too old (a replay) or too far in the future;
  * - `no_matching_signature`: no `v1` entry matches any of the receiver's secrets (wrong secret,

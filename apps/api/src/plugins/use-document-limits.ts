@@ -22,7 +22,7 @@ export interface DocumentLimitOptions {
 }
 
 /**
- * Every limit on a document's size and shape (SPEC §6, §8), each refusal a GraphQL error with
+ * Every limit on a document's size and shape, each refusal a GraphQL error with
  * `extensions.code` and `extensions.limit`, on HTTP and WebSocket alike:
  * - tokens are counted by the parser and refuse with GRAPHQL_PARSE_FAILED before the document is built;
  * - depth, aliases, cost and directives are validation errors (GRAPHQL_VALIDATION_FAILED);

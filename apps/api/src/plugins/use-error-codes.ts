@@ -9,7 +9,7 @@ export const GRAPHQL_VALIDATION_FAILED = ErrorCode.GRAPHQL_VALIDATION_FAILED;
 export const GRAPHQL_PARSE_FAILED = ErrorCode.GRAPHQL_PARSE_FAILED;
 
 /**
- * Makes sure every error a client sees carries `extensions.code` (SPEC §5). Resolver errors already
+ * Makes sure every error a client sees carries `extensions.code`. Resolver errors already
  * do (see errors.ts, and masking adds INTERNAL_SERVER_ERROR); this tags the ones graphql-js raises
  * itself: syntax errors, validation errors and variable values that do not coerce (BAD_USER_INPUT).
  */

@@ -18,7 +18,7 @@ export interface RequestLog {
 
 /**
  * A request's log whose child logger is made on first use: at `warn` most requests never log, and a
- * pino child (bindings serialised, redaction set up) was ~4 µs of a posts request (issue 15).
+ * pino child (bindings serialised, redaction set up) was ~4 µs of a posts request.
  */
 class RequestLogEntry implements RequestLog {
   #log: Logger | undefined;

@@ -19,7 +19,7 @@ export function isInvalidText(text: string): boolean {
 
 /**
  * Refuses every operation whose text inputs hold a NUL or an unpaired surrogate with BAD_USER_INPUT,
- * before anything executes (SPEC §8), on HTTP and WebSocket alike: one place for every String, ID and
+ * before anything executes, on HTTP and WebSocket alike: one place for every String, ID and
  * custom-scalar argument, in variables (checked at execute/subscribe, with the variable path in
  * `extensions.variable`) and in document literals (a validation rule, so Yoga's validation cache
  * keeps the check off the hot path for repeated documents).

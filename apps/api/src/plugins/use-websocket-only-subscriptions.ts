@@ -7,7 +7,7 @@ export const WEBSOCKET_REQUIRED_MESSAGE =
   'Subscriptions are served over WebSocket only (graphql-transport-ws on /graphql), not over HTTP';
 
 /**
- * Refuses subscription operations on every transport but Herald's WebSocket server (SPEC §6).
+ * Refuses subscription operations on every transport but Herald's WebSocket server.
  *
  * Yoga serves subscriptions over HTTP by default (server-sent events, GraphQL over SSE, multipart), and
  * none of the socket's controls hold there: no close at token expiry, no per-connection limit, no

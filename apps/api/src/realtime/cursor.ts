@@ -1,7 +1,7 @@
 import { CursorExpiredError } from '../errors.js';
 
 /**
- * Subscription cursors (SPEC §6.1): opaque to clients, `base64url("v1:<epoch>:<position>:<orgId>")`.
+ * Subscription cursors (docs/subscriptions.md): opaque to clients, `base64url("v1:<epoch>:<position>:<orgId>")`.
  * The epoch tells a cursor of a lost history (a flushed or restarted Redis, a restarted embedded
  * server) from one of the current history, so a stale cursor is refused instead of replaying the
  * wrong events; the organisation keeps one tenant's cursor from reading another's history.

@@ -24,8 +24,9 @@ import { createPubSubService, type PubSubService } from './pubsub.js';
 // publishPost appends its own event to the history right after its commit (no relay pass in the way),
 // and every guarantee of the relay-only design still holds: answered ⇒ in the history; a publisher that
 // can't reach Redis hands its event to the relay, and later publishes of its organisation queue behind
-// it (SPEC §6.1 order); an event whose publisher died is appended by the relay; a relay racing a direct
-// append puts the event in the history once. Real PostgreSQL + Redis, and embedded PGlite + memory.
+// it (an organisation's events keep their order); an event whose publisher died is appended by the
+// relay; a relay racing a direct append puts the event in the history once. Real PostgreSQL + Redis,
+// and embedded PGlite + memory.
 
 const logger = pino({ level: 'silent' });
 

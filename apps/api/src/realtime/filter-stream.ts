@@ -5,7 +5,7 @@
  * Hand-written rather than graphql-yoga's `pipe(filter(…))`: that filter is a Repeater, whose executor
  * (and with it the `return()` of its source) only runs once something calls `next()`. A member of a
  * shared group never does (its own stream is closed unread), so its organisation listener stayed
- * registered for the life of the process, queueing every later event (issue 14).
+ * registered for the life of the process, queueing every later event (socket-memory.test.ts).
  */
 export function filterStream<T>(source: AsyncIterator<T>, keep: (value: T) => boolean): AsyncIterableIterator<T> {
   return new FilteredStream(source, keep);

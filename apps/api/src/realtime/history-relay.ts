@@ -44,7 +44,7 @@ export interface HistoryRelayDeps {
 /**
  * The safety net behind direct appends: moves committed `post.published` outbox events their publishers
  * did not append into the subscription history (which also publishes them live), so that no publish is
- * silently dropped (SPEC §6.1). In the common case the publishing pod appends its own event right after
+ * silently dropped. In the common case the publishing pod appends its own event right after
  * its commit and marks it later (pubsub.ts, history-marks.ts; with an in-process history, its publish
  * statement marked it already, see `PublishOptions.historyInProcess`); the relay takes the events handed to it
  * (`history_handed_at`: the publisher could not reach Redis, or its organisation had a handed event

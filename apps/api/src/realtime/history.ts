@@ -1,7 +1,7 @@
 import type { HistoryEntry, PostPublishedEventV1 } from '@herald/contracts';
 
 /**
- * Each organisation's subscription history and live channel (SPEC §6.1), behind one interface with two
+ * Each organisation's subscription history and live channel, behind one interface with two
  * implementations: Redis (cluster mode, `redis-history.ts`) and an in-process ring (one process,
  * `memory-history.ts`).
  *

@@ -38,7 +38,7 @@ export const MAX_BUFFERED_LIVE = 1_000;
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
- * Opens an organisation's event stream, resuming after `after` when given (SPEC §6.1): listen live
+ * Opens an organisation's event stream, resuming after `after` when given: listen live
  * first and hold live entries, replay the history after the cursor page by page as the consumer asks
  * for events, then deliver the held and later live entries, dropping any at or before the last one
  * delivered. No gap (the listener was live before any read it relies on) and no duplicate (positions

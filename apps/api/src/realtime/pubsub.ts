@@ -14,7 +14,7 @@ import { toPostPublishedEvent } from './post-event.js';
 import { createRedisHistory } from './redis-history.js';
 import { createReplayReads, type ReplayReads } from './replay-reads.js';
 
-/** SPEC §3 defaults: events kept per organisation, and how long after its last event. */
+/** Defaults: events kept per organisation, and how long after its last event. */
 export const DEFAULT_HISTORY_LIMITS: HistoryLimits = { size: 1_000, ttlMs: 3_600_000 };
 /** `SUBSCRIPTION_REPLAY_CONCURRENCY` default: history reads for resuming subscriptions at a time, per pod. */
 export const DEFAULT_REPLAY_CONCURRENCY = 4;
@@ -29,7 +29,7 @@ export const HANDOFF_WAIT_MAX_MS = 2_000;
 
 export interface PubSubService {
   kind: 'memory' | 'redis';
-  /** Each organisation's history and live channel (SPEC §6.1). */
+  /** Each organisation's history and live channel. */
   history: SubscriptionHistory;
   /** The history reads of resuming subscriptions: bounded per pod and shared (replay-reads.ts). */
   replay: ReplayReads;
@@ -78,7 +78,7 @@ export interface PubSubService {
   /**
    * False while a Redis connection is down (reconnecting), including, on Redis Cluster, the sharded
    * subscriber connection of a master that owns a channel this pod listens on (its live events would be
-   * missed); always true in memory. For `/readiness` (SPEC §8: 503 during an outage).
+   * missed); always true in memory. For `/readiness` (503 during an outage).
    */
   readonly readiness: boolean;
   /** Stops the relay and closes the Redis connections. */

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 
-// Staging and production sharing one Redis (SPEC §2): same organisation id on both, different
+// Staging and production sharing one Redis: same organisation id on both, different
 // HERALD_REDIS_PREFIX. A second production pod (same prefix) is the control that events do cross pods.
 
 const ORG = `org-${randomUUID()}`;

@@ -4,7 +4,7 @@ import type { Logger } from '../logger.js';
 import type { SubscriptionHistory } from './history.js';
 
 /**
- * The history reads of one pod's resuming subscriptions (SPEC §6.1), bounded and shared.
+ * The history reads of one pod's resuming subscriptions, bounded and shared.
  *
  * A resume storm (a pod drained, its thousand clients resuming elsewhere at once) must not turn into a
  * thousand history reads in flight: Redis would answer them one after the other while every command of

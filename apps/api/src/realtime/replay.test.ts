@@ -16,7 +16,7 @@ import { openPostPublishedStream, type StreamedEntry } from './post-published-st
 import { createPubSubService, type PubSubService } from './pubsub.js';
 import { createReplayReads } from './replay-reads.js';
 
-// Replaying a long history (SPEC §6.1) against real Redis: page by page, a bounded number of reads at
+// Replaying a long history against real Redis: page by page, a bounded number of reads at
 // a time, shared between subscribers resuming from the same place, and a coded, retryable error
 // (HISTORY_UNAVAILABLE) when Redis stops answering — before or during the replay.
 

@@ -9,7 +9,7 @@ import { createApp, type HeraldApp } from '../app.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 import { decodeCursor } from './cursor.js';
 
-// Resumable subscriptions (SPEC §6.1) with two pods on one Redis and one database, real graphql-ws
+// Resumable subscriptions with two pods on one Redis and one database, real graphql-ws
 // clients, and a Redis prefix of this file's own (its keys are the only ones it deletes).
 
 const PREFIX = `herald-resume-${randomUUID()}:`;

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 
-// What a subscribed socket keeps alive on the server (issue 14: memory per socket). Checked with WeakRefs
-// and a forced GC, never with sizes or timings.
+// What a subscribed socket keeps alive on the server (its memory is measured by bench/src/heap-diff.ts).
+// Checked with WeakRefs and a forced GC, never with sizes or timings.
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;

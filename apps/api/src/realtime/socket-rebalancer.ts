@@ -2,8 +2,9 @@ import type { RedisClient } from '@herald/config/redis';
 import type { Logger } from '../logger.js';
 
 /**
- * Evens out WebSockets across pods (issue 14). Long-lived sockets don't move when pods are added, so a new
- * pod would stay idle while the old ones stay hot. Every `intervalMs` each pod:
+ * Evens out WebSockets across pods (docs/scaling.md, "Autoscaling pods that hold sockets"). Long-lived
+ * sockets don't move when pods are added, so a new pod would stay idle while the old ones stay hot.
+ * Every `intervalMs` each pod:
  *
  * 1. writes its open-socket count and the time into one Redis hash (`<prefix>{rebalance}:pods`, field = pod
  *    id; hash-tagged like every Herald key), and drops fields older than `staleMs` (pods that died);

@@ -14,7 +14,7 @@ import type { ApiMetrics } from '../metrics.js';
  * compute the same bytes. Here such subscribers form a group: each subscriber is still authorized by the
  * real `subscribe` resolver (scope auth: UNAUTHENTICATED/FORBIDDEN exactly as before); the first one's
  * event stream is kept for the group and the others' are closed at once. Per event the group executes
- * once (a fresh execution with the event as root value and fresh per-event loaders, as seed §6.1 asks),
+ * once (a fresh execution with the event as root value and fresh per-event loaders),
  * serializes the payload once, and writes one frame per member that differs only in the subscription id.
  *
  * A subscriber never receives a result computed for a viewer with different rights, because only
@@ -22,7 +22,7 @@ import type { ApiMetrics } from '../metrics.js';
  * carries `extensions.sharedAcrossViewers`; see schema/post.ts), and the group key is the exact
  * document, operation name and variables. Anything else runs the stock per-subscription path.
  *
- * Resuming subscribers (`after`, SPEC §6.1) catch up alone: their own stream replays the history and
+ * Resuming subscribers (`after`) catch up alone: their own stream replays the history and
  * is executed for them only, until the last event it delivered is at or past the group's last
  * broadcast; then they join the group, which skips them for the events they already have. When no
  * group exists yet and their stream has gone live, their stream becomes the group's.

@@ -26,7 +26,7 @@ afterAll(() => api.close());
 const publish = (token: string, orgId: string, title: string, tags: string[] = []) =>
   api.createAndPublish(token, orgId, title, tags);
 
-describe('graphql-transport-ws close codes (SPEC §6)', () => {
+describe('graphql-transport-ws close codes', () => {
   it('refuses the legacy subscriptions-transport-ws sub-protocol: the handshake selects none', async () => {
     await expect(openRawSocket(wsUrl, { protocol: 'graphql-ws' })).rejects.toThrow(/no subprotocol/);
   });

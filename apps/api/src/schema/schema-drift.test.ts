@@ -7,7 +7,7 @@ describe('schema.graphql', () => {
     expect(readFileSync(SCHEMA_FILE, 'utf8')).toBe(printHeraldSchema());
   });
 
-  it('keeps the SPEC §5 names', () => {
+  it('keeps the public schema names', () => {
     const sdl = printHeraldSchema();
     for (const fragment of [
       'me: User',

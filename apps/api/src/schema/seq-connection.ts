@@ -25,7 +25,7 @@ export interface SeqPage {
  * The page is what Pothos' `resolveCursorConnection` makes (same arguments parsing, same edges, same
  * `pageInfo`), except that a cursor is encoded only when it is asked for: a list that shows no cursors
  * (the usual `edges { node { … } }`) no longer encodes one per row (a template string, a Buffer and a
- * base64 string each: ~4 % of what a `posts` request allocated, issue 15).
+ * base64 string each: ~4 % of what a `posts` request allocated).
  */
 export async function resolveSeqConnection<Row extends { seq: string | number | bigint }>(
   kind: string,

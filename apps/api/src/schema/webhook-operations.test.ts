@@ -5,8 +5,9 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 
-// SPEC §5 second wave / §7.2: the tenant's webhook tools over GraphQL, against real PostgreSQL with the
-// in-process dispatcher delivering to a receiver on 127.0.0.1.
+// The tenant's webhook tools over GraphQL (disable and enable, test events, dead-letter replay, the
+// delivery log), against real PostgreSQL with the in-process dispatcher delivering to a receiver on
+// 127.0.0.1.
 
 const CREATE = /* GraphQL */ `
   mutation Create($input: CreateWebhookEndpointInput!) {

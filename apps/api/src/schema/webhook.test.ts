@@ -239,7 +239,7 @@ describe('deleteWebhookEndpoint', () => {
 });
 
 describe('publishPost and the outbox', () => {
-  it('records one post.published event per publication, in the body SPEC §7 describes', async () => {
+  it('records one post.published event per publication, in the documented webhook body', async () => {
     const { body } = await api.graphql(
       CREATE_POST,
       { input: { orgId: 'org-outbox', title: 'Hi', tags: ['x'] } },
@@ -419,7 +419,7 @@ describe('with WEBHOOK_ALLOW_PRIVATE_URLS and a local receiver', () => {
 });
 
 describe('schema', () => {
-  it('keeps the SPEC §5 webhook names', async () => {
+  it('keeps the public webhook names', async () => {
     const { printHeraldSchema } = await import('./print.js');
     const sdl = printHeraldSchema();
     for (const fragment of [

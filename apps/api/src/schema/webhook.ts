@@ -33,7 +33,7 @@ import { builder } from './builder.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 
 const MAX_ENDPOINTS_PER_ORG = 50;
-/** How long the secrets in use keep signing beside a new one after a rotation (issue 4: 24 h). */
+/** How long the secrets in use keep signing beside a new one after a rotation: 24 h by default. */
 const DEFAULT_ROTATION_GRACE_SECONDS = 24 * 3_600;
 const MAX_ROTATION_GRACE_SECONDS = 7 * 24 * 3_600;
 /** `disabledReason` of an endpoint disabled over GraphQL without a reason. */

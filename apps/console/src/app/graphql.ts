@@ -1,6 +1,6 @@
 /** Everything the console asks goes here: the public GraphQL endpoint, with the signed-in user's token. */
 
-/** GraphQL errors that come back as data, with their `extensions.code` (SPEC §5). */
+/** GraphQL errors that come back as data, with their `extensions.code`. */
 export class GraphQLRequestError extends Error {
   override name = 'GraphQLRequestError';
   constructor(

@@ -1,6 +1,6 @@
 /**
- * Every GraphQL document the console sends, with the shapes it reads back. Only public fields of SPEC §5
- * (and the second-wave webhook operations of §7.2): the console is an ordinary API client.
+ * Every GraphQL document the console sends, with the shapes it reads back. Only public fields of the
+ * schema (apps/api/schema.graphql), webhook tools included: the console is an ordinary API client.
  */
 
 export type EndpointStatus = 'ENABLED' | 'DISABLED';

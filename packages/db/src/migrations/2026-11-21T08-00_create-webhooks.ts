@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Webhooks (SPEC §7): endpoints and their signing secrets, the outbox that records each event in the
+// Webhooks: endpoints and their signing secrets, the outbox that records each event in the
 // transaction of the change that caused it, one delivery per (event, endpoint), and every attempt.
 
 export async function up(db: Kysely<any>): Promise<void> {

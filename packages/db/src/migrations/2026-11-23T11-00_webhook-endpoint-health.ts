@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Endpoint health (SPEC §7.2) and tenant tools:
+// Endpoint health and tenant tools:
 // - an endpoint is ENABLED or DISABLED; `disabled_at`/`disabled_reason` say when and why;
 //   `failing_since` is the first failed attempt of the current streak (null after any success), so
 //   "every attempt has failed for WEBHOOK_DISABLE_AFTER" is one comparison; `paused_until` is set by a

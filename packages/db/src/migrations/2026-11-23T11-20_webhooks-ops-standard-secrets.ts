@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Standard Webhooks (SPEC §7): deliveries also carry `webhook-signature`, keyed with the secret's
+// Standard Webhooks: deliveries also carry `webhook-signature`, keyed with the secret's
 // base64-decoded bytes, and receivers paste the secret into `standardwebhooks`/`svix` as
 // `whsec_` + standard base64. Secrets issued before were `whsec_` + base64url, which those libraries
 // refuse. Stored secrets are NOT rewritten: the `X-Webhook-Signature` (Stripe) scheme keys its HMAC

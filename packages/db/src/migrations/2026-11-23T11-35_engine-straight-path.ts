@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// The webhook engine's straight path (issue 11):
+// The webhook engine's straight path:
 // - `webhook_deliveries_attempting_idx`: the per-endpoint cap counts the attempts in flight of an
 //   endpoint at every claim; only rows with a live attempt lease (`a:…`) are in this index, so the
 //   count costs the same with 10 or 100,000 deliveries waiting.

@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Resumable subscriptions (SPEC §6.1): the webhook outbox is also the durable source of the
+// Resumable subscriptions: the webhook outbox is also the durable source of the
 // subscription history. `historied_at` marks an outbox event that entered the history (and went out
 // live); the API's history relay moves the rest, in outbox order. Events recorded before this
 // migration are not replayed into the history: they are marked now.

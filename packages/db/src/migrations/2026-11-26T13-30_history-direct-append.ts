@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Direct history appends (issue 15): the pod that publishes a post appends its event to the
+// Direct history appends: the pod that publishes a post appends its event to the
 // subscription history itself, right after the commit, and marks it `historied_at` later in batches.
 // `history_handed_at` records that an event was handed to the history relay instead: its publisher
 // could not append it (Redis unreachable), or the organisation already had a handed event waiting.

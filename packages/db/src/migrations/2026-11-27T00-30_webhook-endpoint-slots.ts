@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// The per-endpoint cap counted in a slot registry instead of in delivery rows (issue 11):
+// The per-endpoint cap counted in a slot registry instead of in delivery rows:
 // - `webhook_endpoint_slots`: one row per lane (an endpoint and the a-lease a dispatcher holds its
 //   deliveries under) saying how many POSTs it may have in flight, live until `leased_until`. Claims
 //   add up the live rows of an endpoint under its advisory lock (lease-protocol.ts, steps 3 and 3b).

@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// The webhook engine's hot path without foreign keys (issue 11). Every row a foreign key guards runs a
+// The webhook engine's hot path without foreign keys. Every row a foreign key guards runs a
 // check at the end of the statement: one query per row that looks the parent up and locks it
 // `for key share` (a write to the parent's row header, WAL-logged). The fan-out paid two per delivery
 // (its endpoint and its event), the record one per attempt, the slot registry one per lane. Dropped:

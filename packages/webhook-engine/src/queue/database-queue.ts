@@ -14,7 +14,7 @@ export interface DatabaseQueueOptions {
  * to add. Each claim counts a receive in the entry's own row (`message.receives`), so a poison entry is
  * parked (dropped: the delivery stays in the database) after a bounded number of receives, as on Redis.
  *
- * One claim per batch of work (issue 15: on PGlite every statement costs ~0.2–0.5 ms of the API's own
+ * One claim per batch of work (on PGlite every statement costs ~0.2–0.5 ms of the API's own
  * CPU): an empty enqueue wakes nobody, and a `read` right after a claim that came back short, with
  * nothing enqueued in this process since that claim began, does not claim again before it has waited
  * (the table had nothing more then; what another process adds is seen within `blockMs`, as before).

@@ -48,7 +48,7 @@ export interface QueueEntry {
   receives?: number;
 }
 
-/** A delivery parked after its retries ran out (SPEC §7), as operators list and replay it. */
+/** A delivery parked after its retries ran out, as operators list and replay it. */
 export interface DeadLetter {
   deliveryId: string;
   eventId: string;

@@ -8,7 +8,7 @@ import { ErrorNotice } from './error-notice.js';
 import { SecretNotice } from './secret-notice.js';
 import { StatusBadge } from './status-badge.js';
 
-/** Event types an endpoint can select (SPEC §7, §7.2). */
+/** Event types an endpoint can select (docs/webhooks.md, "Event types"). */
 const EVENT_TYPES = ['post.published', 'webhook.endpoint.disabled', 'webhook.delivery.dead'];
 
 /** An organisation's endpoints with status and recent success rate, and a form to add one. */

@@ -52,6 +52,8 @@ export const APPS: Readonly<Record<AppName, AppBuild>> = {
       { name: 'main', source: 'src/main.ts' },
       // `node dist/dlq.js list|replay`: the dead-letter CLI (docs/operations.md).
       { name: 'dlq', source: 'src/dlq-cli.ts', optional: true },
+      // `node dist/secrets.js rotate-key`: re-encrypt webhook secrets under a new key (docs/operations.md).
+      { name: 'secrets', source: 'src/secrets-cli.ts' },
     ],
   },
 };

@@ -82,7 +82,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   'dispatcher:WEBHOOK_ALLOW_PRIVATE_URLS':
     'Allow receiver URLs on loopback and private addresses, checked again at delivery (DNS rebinding). Link-local addresses are always refused.',
   HERALD_ENCRYPTION_KEYS:
-    'Keyring that webhook signing secrets are stored encrypted under (AES-256-GCM): `<id>:<base64 32-byte key>`, comma-separated, e.g. `k2:…,k1:…`. The first key encrypts, every key decrypts. Required when `DATABASE_URL` is set (the API and every dispatcher need the same keyring); embedded mode generates one in `HERALD_DATA_DIR`. A malformed value, or one that cannot decrypt the stored secrets, stops the start. See docs/webhooks.md for rotating it.',
+    'Keyring that webhook signing secrets are stored encrypted under (AES-256-GCM): `<id>:<base64 32-byte key>`, comma-separated, e.g. `k2:…,k1:…`. The first key encrypts, every key decrypts. Required when `DATABASE_URL` is set (the API and every dispatcher need the same keyring); embedded mode generates one in `HERALD_DATA_DIR`. A malformed value, or one that cannot decrypt the stored secrets, stops the start. See docs/operations.md ("Webhook encryption keys") for generating and rotating it.',
   WEBHOOK_RETENTION:
     'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
   WEBHOOK_DISABLE_AFTER:

@@ -64,7 +64,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     await database.close();
     throw error;
   }
-  // Webhook signing secrets are sealed under this keyring (docs/webhooks.md, "Secrets at rest"): rows
+  // Webhook signing secrets are sealed under this keyring (docs/operations.md, "Webhook encryption keys"): rows
   // still in plaintext are sealed now, and a keyring that does not open what is stored stops the start.
   let keyring: EncryptionKeyring;
   try {

@@ -13,6 +13,7 @@ function configError(env: Record<string, string>): string[] {
 }
 
 const SECRET = 'x'.repeat(32);
+const KEYS = `k1:${Buffer.alloc(32, 1).toString('base64')}`;
 
 describe('document limits', () => {
   it('cost and directive limits default to 5000 and 50 and can be changed', () => {
@@ -65,6 +66,7 @@ describe('loadApiConfig', () => {
       DATABASE_URL: 'postgres://db.internal/herald',
       REDIS_URL: 'redis://redis.internal:6379',
       JWT_SECRET: SECRET,
+      HERALD_ENCRYPTION_KEYS: KEYS,
     });
     expect(config.mode).toBe('cluster');
     expect(config.database).toMatchObject({ kind: 'postgres', url: 'postgres://db.internal/herald' });
@@ -72,7 +74,11 @@ describe('loadApiConfig', () => {
   });
 
   it('is single mode with DATABASE_URL alone: PostgreSQL, in-memory pub/sub, private webhook URLs refused', () => {
-    const config = loadApiConfig({ DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET });
+    const config = loadApiConfig({
+      DATABASE_URL: 'postgres://db.internal/herald',
+      JWT_SECRET: SECRET,
+      HERALD_ENCRYPTION_KEYS: KEYS,
+    });
     expect(config.mode).toBe('single');
     expect(config.database).toMatchObject({ kind: 'postgres' });
     expect(config.redisUrl).toBeUndefined();
@@ -80,7 +86,7 @@ describe('loadApiConfig', () => {
   });
 
   it('prepares statements on PostgreSQL unless DATABASE_PREPARED_STATEMENTS=false (PgBouncer < 1.21)', () => {
-    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET, HERALD_ENCRYPTION_KEYS: KEYS };
     expect(loadApiConfig(base).database).toMatchObject({ preparedStatements: true });
     expect(loadApiConfig({ ...base, DATABASE_PREPARED_STATEMENTS: 'false' }).database).toMatchObject({
       preparedStatements: false,
@@ -88,7 +94,7 @@ describe('loadApiConfig', () => {
   });
 
   it('gives PostgreSQL queries a 30 s deadline by default, 0 to turn it off, and refuses a negative or non-number one', () => {
-    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    const base = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET, HERALD_ENCRYPTION_KEYS: KEYS };
     expect(loadApiConfig(base).database).toMatchObject({ queryTimeoutMs: 30_000 });
     expect(loadApiConfig({ ...base, DATABASE_QUERY_TIMEOUT_MS: '0' }).database).toMatchObject({ queryTimeoutMs: 0 });
     for (const bad of ['-1', 'soon']) {
@@ -105,7 +111,7 @@ describe('loadApiConfig', () => {
   });
 
   it('masks error details in single and cluster mode unless NODE_ENV=development is set explicitly', () => {
-    const single = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET };
+    const single = { DATABASE_URL: 'postgres://db.internal/herald', JWT_SECRET: SECRET, HERALD_ENCRYPTION_KEYS: KEYS };
     const cluster = { ...single, REDIS_URL: 'redis://redis.internal:6379' };
     expect(loadApiConfig(single).graphql.errorDetails).toBe(false);
     expect(loadApiConfig(cluster).graphql.errorDetails).toBe(false);
@@ -144,6 +150,11 @@ describe('loadApiConfig', () => {
     [{ JWT_PUBLIC_KEY: 'not a key' }, /^JWT_PUBLIC_KEY: expected a PEM-encoded public key/],
     [{ DATABASE_URL: 'postgres://db/herald' }, /^JWT_SECRET: required in cluster mode/],
     [{ JWT_SECRET: SECRET, JWT_JWKS_URL: 'https://id.example/jwks' }, /^JWT_JWKS_URL: set only one of/],
+    [
+      { DATABASE_URL: 'postgres://db/herald', JWT_SECRET: SECRET },
+      /^HERALD_ENCRYPTION_KEYS: required when DATABASE_URL/,
+    ],
+    [{ HERALD_ENCRYPTION_KEYS: 'k1:abc' }, /^HERALD_ENCRYPTION_KEYS: entry 1 \("k1"\): the key must be 32 bytes/],
   ])('refuses %j with one line naming the variable', (env, line) => {
     const lines = configError(env);
     expect(lines).toHaveLength(1);

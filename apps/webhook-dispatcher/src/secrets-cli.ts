@@ -1,5 +1,5 @@
 /**
- * Operators' keyring CLI (docs/webhooks.md, "Secrets at rest"): `pnpm secrets rotate-key
+ * Operators' keyring CLI (docs/operations.md, "Webhook encryption keys"): `pnpm secrets rotate-key
  * [--batch-size N]` re-encrypts every webhook signing secret not sealed under the first key of
  * `HERALD_ENCRYPTION_KEYS`, in batches, while the API and the dispatchers keep running (each row is
  * rewritten only if unchanged since it was read). Prints progress; exit status 0 once every row is

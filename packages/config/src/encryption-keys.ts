@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 
 /**
- * The `HERALD_ENCRYPTION_KEYS` keyring (docs/webhooks.md, "Secrets at rest"): comma-separated entries
+ * The `HERALD_ENCRYPTION_KEYS` keyring (docs/operations.md, "Webhook encryption keys"): comma-separated entries
  * `<id>:<base64 of 32 random bytes>`, e.g. `k2:…,k1:…`. The FIRST key encrypts everything written from
  * now on; every key decrypts, so an old key stays listed until `pnpm secrets rotate-key` has moved
  * every row to the first one. The id is stored beside each ciphertext and names the key that opens it.

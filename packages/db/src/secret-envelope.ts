@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 
 /**
- * How a webhook signing secret is stored (docs/webhooks.md, "Secrets at rest"): AES-256-GCM under the
+ * How a webhook signing secret is stored (docs/operations.md, "Webhook encryption keys"): AES-256-GCM under the
  * first key of the keyring, with the endpoint id as associated data, so a ciphertext copied onto
  * another endpoint's row does not open. The envelope is text, versioned, and names its key:
  *

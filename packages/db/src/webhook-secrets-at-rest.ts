@@ -3,8 +3,8 @@ import type { Database } from './database.js';
 import { openSecret, type SecretKeyring, sealSecret } from './secret-envelope.js';
 
 /**
- * Keeping every stored signing secret sealed under the keyring's first key (docs/webhooks.md,
- * "Secrets at rest"; the table's design is in the `webhook-secrets-sealed` migration):
+ * Keeping every stored signing secret sealed under the keyring's first key (docs/operations.md,
+ * "Webhook encryption keys"; the table's design is in the `webhook-secrets-sealed` migration):
  * - {@link prepareWebhookSecrets} at every start: seals what still holds plaintext, then checks the
  *   keyring opens what is stored, so a wrong key stops the start instead of failing deliveries;
  * - {@link resealWebhookSecrets} behind `pnpm secrets rotate-key`: moves every row to the first key.

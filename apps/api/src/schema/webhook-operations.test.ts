@@ -1,5 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { listActiveWebhookSecrets } from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
 import { verifyWebhook } from '@herald/webhooks';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -473,12 +475,16 @@ describe('an endpoint that asks for ED25519 (v1a) signatures', () => {
     const { secret: publicKey, signatureScheme, endpoint } = body.data.createWebhookEndpoint;
     expect(signatureScheme).toBe('ED25519');
     expect(publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/);
+    // Herald keeps the signing key, sealed: it opens to a `whsk_` key, and the row holds no plaintext.
+    const [signingKey] = await listActiveWebhookSecrets(api.app.database.db, endpoint.id, TEST_KEYRING);
+    expect(signingKey).toMatch(/^whsk_/);
     const stored = await api.app.database.db
       .selectFrom('webhook_endpoint_secrets')
-      .select('secret')
+      .select(['secret', 'sealed_secret'])
       .where('endpoint_id', '=', endpoint.id)
       .executeTakeFirstOrThrow();
-    expect(stored.secret).toMatch(/^whsk_/);
+    expect(stored.secret).toBeNull();
+    expect(stored.sealed_secret).not.toContain(signingKey!.slice('whsk_'.length));
 
     const sent = await api.graphql(SEND_TEST, { id: endpoint.id }, alice);
     await waitForLog(

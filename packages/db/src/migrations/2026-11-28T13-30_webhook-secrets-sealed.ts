@@ -4,7 +4,7 @@ import { up as addStandardSecretColumn } from './2026-11-23T11-20_webhooks-ops-s
 // Typed against Kysely<any> on purpose: a migration describes the schema as it was on the day it
 // landed and must never follow later changes to the app's Database type.
 //
-// Signing secrets encrypted at rest (docs/webhooks.md, "Secrets at rest"). Encrypting needs the
+// Signing secrets encrypted at rest (docs/operations.md, "Webhook encryption keys"). Encrypting needs the
 // `HERALD_ENCRYPTION_KEYS` keyring, which SQL does not have, so the work is split in two:
 // - this migration prepares the table: `sealed_secret` holds the envelope
 //   (`v1:<key id>:<nonce>:<ciphertext>:<tag>`, AES-256-GCM with the endpoint id as associated data),

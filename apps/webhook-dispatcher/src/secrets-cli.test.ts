@@ -1,0 +1,76 @@
+import { execFile } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+import { countNotUnderFirstKey, listActiveWebhookSecrets } from '@herald/db';
+import { TEST_ENCRYPTION_KEYS, TEST_KEYRING } from '@herald/testing';
+import { createDispatcherHarness, type DispatcherHarness } from '@herald/webhook-engine/testing';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+
+// `pnpm secrets rotate-key` as operators run it (tsx src/secrets-cli.ts): with the new key first in
+// HERALD_ENCRYPTION_KEYS and the old one after it.
+
+const CLI = fileURLToPath(new URL('./secrets-cli.ts', import.meta.url));
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+const NEW_KEY = { id: 'k2', key: Buffer.alloc(32, 0x2b) };
+const ENDPOINTS = 5;
+
+let harness: DispatcherHarness;
+const endpoints: Array<{ id: string; secret: string }> = [];
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  for (let i = 0; i < ENDPOINTS; i++)
+    endpoints.push(await harness.createEndpoint('org-cli', `https://example.com/${i}`));
+});
+
+afterAll(() => harness?.close());
+
+function secrets(args: string[], env: Record<string, string>) {
+  return promisify(execFile)(process.execPath, ['--import', TSX_LOADER, CLI, ...args], {
+    env: { PATH: process.env.PATH, ...env },
+  }).then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (error: { code: number; stdout: string; stderr: string }) => error,
+  );
+}
+
+describe('pnpm secrets rotate-key', () => {
+  it('refuses bad usage (2) and a missing keyring (1, one line naming it)', async () => {
+    expect((await secrets(['rotate'], {})).code).toBe(2);
+    expect((await secrets(['rotate-key', '--batch-size', '0'], {})).code).toBe(2);
+    const missing = await secrets(['rotate-key'], { DATABASE_URL: harness.schema.url });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/^secrets: invalid configuration: HERALD_ENCRYPTION_KEYS: required/),
+    ]);
+  });
+
+  it('re-encrypts every secret under the first key in batches, printing progress, and exits 0', async () => {
+    const keys = `k2:${NEW_KEY.key.toString('base64')},${TEST_ENCRYPTION_KEYS}`;
+    const { code, stdout, stderr } = await secrets(['rotate-key', '--batch-size', '2'], {
+      DATABASE_URL: harness.schema.url,
+      HERALD_ENCRYPTION_KEYS: keys,
+    });
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(stdout.split('\n')).toEqual(
+      expect.arrayContaining([
+        `${ENDPOINTS} signing secret(s) not under key "k2"`,
+        're-encrypted 2',
+        're-encrypted 4',
+        `${ENDPOINTS} re-encrypted under key "k2", 0 left`,
+      ]),
+    );
+    expect(await countNotUnderFirstKey(harness.db, [NEW_KEY])).toBe(0);
+    for (const endpoint of endpoints) {
+      expect(await listActiveWebhookSecrets(harness.db, endpoint.id, [NEW_KEY])).toEqual([endpoint.secret]);
+    }
+    // Nothing is left under the old key: a second run has nothing to do.
+    const again = await secrets(['rotate-key'], { DATABASE_URL: harness.schema.url, HERALD_ENCRYPTION_KEYS: keys });
+    expect(again.stdout).toContain('0 re-encrypted under key "k2", 0 left');
+    await expect(listActiveWebhookSecrets(harness.db, endpoints[0]!.id, TEST_KEYRING)).rejects.toThrow(
+      /sealed under key "k2"/,
+    );
+  });
+});

@@ -1,26 +1,32 @@
-import { InvalidConfigError } from '@herald/config';
+import { InvalidConfigError, stderrLogOutput, stdoutLogOutput } from '@herald/config';
 import { createDatabase, DataDirectoryInUseError, migrateToLatest } from '@herald/db';
 import { loadApiConfig } from './env.js';
 
 // `pnpm migrate`: brings the configured database (DATABASE_URL, or the embedded one) to the latest schema.
 // An embedded data directory is locked while migrating: refused (exit 1, one line) while a server has it.
+// Output never throws or blocks when its reader is gone or stalled (log-output.ts).
+const out = stdoutLogOutput();
+const err = stderrLogOutput();
+let code = 0;
 try {
   const config = loadApiConfig();
   const database = await createDatabase(config.database);
   try {
     const results = await migrateToLatest(database.db);
-    if (results.length === 0) process.stdout.write('database is up to date\n');
-    for (const result of results) process.stdout.write(`${result.status}: ${result.migrationName}\n`);
+    if (results.length === 0) out.write('database is up to date\n');
+    for (const result of results) out.write(`${result.status}: ${result.migrationName}\n`);
   } finally {
     await database.close();
   }
 } catch (error) {
   if (error instanceof InvalidConfigError) {
-    for (const line of error.lines) process.stderr.write(`herald: invalid configuration: ${line}\n`);
+    for (const line of error.lines) err.write(`herald: invalid configuration: ${line}\n`);
   } else if (error instanceof DataDirectoryInUseError) {
-    process.stderr.write(`herald: ${error.message}\n`);
+    err.write(`herald: ${error.message}\n`);
   } else {
-    process.stderr.write(`herald: migration failed: ${(error as Error).message}\n`);
+    err.write(`herald: migration failed: ${(error as Error).message}\n`);
   }
-  process.exit(1);
+  code = 1;
 }
+await Promise.all([out.flush(1_000), err.flush(1_000)]);
+process.exit(code);

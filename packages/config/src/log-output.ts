@@ -1,4 +1,4 @@
-import { constants, fstatSync, openSync, writeSync } from 'node:fs';
+import { fstatSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
 /**
@@ -11,6 +11,10 @@ import { Socket } from 'node:net';
  *   {@link DEFAULT_MAX_BUFFERED_BYTES} and past that are dropped and counted, never waited for. A reader
  *   that went away (EPIPE) turns the output off: every later line is dropped and counted.
  * - A file, a terminal or /dev/null is written synchronously, as `console.log` does: they do not stall.
+ *
+ * On Linux, Node leaves a pipe non-blocking when `process.stdout`/`process.stderr` use it too (one pipe
+ * for both, `2>&1 | tee`, included: log-output.test.ts pins it). On Windows Node makes stdio pipes
+ * blocking, so there a stalled reader can still hold the process up; Herald's images run on Linux.
  *   A failing write is dropped and counted, never thrown.
  *
  * Why not pino's own destination (sonic-boom): asynchronously it writes from libuv's thread pool, and a
@@ -20,6 +24,8 @@ import { Socket } from 'node:net';
  * ignored SIGTERM. log-output.test.ts pins each case against a real pipe.
  */
 
+/** How often `flush` looks whether the queue has gone out. */
+const FLUSH_POLL_MS = 5;
 /** Bytes of log lines held in memory while a pipe's reader is slow; past this, lines are dropped. */
 export const DEFAULT_MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
 
@@ -53,25 +59,7 @@ export function createLogOutput(fd: number, options: LogOutputOptions = {}): Log
   } catch {
     kind = 'none'; // fd not open (a daemon started with stdout closed): every line is dropped.
   }
-  return kind === 'stream' ? streamOutput(ownDescription(fd), maxBufferedBytes) : syncOutput(fd, kind === 'none');
-}
-
-/**
- * On Linux a pipe can be opened again through /proc, which gives this process its own open file
- * description of it, whose non-blocking flag nobody else changes. Node makes `process.stdout` and
- * `process.stderr` blocking when they are pipes, and where both are one pipe (`2>&1 | tee`) that flag is
- * shared: the first `console.error` or warning would make log writes block again. Sockets can't be
- * reopened this way; they are used as they are.
- */
-function ownDescription(fd: number): number {
-  if (process.platform !== 'linux') return fd;
-  try {
-    if (!fstatSync(fd).isFIFO()) return fd;
-    return openSync(`/proc/self/fd/${fd}`, constants.O_WRONLY | constants.O_NONBLOCK);
-  } catch {
-    // ENXIO: the pipe has no reader any more. The original descriptor reports that as EPIPE on write.
-    return fd;
-  }
+  return kind === 'stream' ? streamOutput(fd, maxBufferedBytes) : syncOutput(fd, kind === 'none');
 }
 
 function streamOutput(fd: number, maxBufferedBytes: number): LogOutput {
@@ -109,22 +97,12 @@ function streamOutput(fd: number, maxBufferedBytes: number): LogOutput {
     },
     dropped: () => dropped,
     closed: () => closed,
-    flush(timeoutMs) {
-      const current = socket;
-      if (!current || closed || current.writableLength === 0) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          current.off('drain', done);
-          current.off('close', done);
-          current.off('error', done);
-          resolve();
-        };
-        const timer = setTimeout(done, timeoutMs);
-        current.once('drain', done);
-        current.once('close', done);
-        current.once('error', done);
-      });
+    async flush(timeoutMs) {
+      // 'drain' fires only after a write was refused; polling the queue also ends a short wait at once.
+      const deadline = performance.now() + timeoutMs;
+      while (socket && !closed && socket.writableLength > 0 && performance.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, FLUSH_POLL_MS));
+      }
     },
   };
 }

@@ -1,16 +1,18 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   currentHolder,
   DataDirectoryInUseError,
+  HEARTBEAT_MS,
   type LockHolder,
   lockDataDirectory,
+  OTHER_HOST_STALE_MS,
   takeOver,
 } from './data-directory-lock.js';
 
@@ -89,6 +91,10 @@ describe('the embedded data directory lock', () => {
     ['a process that is gone', (me) => ({ ...me, pid: deadPid() })],
     ['a pid now reused by a process started later', (me) => ({ ...me, startTicks: '1' })],
     ['a previous boot', (me) => ({ ...me, pid: 1, bootId: 'another-boot', startTicks: undefined })],
+    [
+      'a previous boot, told by the boot time where there is no boot id (macOS)',
+      (me) => ({ ...me, pid: 1, bootId: undefined, startTicks: undefined, bootedAt: me.bootedAt! - 3_600_000 }),
+    ],
   ])('left by %s is taken over', (_, holderOf) => {
     writeHolder(holderOf(currentHolder()));
     const lock = lockDataDirectory(dataDir);
@@ -96,16 +102,34 @@ describe('the embedded data directory lock', () => {
     lock.release();
   });
 
-  it('taken on another host is never taken over (its holder cannot be checked)', () => {
+  it('taken on another host is refused while its holder keeps touching it, and taken over once it stops', () => {
+    // A container since replaced, or a directory on a disk shared with another machine.
     writeHolder({ pid: deadPid(), host: 'another-host', since: '2026-01-01T00:00:00.000Z' });
     expect(() => lockDataDirectory(dataDir)).toThrow(/in use by process \d+ on host another-host/);
     expect(JSON.parse(readFileSync(lockFile(), 'utf8')).host).toBe('another-host');
+    const untouched = new Date(Date.now() - OTHER_HOST_STALE_MS - 1_000);
+    utimesSync(lockFile(), untouched, untouched);
+    const lock = lockDataDirectory(dataDir);
+    expect(JSON.parse(readFileSync(lockFile(), 'utf8')).pid).toBe(process.pid);
+    lock.release();
   });
 
-  it('that is damaged is taken over once it is old enough not to be a holder still writing it', () => {
+  it('is touched by its holder every heartbeat, so another host can tell it is alive', () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const lock = lockDataDirectory(dataDir);
+      const old = new Date(Date.now() - OTHER_HOST_STALE_MS - 1_000);
+      utimesSync(lockFile(), old, old);
+      vi.advanceTimersByTime(HEARTBEAT_MS);
+      expect(Date.now() - statSync(lockFile()).mtimeMs).toBeLessThan(OTHER_HOST_STALE_MS);
+      lock.release();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('that is damaged is taken over (a lock is linked into place whole, never seen half written)', () => {
     writeFileSync(lockFile(), '{"pid":');
-    const old = new Date(Date.now() - 5_000);
-    utimesSync(lockFile(), old, old);
     const lock = lockDataDirectory(dataDir);
     expect(JSON.parse(readFileSync(lockFile(), 'utf8')).pid).toBe(process.pid);
     lock.release();

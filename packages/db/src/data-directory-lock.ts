@@ -1,5 +1,5 @@
-import { closeSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync, writeSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { linkSync, mkdirSync, readFileSync, rmdirSync, statSync, unlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { hostname, uptime } from 'node:os';
 import { dirname } from 'node:path';
 
 /**
@@ -10,19 +10,22 @@ import { dirname } from 'node:path';
  * overwrites the other's. So whoever opens an embedded directory (the API, `pnpm migrate`, any CLI) first
  * takes this lock, and holds it until it closes the database or exits.
  *
- * The lock is a file beside the directory (`<dir>.lock`), created with O_EXCL, holding who took it: pid,
- * host, when, and on Linux the process's start time and the boot id. A lock whose holder is gone is taken
- * over by the next opener:
- * - another boot (power loss, reboot): the boot id differs;
+ * The lock is a file beside the directory (`<dir>.lock`), holding who took it: pid, host, when, when the
+ * machine booted, and on Linux the process's start time and the boot id. It is written whole to a
+ * temporary file and linked into place (link fails if the lock exists): nobody ever reads half a lock.
+ * Its holder touches it every {@link HEARTBEAT_MS}. A lock whose holder is gone is taken over by the
+ * next opener:
+ * - another boot (power loss, reboot): the boot id (or, without /proc, the boot time) differs;
  * - the process died (SIGKILL, a crash): no process has that pid, or one has it but started at another
- *   time (the pid was reused, as pid 1 is in every container).
- * A lock taken on another host (a directory on a shared disk) can't be checked and is never taken over.
+ *   time (the pid was reused, as pid 1 is in every container);
+ * - taken on another host (a container since replaced, a directory on a shared disk), whose processes
+ *   can't be checked from here: once it has not been touched for {@link OTHER_HOST_STALE_MS}.
  *
- * Taking over is race-free: a taker first creates a guard directory (mkdir is atomic), re-reads the lock
- * and deletes it only if it still holds the dead holder's exact text, then creates its own with O_EXCL as
- * any opener does. Two processes that both found the same dead holder can't both win, and a live lock
- * written in between is never deleted. A guard left by a taker that died is removed after
- * {@link STALE_GUARD_MS}.
+ * Taking over: a taker first creates a guard directory (mkdir is atomic), re-reads the lock and deletes
+ * it only if it still holds the dead holder's exact text, then links its own as any opener does. Two
+ * processes that both found the same dead holder can't both win, and a live lock written in between is
+ * never deleted. A guard left by a taker that died is removed after {@link STALE_GUARD_MS} (a taker
+ * holds it for a read and an unlink: microseconds).
  *
  * Why not `proper-lockfile`: it decides staleness by a modification time the holder refreshes on a timer,
  * so a holder whose event loop was paused (a laptop asleep, SIGSTOP) past the stale time loses its lock
@@ -31,9 +34,15 @@ import { dirname } from 'node:path';
 
 /** A take-over guard older than this was left by a taker that died; it is removed. */
 const STALE_GUARD_MS = 10_000;
-/** How often, and how many times, an opener waits for another's take-over or half-written lock. */
+/** How often, and how many times (longer than a dead taker's guard lasts), an opener looks again. */
 const CONTENDED_RETRY_MS = 50;
-const CONTENDED_RETRIES = 100;
+const CONTENDED_RETRIES = 300;
+/** How often the holder touches its lock (its modification time says it is alive). */
+export const HEARTBEAT_MS = 10_000;
+/** A lock from another host untouched for this long is a dead holder's. */
+export const OTHER_HOST_STALE_MS = 6 * HEARTBEAT_MS;
+/** Two boot times further apart than this are two boots (the uptime clock and the wall clock drift). */
+const BOOT_TIME_TOLERANCE_MS = 120_000;
 
 /** Who holds a lock, as written in the lock file. */
 export interface LockHolder {
@@ -45,6 +54,8 @@ export interface LockHolder {
   startTicks?: string;
   /** Linux: `/proc/sys/kernel/random/boot_id` when the lock was taken. */
   bootId?: string;
+  /** When the machine booted, ms since the epoch (every platform; approximate). */
+  bootedAt?: number;
 }
 
 /** The directory is open in another live process (or in this one). */
@@ -84,15 +95,8 @@ export function lockDataDirectory(directory: string): DataDirectoryLock {
     const text = readLock(path);
     if (text === undefined) continue; // deleted meanwhile: try again at once
     const holder = parseHolder(text);
-    if (holder === undefined) {
-      // Half written (a holder between create and write) or damaged: wait a moment, then treat it as dead.
-      if (ageMs(path) < 1_000) {
-        sleepMs(CONTENDED_RETRY_MS);
-        continue;
-      }
-    } else if (isAlive(holder)) {
-      throw new DataDirectoryInUseError(directory, holder);
-    }
+    // Damaged (locks are linked into place whole, so not half written): nobody's, taken over.
+    if (holder !== undefined && isAlive(holder, ageMs(path))) throw new DataDirectoryInUseError(directory, holder);
     if (!takeOver(path, text)) sleepMs(CONTENDED_RETRY_MS);
   }
   throw new Error(`could not take the lock ${path}: other processes keep contending for it`);
@@ -100,7 +104,12 @@ export function lockDataDirectory(directory: string): DataDirectoryLock {
 
 /** Who this process is, as a lock file records it. */
 export function currentHolder(): LockHolder {
-  const holder: LockHolder = { pid: process.pid, host: hostname(), since: new Date().toISOString() };
+  const holder: LockHolder = {
+    pid: process.pid,
+    host: hostname(),
+    since: new Date().toISOString(),
+    bootedAt: Math.round(Date.now() - uptime() * 1_000),
+  };
   const startTicks = processStartTicks(process.pid);
   const bootId = readBootId();
   if (startTicks !== undefined) holder.startTicks = startTicks;
@@ -108,11 +117,19 @@ export function currentHolder(): LockHolder {
   return holder;
 }
 
-/** Whether `holder` may still be running. Unknowable (another host) counts as alive. */
-export function isAlive(holder: LockHolder): boolean {
-  if (holder.host !== hostname()) return true;
+/**
+ * Whether `holder`, whose lock was last touched `lockAgeMs` ago, may still be running. On another host
+ * only the heartbeat tells.
+ */
+export function isAlive(holder: LockHolder, lockAgeMs: number): boolean {
+  if (holder.host !== hostname()) return lockAgeMs < OTHER_HOST_STALE_MS;
   const bootId = readBootId();
-  if (holder.bootId !== undefined && bootId !== undefined && holder.bootId !== bootId) return false;
+  if (holder.bootId !== undefined && bootId !== undefined) {
+    if (holder.bootId !== bootId) return false;
+  } else if (holder.bootedAt !== undefined) {
+    const bootedAt = Date.now() - uptime() * 1_000;
+    if (Math.abs(bootedAt - holder.bootedAt) > BOOT_TIME_TOLERANCE_MS) return false;
+  }
   try {
     process.kill(holder.pid, 0);
   } catch (error) {
@@ -126,9 +143,20 @@ export function isAlive(holder: LockHolder): boolean {
 
 function heldLock(path: string, mine: string): DataDirectoryLock {
   let released = false;
+  // The heartbeat: lets an opener on another host tell a live holder from a dead one.
+  const heartbeat = setInterval(() => {
+    try {
+      const now = new Date();
+      utimesSync(path, now, now);
+    } catch {
+      // Deleted by hand, or the disk is gone: the database's own writes will say so.
+    }
+  }, HEARTBEAT_MS);
+  heartbeat.unref();
   const release = () => {
     if (released) return;
     released = true;
+    clearInterval(heartbeat);
     process.off('exit', release);
     try {
       if (readLock(path) === mine) unlinkSync(path);
@@ -141,20 +169,19 @@ function heldLock(path: string, mine: string): DataDirectoryLock {
   return { path, release };
 }
 
+/** Writes `text` to a temporary file and links it to `path`: false if `path` exists. */
 function tryCreate(path: string, text: string): boolean {
-  let fd: number;
+  const temporary = `${path}.${process.pid}.${Date.now()}.tmp`;
+  writeFileSync(temporary, text, { mode: 0o644 });
   try {
-    fd = openSync(path, 'wx', 0o644);
+    linkSync(temporary, path);
+    return true;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
     throw error;
-  }
-  try {
-    writeSync(fd, text);
   } finally {
-    closeSync(fd);
+    removeQuietly(() => unlinkSync(temporary));
   }
-  return true;
 }
 
 /**

@@ -109,17 +109,19 @@ describe('an organisation', () => {
   }, 120_000);
 
   it("with a backlog on slow endpoints does not hold back another organisation's new delivery", async () => {
-    // 100 deliveries at 4 at a time and 250 ms each: 6 s of backlog.
-    const storm = await organisation('storm', 5, 20);
+    // 200 deliveries on 20 endpoints at 4 at a time and 250 ms each: 12.5 s of backlog, 20 lanes in line.
+    const storm = await organisation('storm', 20, 10);
     const quiet = await organisation('quiet', 1, 1);
     const dispatcher = await harness.startDispatcher({ concurrency: 4, endpointConcurrency: 10, orgConcurrency: 0 });
     await storm.publish();
     await until('the storm filling the dispatcher', () => receiver.inFlight('storm') === 4);
     await quiet.publish();
     await until("the quiet organisation's delivery", () => receiver.received('quiet').length === 1);
-    // Started with one of the next permits given back, not after the backlog.
-    expect(receiver.received('storm').length).toBeLessThan(40);
-    await until('the backlog', () => receiver.received('storm').length === 100);
+    // Started with one of the next permits given back (attempt-gate.test pins the turns), not after the
+    // backlog (16 of the storm's are answered a second; the bound leaves room for a slow claim on a busy
+    // machine). The storm's lanes waiting for permits hold their work entries meanwhile, and with the
+    // consumer's entry cap at the attempt cap the quiet entry went unread for seconds.
+    expect(receiver.received('storm').length).toBeLessThan(60);
     expect(receiver.maxInFlight('storm')).toBe(4);
     await dispatcher.stop();
   }, 120_000);

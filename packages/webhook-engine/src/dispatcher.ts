@@ -128,6 +128,9 @@ export interface Dispatcher {
  * deliveries (endpoint-lanes.ts); the scheduler queues due retries and anything whose lease expired;
  * retention deletes old rows. Any number of dispatchers can share one database and one queue.
  */
+/** Work entries the consumer may hold at once, whatever the attempt cap: they are ids, not attempts. */
+const MIN_ENTRIES_HELD = 1_000;
+
 export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const { db, queue, settings } = deps;
   const consumerName = deps.consumerName ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -187,7 +190,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const consumer = createConsumer({
     queue,
     consumerName,
-    concurrency,
+    // Entries held while lanes consider them: not attempts (the gate caps those). Lanes waiting for a
+    // permit hold theirs until their next record, and with the cap this low another organisation's
+    // entries would wait unread behind them.
+    concurrency: Math.max(concurrency, MIN_ENTRIES_HELD),
     batchSize: settings.claimBatchSize ?? 50,
     reclaimIdleMs: leaseMs,
     logger,

@@ -7,7 +7,7 @@ import { signToken } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, insertPost, upsertUser } from '@herald/db';
 import { freePort } from '@herald/testing/ports';
 import { Pool } from 'undici';
-import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
+import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, UNLIMITED_TENANT_QUOTAS, waitUntil } from './common.js';
 import { inspectorUrlFrom } from './inspector.js';
 import { BENCH_AUTHOR, BENCH_TAGS, type BenchEvent, benchTitle, PEER_ORG_ID, type Peer } from './protocol.js';
 import { createBenchSchema } from './schema.js';
@@ -385,6 +385,7 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     NODE_ENV: 'production',
     LOG_LEVEL: 'info',
     JWT_SECRET: jwtSecret,
+    ...UNLIMITED_TENANT_QUOTAS,
     ...options.env,
   };
   const removers: Array<() => Promise<unknown>> = [];

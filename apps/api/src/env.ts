@@ -4,6 +4,7 @@ import { durationMs, InvalidConfigError, parseEnv, redisUrl } from '@herald/conf
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import { type DatabaseConfig, DEFAULT_QUERY_TIMEOUT_MS } from '@herald/db';
 import { z } from 'zod';
+import { MAX_QUOTA_VALUE, type TenantLimits } from './tenancy/quotas.js';
 
 /** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
 const MAX_KEEPALIVE_MS = 30_000;
@@ -15,6 +16,8 @@ const MAX_DRAIN_DELAY_MS = 60_000;
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
+/** A tenant quota: a whole number, 0 for none (MAX_QUOTA_VALUE bounds overrides too). */
+const quota = z.coerce.number().int().min(0).max(MAX_QUOTA_VALUE);
 const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
 const pemPublicKey = z.string().refine(
   (pem) => {
@@ -87,6 +90,12 @@ export const EnvSchema = z.object({
   WEBHOOK_ALLOW_PRIVATE_URLS: z.stringbool().optional(),
   WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
   WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
+
+  // tenant quotas (docs/tenancy.md); 0 = no limit
+  TENANT_OPERATIONS_PER_SECOND: quota.default(1_000),
+  TENANT_PUBLISHES_PER_SECOND: quota.default(100),
+  TENANT_SOCKETS_PER_USER: quota.default(100),
+  TENANT_SUBSCRIPTIONS: quota.default(10_000),
 });
 
 /**
@@ -183,6 +192,12 @@ export interface ApiConfig {
     /** `WEBHOOK_RETENTION` (SPEC §7). */
     retentionMs: number;
   };
+  /**
+   * Default tenant quotas (`TENANT_OPERATIONS_PER_SECOND` 1000, `TENANT_PUBLISHES_PER_SECOND` 100,
+   * `TENANT_SOCKETS_PER_USER` 100, `TENANT_SUBSCRIPTIONS` 10000; 0 = none), each overridable per
+   * organisation by a platform administrator (docs/tenancy.md).
+   */
+  tenantLimits: TenantLimits;
 }
 
 /**
@@ -258,6 +273,12 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       allowPrivateUrls: parsed.WEBHOOK_ALLOW_PRIVATE_URLS ?? embeddedDatabase,
       disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
       retentionMs: parsed.WEBHOOK_RETENTION,
+    },
+    tenantLimits: {
+      operationsPerSecond: parsed.TENANT_OPERATIONS_PER_SECOND,
+      publishesPerSecond: parsed.TENANT_PUBLISHES_PER_SECOND,
+      socketsPerUser: parsed.TENANT_SOCKETS_PER_USER,
+      subscriptions: parsed.TENANT_SUBSCRIPTIONS,
     },
   };
 }

@@ -132,3 +132,27 @@ export class HistoryUnavailableError extends HeraldError {
     );
   }
 }
+
+/**
+ * An organisation (or user) is over a rate quota (tenancy/quotas.ts): HTTP 429 with `Retry-After` (whole
+ * seconds, at least 1), code RATE_LIMITED, `extensions.retryAfterMs` and `extensions.limit` (the quota).
+ */
+export class RateLimitedError extends HeraldError {
+  override readonly name = 'RateLimitedError';
+  constructor(limit: string, retryAfterMs: number) {
+    const ms = Math.max(1, Math.ceil(retryAfterMs));
+    super(`Rate limited: over the ${limit} quota; retry in ${ms} ms`, ErrorCode.RATE_LIMITED, {
+      limit,
+      retryAfterMs: ms,
+      http: { status: 429, headers: { 'Retry-After': String(Math.max(1, Math.ceil(ms / 1000))) } },
+    });
+  }
+}
+
+/** A subscribe over the organisation's cap on active subscriptions; the socket stays open. */
+export class SubscriptionLimitExceededError extends HeraldError {
+  override readonly name = 'SubscriptionLimitExceededError';
+  constructor(limit: string, message: string) {
+    super(message, ErrorCode.SUBSCRIPTION_LIMIT_EXCEEDED, { limit });
+  }
+}

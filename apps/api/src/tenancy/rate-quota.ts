@@ -1,0 +1,120 @@
+import type { RedisClient } from '@herald/config/redis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+
+/** A rate quota counts per second; a burst of one second's worth passes at once. */
+const WINDOW_SECONDS = 1;
+/** Distinct limits kept with their limiters (overrides are few; a new value past this drops them all). */
+const MAX_LIMITERS = 256;
+
+export interface RateQuotaOptions {
+  /** Cluster mode: the counters live here, shared by every pod; undefined keeps them in this process. */
+  redis: RedisClient | undefined;
+  /** Prefix of this quota's Redis keys (`herald:tenant:ops`); each key adds `:<subject>`. */
+  keyPrefix: string;
+  /**
+   * How many pods share the quota, as last seen in Redis: while Redis is unreachable this pod lets
+   * through `ceil(limit / pods)` a second per subject (its share), never nothing and never everything.
+   */
+  pods: () => number;
+  /** Called when Redis failed a check and the local share answered instead. */
+  onRedisError: (error: unknown) => void;
+}
+
+export interface RateQuota {
+  /**
+   * Takes one unit for `subject` under `limit` per second (0: no limit, nothing counted).
+   * @returns 0 when allowed, else the milliseconds until a retry may pass (at least 1)
+   */
+  consume(subject: string, limit: number): Promise<number>;
+  /** Units taken in the current second (cluster-wide when Redis answers, else this pod's). */
+  current(subject: string, limit: number): Promise<number>;
+}
+
+interface Limiters {
+  /** Cluster-wide (Redis); undefined without Redis. */
+  shared: RateLimiterRedis | undefined;
+  /** The local limiter: the whole quota without Redis, this pod's share while Redis is away. */
+  local: RateLimiterMemory;
+  localPoints: number;
+}
+
+/**
+ * A per-second quota with rate-limiter-flexible: `RateLimiterRedis` (one Lua `INCRBY`+`PTTL` on a key
+ * that expires with its window; a single key per subject, so Redis Cluster routes it like any other)
+ * in cluster mode, `RateLimiterMemory` otherwise. A subject over its limit is remembered in memory until
+ * its window ends (`inMemoryBlockOnConsumed`), so a storm's refusals cost no Redis round trip.
+ *
+ * While Redis fails (down, or not ready: ioredis answers at once with the offline queue off) the check
+ * is answered by a local limiter holding this pod's share, so a pod never refuses every tenant nor lets
+ * every request through, and a check never throws.
+ */
+export function createRateQuota(options: RateQuotaOptions): RateQuota {
+  const limiters = new Map<number, Limiters>();
+
+  function limitersFor(limit: number): Limiters {
+    const pods = Math.max(1, options.pods());
+    const localPoints = options.redis ? Math.max(1, Math.ceil(limit / pods)) : limit;
+    let found = limiters.get(limit);
+    if (found && found.localPoints === localPoints) return found;
+    if (limiters.size >= MAX_LIMITERS) limiters.clear();
+    found = {
+      shared: options.redis
+        ? (found?.shared ??
+          new RateLimiterRedis({
+            storeClient: options.redis,
+            keyPrefix: options.keyPrefix,
+            points: limit,
+            duration: WINDOW_SECONDS,
+            inMemoryBlockOnConsumed: limit,
+            rejectIfRedisNotReady: true,
+          }))
+        : undefined,
+      local: new RateLimiterMemory({ keyPrefix: options.keyPrefix, points: localPoints, duration: WINDOW_SECONDS }),
+      localPoints,
+    };
+    limiters.set(limit, found);
+    return found;
+  }
+
+  async function consumeLocal(limiter: RateLimiterMemory, subject: string): Promise<number> {
+    try {
+      await limiter.consume(subject);
+      return 0;
+    } catch (refusal) {
+      return retryAfter(refusal);
+    }
+  }
+
+  return {
+    async consume(subject, limit) {
+      if (limit <= 0) return 0;
+      const { shared, local } = limitersFor(limit);
+      if (!shared) return consumeLocal(local, subject);
+      try {
+        await shared.consume(subject);
+        return 0;
+      } catch (refusal) {
+        if (refusal instanceof RateLimiterRes) return retryAfter(refusal);
+        options.onRedisError(refusal);
+        return consumeLocal(local, subject);
+      }
+    },
+    async current(subject, limit) {
+      if (limit <= 0) return 0;
+      const { shared, local } = limitersFor(limit);
+      if (shared) {
+        try {
+          return (await shared.get(subject))?.consumedPoints ?? 0;
+        } catch (error) {
+          options.onRedisError(error);
+        }
+      }
+      return (await local.get(subject))?.consumedPoints ?? 0;
+    },
+  };
+}
+
+function retryAfter(refusal: unknown): number {
+  if (refusal instanceof RateLimiterRes) return Math.max(1, Math.ceil(refusal.msBeforeNext));
+  throw refusal;
+}

@@ -242,13 +242,13 @@ function createQuotas(config: ApiConfig, database: HeraldDatabase, metrics: ApiM
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
   });
-  return {
-    ...quotas,
-    async stop() {
-      await quotas.stop();
-      redis?.disconnect();
-    },
+  const stop = quotas.stop;
+  // The quotas' own Redis connection closes with them.
+  quotas.stop = async () => {
+    await stop();
+    redis?.disconnect();
   };
+  return quotas;
 }
 
 /**

@@ -73,6 +73,8 @@ export interface TenantQuotas {
   openSubscription(orgId: string): Promise<SubscriptionLimitExceededError | undefined>;
   closeSubscription(orgId: string): void;
   usage(orgId: string): Promise<OrganizationUsage>;
+  /** Pods sharing the quotas, as last seen in Redis (1 without Redis): a pod's share is 1/pods. */
+  readonly pods: number;
   start(): void;
   stop(): Promise<void>;
 }
@@ -171,6 +173,9 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
 
   return {
     limits,
+    get pods() {
+      return pods;
+    },
     async checkOperation(viewer, orgId) {
       if (viewer === null) return undefined;
       let subject: string;

@@ -227,7 +227,6 @@ function createQuotas(config: ApiConfig, database: HeraldDatabase, metrics: ApiM
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
       commandTimeout: QUOTA_REDIS_TIMEOUT_MS,
-      enableAutoPipelining: true,
       connectionName: 'herald-api-quotas',
     });
     redis.on('error', (error: Error) => logger.debug({ err: error }, 'quota redis connection error'));

@@ -1,4 +1,4 @@
-import { isMemberOf, isPlatformAdmin, type Viewer } from '@herald/auth';
+import { isMemberOf, type Viewer } from '@herald/auth';
 import type { RedisClient } from '@herald/config/redis';
 import type { Database } from '@herald/db';
 import type { Kysely } from 'kysely';
@@ -53,14 +53,17 @@ export interface TenantQuotasDeps {
 /**
  * The tenant quotas (docs/tenancy.md): every check a door makes, each answering in memory or with one
  * Redis round trip, never with an error of its own.
- * - `operationsPerSecond`: a GraphQL operation counts against the organisation it names (when the
- *   caller belongs to it or is a platform administrator), else against the caller (`user:<sub>`).
+ * - `operationsPerSecond`: a GraphQL operation counts against the organisation it names when the caller
+ *   belongs to it, else against the caller (`user:<sub>`): nobody spends another tenant's quota, and an
+ *   administrator fixing a throttled organisation's limits is not refused by them.
  *   Anonymous operations are not counted: they reach nothing but `me`.
  * - `publishesPerSecond`: `publishPost`, against the post's organisation, before anything is written.
  * - `socketsPerUser`: open sockets per `sub`; the cap is the largest among the user's organisations.
  * - `subscriptions`: active subscriptions per organisation.
  */
 export interface TenantQuotas {
+  /** The environment's quotas, for organisations without overrides. */
+  readonly defaults: TenantLimits;
   readonly limits: OrganizationLimitsCache;
   /** @returns the refusal to answer with, or undefined when the operation may run */
   checkOperation(viewer: Viewer | null, orgId: string | undefined): Promise<RateLimitedError | undefined>;
@@ -172,6 +175,7 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
   let flushTimer: NodeJS.Timeout | undefined;
 
   return {
+    defaults: deps.defaults,
     limits,
     get pods() {
       return pods;
@@ -181,7 +185,7 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
       let subject: string;
       let limit: number;
       let charged: readonly string[];
-      if (orgId !== undefined && (isMemberOf(viewer, orgId) || isPlatformAdmin(viewer))) {
+      if (orgId !== undefined && isMemberOf(viewer, orgId)) {
         subject = `org:${orgId}`;
         limit = (await limits.limitsOf(orgId)).operationsPerSecond;
         charged = [orgId];

@@ -13,7 +13,7 @@ import { startTestApi, type TestApi } from '../testing/test-api.js';
 const OPS_PER_SECOND = 30;
 const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 1) { edges { node { id } } } }';
 /** Attempts at a burst that fits in one quota window (a slow machine may need a second try). */
-const BURST_ATTEMPTS = 4;
+const BURST_ATTEMPTS = 8;
 
 let schema: TestSchema;
 let proxy: CuttableProxy;
@@ -82,7 +82,7 @@ async function burst(orgId: string, count: number): Promise<Burst> {
 async function burstInOneWindow(count: number): Promise<Burst> {
   for (let attempt = 0; attempt < BURST_ATTEMPTS; attempt++) {
     const result = await burst(`org-${randomUUID()}`, count);
-    if (result.elapsedMs < 900) return result;
+    if (result.elapsedMs < 950) return result;
   }
   throw new Error('no burst was answered within one window');
 }
@@ -91,7 +91,8 @@ const accepted = (result: Burst) => result.statuses.filter((status) => status ==
 
 describe('quotas across two pods sharing Redis', () => {
   it('lets through exactly the quota for both pods together, and refuses the rest with 429 RATE_LIMITED', async () => {
-    const result = await burstInOneWindow(OPS_PER_SECOND * 2);
+    await burst(`org-${randomUUID()}`, 2); // each pod compiles the query once
+    const result = await burstInOneWindow(OPS_PER_SECOND + 10);
     expect(accepted(result)).toBe(OPS_PER_SECOND);
     expect(result.statuses.filter((status) => status !== 200).every((status) => status === 429)).toBe(true);
     expect(new Set(result.codes)).toEqual(new Set(['RATE_LIMITED']));
@@ -177,7 +178,7 @@ describe('Redis unreachable mid-storm', () => {
     } finally {
       redis.disconnect();
     }
-    const shared = await burstInOneWindow(OPS_PER_SECOND * 2);
+    const shared = await burstInOneWindow(OPS_PER_SECOND + 10);
     expect(accepted(shared)).toBe(OPS_PER_SECOND);
   });
 });

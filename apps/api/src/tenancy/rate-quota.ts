@@ -5,6 +5,15 @@ import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limite
 const WINDOW_SECONDS = 1;
 /** Distinct limits kept with their limiters (overrides are few; a new value past this drops them all). */
 const MAX_LIMITERS = 256;
+/**
+ * With Redis, a pod takes units in batches of a tenth of its share (`limit / pods / 10`, when that is
+ * more than one) and spends them locally until its window ends: one round trip per batch instead of one
+ * per operation. Units a pod took and did not spend are lost to its tenant for the rest of the window,
+ * at most a tenth of the quota per pod.
+ */
+const BATCHES_PER_SHARE = 10;
+/** Subjects with a batch in hand remembered at most (past it they are all dropped, and taken afresh). */
+const MAX_BATCHES = 10_000;
 
 export interface RateQuotaOptions {
   /** Cluster mode: the counters live here, shared by every pod; undefined keeps them in this process. */
@@ -36,6 +45,14 @@ interface Limiters {
   /** The local limiter: the whole quota without Redis, this pod's share while Redis is away. */
   local: RateLimiterMemory;
   localPoints: number;
+  /** Units taken from Redis at once (1: one round trip per unit). */
+  batch: number;
+}
+
+/** Units a pod took from Redis for one subject, spent locally until its window ends. */
+interface Batch {
+  left: number;
+  endsAt: number;
 }
 
 /**
@@ -44,12 +61,17 @@ interface Limiters {
  * in cluster mode, `RateLimiterMemory` otherwise. A subject over its limit is remembered in memory until
  * its window ends (`inMemoryBlockOnConsumed`), so a storm's refusals cost no Redis round trip.
  *
+ * With Redis, a pod takes units in batches (BATCHES_PER_SHARE) when its share is large enough, so a
+ * tenant's operations cost one Redis round trip per batch; a batch that crosses the limit grants only
+ * the units under it, so the cluster never lets through more than the limit in a window.
+ *
  * While Redis fails (down, or not ready: ioredis answers at once with the offline queue off) the check
  * is answered by a local limiter holding this pod's share, so a pod never refuses every tenant nor lets
  * every request through, and a check never throws.
  */
 export function createRateQuota(options: RateQuotaOptions): RateQuota {
   const limiters = new Map<number, Limiters>();
+  const batches = new Map<string, Batch>();
 
   function limitersFor(limit: number): Limiters {
     const pods = Math.max(1, options.pods());
@@ -71,6 +93,7 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
         : undefined,
       local: new RateLimiterMemory({ keyPrefix: options.keyPrefix, points: localPoints, duration: WINDOW_SECONDS }),
       localPoints,
+      batch: Math.max(1, Math.floor(limit / pods / BATCHES_PER_SHARE)),
     };
     limiters.set(limit, found);
     return found;
@@ -85,18 +108,39 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
     }
   }
 
+  function keep(limit: number, subject: string, left: number, msBeforeNext: number, batch: number) {
+    if (batch <= 1) return;
+    if (batches.size >= MAX_BATCHES) batches.clear();
+    batches.set(`${limit}:${subject}`, { left, endsAt: Date.now() + msBeforeNext });
+  }
+
   return {
     async consume(subject, limit) {
       if (limit <= 0) return 0;
-      const { shared, local } = limitersFor(limit);
+      const { shared, local, batch } = limitersFor(limit);
       if (!shared) return consumeLocal(local, subject);
+      if (batch > 1) {
+        const held = batches.get(`${limit}:${subject}`);
+        if (held && held.left > 0 && held.endsAt > Date.now()) {
+          held.left--;
+          return 0;
+        }
+      }
       try {
-        await shared.consume(subject);
+        const taken = await shared.consume(subject, batch);
+        keep(limit, subject, batch - 1, taken.msBeforeNext, batch);
         return 0;
       } catch (refusal) {
-        if (refusal instanceof RateLimiterRes) return retryAfter(refusal);
-        options.onRedisError(refusal);
-        return consumeLocal(local, subject);
+        if (!(refusal instanceof RateLimiterRes)) {
+          options.onRedisError(refusal);
+          return consumeLocal(local, subject);
+        }
+        // A batch that crossed the limit: the units under it are this pod's (a refusal from the
+        // in-memory block has counted nothing, consumedPoints 0).
+        const granted = refusal.consumedPoints > 0 ? limit - (refusal.consumedPoints - batch) : 0;
+        if (granted <= 0) return retryAfter(refusal);
+        keep(limit, subject, granted - 1, refusal.msBeforeNext, batch);
+        return 0;
       }
     },
     async current(subject, limit) {

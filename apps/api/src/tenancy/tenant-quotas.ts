@@ -197,14 +197,14 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
       const retryAfterMs = await operations.consume(subject, limit);
       if (retryAfterMs === 0) return undefined;
       refused(charged, 'operationsPerSecond');
-      return new RateLimitedError('operationsPerSecond', retryAfterMs);
+      return RateLimitedError.cheap('operationsPerSecond', retryAfterMs);
     },
     async checkPublish(orgId) {
       const limit = (await limits.limitsOf(orgId)).publishesPerSecond;
       const retryAfterMs = await publishes.consume(`org:${orgId}`, limit);
       if (retryAfterMs === 0) return undefined;
       refused([orgId], 'publishesPerSecond');
-      return new RateLimitedError('publishesPerSecond', retryAfterMs);
+      return RateLimitedError.cheap('publishesPerSecond', retryAfterMs);
     },
     async openSocket(viewer) {
       const cap = await socketCap(viewer);

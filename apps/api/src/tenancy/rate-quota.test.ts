@@ -42,6 +42,17 @@ async function spend(quotas: RateQuota[], subject: string, limit: number, count:
 }
 
 describe('rate quota with Redis', () => {
+  it('lets 64 concurrent callers share one batch rather than each taking their own', async () => {
+    const prefix = `herald-rate-${randomUUID()}`;
+    const quota = pod(prefix, 1);
+    commands.length = 0;
+    // 64 callers at once, a quota of 1,000 (batches of 100): one batch serves all of them.
+    const answers = await Promise.all(Array.from({ length: 64 }, () => quota.consume('org:c', 1_000)));
+    expect(answers.every((answer) => answer === 0)).toBe(true);
+    // One EVALSHA (and an EVAL if this Redis had not loaded the script yet).
+    expect(commands.filter((name) => name !== 'ping').length).toBeLessThanOrEqual(2);
+  });
+
   it('lets one pod spend exactly the limit in a window with one round trip per batch', async () => {
     for (let attempt = 0; attempt < 4; attempt++) {
       const prefix = `herald-rate-${randomUUID()}`;

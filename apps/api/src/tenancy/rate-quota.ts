@@ -12,6 +12,10 @@ const MAX_LIMITERS = 256;
  * at most a tenth of the quota per pod.
  */
 const BATCHES_PER_SHARE = 10;
+/** A caller waits for at most this many batches taken by others before counting locally. */
+const MAX_BATCH_ROUNDS = 4;
+/** `takeBatch`'s answer when Redis failed. */
+const REDIS_FAILED = -1;
 /** Subjects with a batch in hand remembered at most (past it they are all dropped, and taken afresh). */
 const MAX_BATCHES = 10_000;
 
@@ -72,6 +76,7 @@ interface Batch {
 export function createRateQuota(options: RateQuotaOptions): RateQuota {
   const limiters = new Map<number, Limiters>();
   const batches = new Map<string, Batch>();
+  const inFlight = new Map<string, Promise<number>>();
 
   function limitersFor(limit: number): Limiters {
     const pods = Math.max(1, options.pods());
@@ -108,10 +113,48 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
     }
   }
 
-  function keep(limit: number, subject: string, left: number, msBeforeNext: number, batch: number) {
-    if (batch <= 1) return;
+  async function consumeShared(shared: RateLimiterRedis, local: RateLimiterMemory, subject: string) {
+    try {
+      await shared.consume(subject);
+      return 0;
+    } catch (refusal) {
+      if (refusal instanceof RateLimiterRes) return retryAfter(refusal);
+      options.onRedisError(refusal);
+      return consumeLocal(local, subject);
+    }
+  }
+
+  /**
+   * Takes a batch from Redis and keeps what was granted for the callers.
+   * @returns 0 when units were granted, the refusal's wait when none were, or REDIS_FAILED
+   */
+  async function takeBatch(
+    shared: RateLimiterRedis,
+    key: string,
+    subject: string,
+    limit: number,
+    batch: number,
+  ): Promise<number> {
+    let granted: number;
+    let msBeforeNext: number;
+    try {
+      const taken = await shared.consume(subject, batch);
+      granted = batch;
+      msBeforeNext = taken.msBeforeNext;
+    } catch (refusal) {
+      if (!(refusal instanceof RateLimiterRes)) {
+        options.onRedisError(refusal);
+        return REDIS_FAILED;
+      }
+      // A batch that crossed the limit: the units under it are this pod's (a refusal from the
+      // in-memory block has counted nothing: consumedPoints 0).
+      granted = refusal.consumedPoints > 0 ? limit - (refusal.consumedPoints - batch) : 0;
+      if (granted <= 0) return retryAfter(refusal);
+      msBeforeNext = refusal.msBeforeNext;
+    }
     if (batches.size >= MAX_BATCHES) batches.clear();
-    batches.set(`${limit}:${subject}`, { left, endsAt: Date.now() + msBeforeNext });
+    batches.set(key, { left: granted, endsAt: Date.now() + msBeforeNext });
+    return 0;
   }
 
   return {
@@ -119,29 +162,28 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
       if (limit <= 0) return 0;
       const { shared, local, batch } = limitersFor(limit);
       if (!shared) return consumeLocal(local, subject);
-      if (batch > 1) {
-        const held = batches.get(`${limit}:${subject}`);
+      if (batch <= 1) return consumeShared(shared, local, subject);
+      const key = `${limit}:${subject}`;
+      for (let round = 0; round < MAX_BATCH_ROUNDS; round++) {
+        const held = batches.get(key);
         if (held && held.left > 0 && held.endsAt > Date.now()) {
           held.left--;
           return 0;
         }
-      }
-      try {
-        const taken = await shared.consume(subject, batch);
-        keep(limit, subject, batch - 1, taken.msBeforeNext, batch);
-        return 0;
-      } catch (refusal) {
-        if (!(refusal instanceof RateLimiterRes)) {
-          options.onRedisError(refusal);
-          return consumeLocal(local, subject);
+        // One batch in flight per subject: callers arriving meanwhile wait for it rather than each
+        // taking their own (64 callers at a window's start would otherwise take 64 batches).
+        let taking = inFlight.get(key);
+        if (!taking) {
+          taking = takeBatch(shared, key, subject, limit, batch);
+          inFlight.set(key, taking);
         }
-        // A batch that crossed the limit: the units under it are this pod's (a refusal from the
-        // in-memory block has counted nothing, consumedPoints 0).
-        const granted = refusal.consumedPoints > 0 ? limit - (refusal.consumedPoints - batch) : 0;
-        if (granted <= 0) return retryAfter(refusal);
-        keep(limit, subject, granted - 1, refusal.msBeforeNext, batch);
-        return 0;
+        const outcome = await taking;
+        if (inFlight.get(key) === taking) inFlight.delete(key);
+        if (outcome === REDIS_FAILED) return consumeLocal(local, subject);
+        if (outcome > 0) return outcome;
       }
+      // Others spent every batch before this caller's turn: one unit of its own.
+      return consumeShared(shared, local, subject);
     },
     async current(subject, limit) {
       if (limit <= 0) return 0;

@@ -93,6 +93,9 @@ beforeAll(async () => {
     WEBHOOK_RETRY_BASE_MS: '100',
     // Leases of cut attempts expire after the timeout plus a margin: keep recovery short.
     WEBHOOK_TIMEOUT_MS: '2000',
+    // The load is one organisation as fast as it goes; every answer must be data or 503, never 429.
+    TENANT_OPERATIONS_PER_SECOND: '0',
+    TENANT_PUBLISHES_PER_SECOND: '0',
   });
   const { port } = receiver.address() as { port: number };
   const endpoint = await postGraphql(

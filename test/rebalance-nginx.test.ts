@@ -43,6 +43,8 @@ beforeAll(async () => {
     HERALD_REDIS_PREFIX: `herald-rebalance-${randomUUID()}:`,
     JWT_SECRET,
     SHUTDOWN_GRACE_MS: '5000',
+    // Every client is one user: the default cap of sockets per user would refuse most of them.
+    TENANT_SOCKETS_PER_USER: '0',
   };
   ports = await freePorts(3);
   pods.push(await startApiProcess({ ...env, PORT: String(ports[0]) }));

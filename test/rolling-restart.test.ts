@@ -37,6 +37,8 @@ beforeAll(async () => {
     HERALD_REDIS_PREFIX: `herald-rolling-${randomUUID()}:`,
     JWT_SECRET,
     SHUTDOWN_GRACE_MS: '5000',
+    // Every client is one user: the default cap of sockets per user would refuse most of them.
+    TENANT_SOCKETS_PER_USER: '0',
   };
   ports = await freePorts(3);
   pods = await Promise.all(ports.map((port) => startApiProcess({ ...env, PORT: String(port) })));

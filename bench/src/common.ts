@@ -20,6 +20,18 @@ export function wallNow(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/**
+ * Tenant quotas off: the capacity scenarios load one organisation (and one user) to the pod's limits, which
+ * the default quotas (docs/tenancy.md) would refuse. Spread first into a target's environment, so a
+ * scenario that measures quotas sets its own.
+ */
+export const UNLIMITED_TENANT_QUOTAS: Readonly<Record<string, string>> = {
+  TENANT_OPERATIONS_PER_SECOND: '0',
+  TENANT_PUBLISHES_PER_SECOND: '0',
+  TENANT_SOCKETS_PER_USER: '0',
+  TENANT_SUBSCRIPTIONS: '0',
+};
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` until it returns true, for at most `timeoutMs` (30 s by default here). */

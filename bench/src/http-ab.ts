@@ -32,6 +32,7 @@ import {
   stopChild,
   TSX_IMPORT,
   track,
+  UNLIMITED_TENANT_QUOTAS,
 } from './common.js';
 import type { HttpLoadCommand, HttpLoadResult } from './http-load.js';
 import type { HttpOperation } from './http-sql.js';
@@ -125,7 +126,7 @@ async function main() {
     pubsub: 'memory',
     databaseUrl,
     database: 'postgres',
-    env: { LOG_LEVEL: 'warn' },
+    env: { LOG_LEVEL: 'warn', ...UNLIMITED_TENANT_QUOTAS },
     label: 'http-ab',
     inspect: false,
   });

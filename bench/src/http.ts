@@ -36,6 +36,7 @@ import {
   stopChild,
   TSX_IMPORT,
   track,
+  UNLIMITED_TENANT_QUOTAS,
 } from './common.js';
 import type { HttpLoadCommand, HttpLoadResult } from './http-load.js';
 import type { HttpOperation } from './http-sql.js';
@@ -212,7 +213,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
   const { log } = config;
   const skipped: string[] = [];
   const servers: Server[] = [];
-  const heraldEnv = { LOG_LEVEL: 'warn', ...config.heraldEnv };
+  const heraldEnv = { LOG_LEVEL: 'warn', ...UNLIMITED_TENANT_QUOTAS, ...config.heraldEnv };
   const load = forkLoadClient();
   let pool: pg.Pool | undefined;
   try {

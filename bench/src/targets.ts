@@ -7,7 +7,7 @@ import { signToken } from '@herald/auth';
 import { createDatabase, type HeraldDatabase, insertPost, upsertUser } from '@herald/db';
 import { freePort } from '@herald/testing/ports';
 import { Pool } from 'undici';
-import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, waitUntil } from './common.js';
+import { onCleanup, ROOT, spawnTracked, stopChild, TSX_IMPORT, UNLIMITED_TENANT_QUOTAS, waitUntil } from './common.js';
 import { inspectorUrlFrom } from './inspector.js';
 import { BENCH_AUTHOR, BENCH_TAGS, type BenchEvent, benchTitle, PEER_ORG_ID, type Peer } from './protocol.js';
 import { createBenchSchema } from './schema.js';
@@ -387,6 +387,7 @@ export async function startHeraldTarget(options: HeraldOptions): Promise<HeraldT
     JWT_SECRET: jwtSecret,
     // Single and cluster mode seal webhook secrets under it (a fresh key per run).
     HERALD_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('base64')}`,
+    ...UNLIMITED_TENANT_QUOTAS,
     ...options.env,
   };
   const removers: Array<() => Promise<unknown>> = [];

@@ -87,6 +87,14 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
     'Succeeded deliveries, their attempts and dispatched outbox rows older than this are deleted, in bounded batches. DEAD deliveries are kept until replayed or past it.',
   WEBHOOK_DISABLE_AFTER:
     'An endpoint whose every attempt has failed for this long is disabled (`disabledReason` says so) and a `webhook.endpoint.disabled` event is sent.',
+  TENANT_OPERATIONS_PER_SECOND:
+    'GraphQL operations per second per organisation, over HTTP and WebSocket, across the cluster (a burst of one second passes); an operation counts against the organisation it names when the caller is a member, else against the caller. Past it: 429 `RATE_LIMITED`. `0`: no limit. Overridable per organisation (docs/tenancy.md).',
+  TENANT_PUBLISHES_PER_SECOND:
+    '`publishPost` per second per organisation, across the cluster; a refused publish commits nothing. `0`: no limit. Overridable per organisation.',
+  TENANT_SOCKETS_PER_USER:
+    "Open WebSockets per user (`sub`) across the cluster; the next one is closed with 1013 after `connection_init`. The largest of the user's organisations' values applies. `0`: no limit.",
+  TENANT_SUBSCRIPTIONS:
+    'Active subscriptions per organisation across the cluster; a subscribe past it gets `SUBSCRIPTION_LIMIT_EXCEEDED`, the socket stays open. `0`: no limit. Overridable per organisation.',
   HERALD_TEST_CRASH_AT:
     'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to pin crash recovery. Never set it in a deployment.',
   WEBHOOK_CONCURRENCY:

@@ -14,6 +14,8 @@ export interface AppSubscriber {
   /** How many times the token callback was asked. */
   tokenCalls: number;
   cursorExpired: number;
+  /** Subscriptions the library sent again after a retryable refusal, with the code and the wait. */
+  retries: Array<{ code: string; delayMs: number }>;
   count(title: string): number;
 }
 
@@ -31,6 +33,7 @@ export function subscribeWithHeraldClient(
     reconnects: 0,
     tokenCalls: 0,
     cursorExpired: 0,
+    retries: [],
     count: (title) => subscriber.titles.filter((seen) => seen === title).length,
   };
   subscriber.client = createHeraldClient({
@@ -47,6 +50,7 @@ export function subscribeWithHeraldClient(
     onCursorExpired: () => {
       subscriber.cursorExpired++;
     },
+    onRetry: (code, delayMs) => subscriber.retries.push({ code, delayMs }),
   });
   subscriber.client.subscribe<{ postPublished: { title: string } }>(
     { query: POST_PUBLISHED_RESUMABLE, variables: { orgId }, ...request },

@@ -14,6 +14,7 @@ import { type ApiMetrics, createApiMetrics } from './metrics.js';
 import { createPubSubService, type PubSubService } from './realtime/pubsub.js';
 import { createSocketRebalancer, type SocketRebalancer } from './realtime/socket-rebalancer.js';
 import { createServer, type HeraldServer } from './server.js';
+import { createTenantQuotas, type TenantQuotas } from './tenancy/tenant-quotas.js';
 
 /** How long start-up waits for Redis (cluster mode) before giving up. */
 const REDIS_CONNECT_TIMEOUT_MS = 10_000;
@@ -24,6 +25,8 @@ export interface HeraldApp extends HeraldServer {
   database: HeraldDatabase;
   pubsub: PubSubService;
   metrics: ApiMetrics;
+  /** Tenant quotas (docs/tenancy.md). */
+  quotas: TenantQuotas;
   /** The generated development secret, in embedded mode without a configured key. */
   devSecret: string | undefined;
   /** A 30-day token for the demo user, signed with `devSecret` (printed by main.ts); undefined without it. */
@@ -121,6 +124,8 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     await Promise.all([pubsub.close(), database.close()]);
     throw error;
   }
+  const quotas = createQuotas(config, database, metrics, logger);
+  quotas.start();
   const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
   const server = createServer({
     config: { ...config, webhooks: { ...config.webhooks, encryptionKeys: keyring } },
@@ -129,6 +134,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     logger,
     pubsub,
     metrics,
+    quotas,
     // The console pre-fills the development token only in development: a production server never hands
     // out a token, even one it generated itself.
     console: { assets: consoleAssets, devToken: config.env === 'development' ? devToken : undefined },
@@ -176,6 +182,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     database,
     pubsub,
     metrics,
+    quotas,
     devSecret,
     devToken,
     listen() {
@@ -209,6 +216,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         await closed;
         clearInterval(sweep);
         clearTimeout(timer);
+        await quotas.stop();
         await pubsub.close();
         await webhookDispatcher?.stop(); // webhooks: attempts in flight finish before the database closes
         await database.close();
@@ -216,6 +224,43 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
       return stopping;
     },
   };
+}
+
+/** How long a quota check waits for Redis before this pod's local share answers it. */
+const QUOTA_REDIS_TIMEOUT_MS = 250;
+
+/**
+ * Tenant quotas: counted in Redis in cluster mode (their own connection, which fails fast while Redis
+ * is away so each check falls back to the pod's share at once), in memory otherwise.
+ */
+function createQuotas(config: ApiConfig, database: HeraldDatabase, metrics: ApiMetrics, logger: Logger): TenantQuotas {
+  let redis: ReturnType<typeof createRedisClient> | undefined;
+  if (config.redisUrl) {
+    redis = createRedisClient(config.redisUrl, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: QUOTA_REDIS_TIMEOUT_MS,
+      connectionName: 'herald-api-quotas',
+    });
+    redis.on('error', (error: Error) => logger.debug({ err: error }, 'quota redis connection error'));
+  }
+  const quotas = createTenantQuotas({
+    db: database.db,
+    defaults: config.tenantLimits,
+    redis,
+    redisPrefix: config.redisPrefix,
+    podId: `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
+    logger,
+    onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
+    onFallback: () => metrics.tenantQuotaFallbacks.inc(),
+  });
+  const stop = quotas.stop;
+  // The quotas' own Redis connection closes with them.
+  quotas.stop = async () => {
+    await stop();
+    redis?.disconnect();
+  };
+  return quotas;
 }
 
 /**

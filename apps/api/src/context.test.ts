@@ -16,6 +16,7 @@ function builder() {
     pubsub: {} as PubSubService,
     logger,
     webhooks: {} as never,
+    quotas: {} as never,
   });
   return { logger, build };
 }

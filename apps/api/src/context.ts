@@ -8,6 +8,7 @@ import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
 import { requestLogger } from './plugins/use-request-logging.js';
 import type { PubSubService } from './realtime/pubsub.js';
+import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 
 /** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
 const BEARER_PREFIX = 'bearer ';
@@ -25,6 +26,8 @@ export interface Context extends YogaInitialContext {
   log: Logger;
   /** Webhook settings resolvers apply (the receiver URL policy). */
   webhooks: ApiConfig['webhooks'];
+  /** Tenant quotas: resolvers check `publishesPerSecond` and read limits and usage through it. */
+  quotas: TenantQuotas;
   /**
    * Subscriptions: the event being delivered, set by the resolver per event (a subscription's events
    * are executed one at a time) and read by the socket layer for `extensions.cursor`, the switch from
@@ -64,6 +67,7 @@ export interface ContextDeps {
   pubsub: PubSubService;
   logger: Logger;
   webhooks: ApiConfig['webhooks'];
+  quotas: TenantQuotas;
 }
 
 /**
@@ -103,6 +107,7 @@ export function createContextBuilder(deps: ContextDeps) {
     // A logger a plugin made (copied above) is kept; otherwise the request's, on first use.
     if (initial.log == null) Object.defineProperty(context, 'log', lazyLog);
     context.webhooks = deps.webhooks;
+    context.quotas = deps.quotas;
     return context;
   };
 }

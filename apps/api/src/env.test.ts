@@ -182,3 +182,21 @@ describe('loadApiConfig', () => {
     expect(configError({ SUBSCRIPTION_HISTORY_TTL: 'an hour' })[0]).toMatch(/^SUBSCRIPTION_HISTORY_TTL/);
   });
 });
+
+describe('tenant quotas', () => {
+  it('default to 1000 operations and 100 publishes a second, 100 sockets per user, 10000 subscriptions', () => {
+    expect(loadApiConfig({}).tenantLimits).toEqual({
+      operationsPerSecond: 1_000,
+      publishesPerSecond: 100,
+      socketsPerUser: 100,
+      subscriptions: 10_000,
+    });
+    expect(loadApiConfig({ TENANT_OPERATIONS_PER_SECOND: '0' }).tenantLimits.operationsPerSecond).toBe(0);
+  });
+
+  it('refuse a negative, fractional or absurd value with one line naming the variable', () => {
+    for (const value of ['-1', '1.5', '10000001', 'lots']) {
+      expect(configError({ TENANT_PUBLISHES_PER_SECOND: value })[0]).toMatch(/^TENANT_PUBLISHES_PER_SECOND/);
+    }
+  });
+});

@@ -11,6 +11,7 @@ import {
 import { DEFAULT_REDIS_PREFIX } from '@herald/contracts';
 import { type DatabaseConfig, DEFAULT_QUERY_TIMEOUT_MS } from '@herald/db';
 import { z } from 'zod';
+import { MAX_QUOTA_VALUE, type TenantLimits } from './tenancy/quotas.js';
 
 /** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
 const MAX_KEEPALIVE_MS = 30_000;
@@ -22,6 +23,8 @@ const MAX_DRAIN_DELAY_MS = 60_000;
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
+/** A tenant quota: a whole number, 0 for none (MAX_QUOTA_VALUE bounds overrides too). */
+const quota = z.coerce.number().int().min(0).max(MAX_QUOTA_VALUE);
 const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' });
 const pemPublicKey = z.string().refine(
   (pem) => {
@@ -95,6 +98,12 @@ export const EnvSchema = z.object({
   WEBHOOK_DISABLE_AFTER: durationMs().default(5 * 24 * 3_600_000),
   WEBHOOK_RETENTION: durationMs().default(30 * 24 * 3_600_000),
   HERALD_ENCRYPTION_KEYS: encryptionKeys().optional(),
+
+  // tenant quotas (docs/tenancy.md); 0 = no limit
+  TENANT_OPERATIONS_PER_SECOND: quota.default(1_000),
+  TENANT_PUBLISHES_PER_SECOND: quota.default(100),
+  TENANT_SOCKETS_PER_USER: quota.default(100),
+  TENANT_SUBSCRIPTIONS: quota.default(10_000),
 });
 
 /**
@@ -197,6 +206,12 @@ export interface ApiConfig {
      */
     encryptionKeys: EncryptionKeyring | undefined;
   };
+  /**
+   * Default tenant quotas (`TENANT_OPERATIONS_PER_SECOND` 1000, `TENANT_PUBLISHES_PER_SECOND` 100,
+   * `TENANT_SOCKETS_PER_USER` 100, `TENANT_SUBSCRIPTIONS` 10000; 0 = none), each overridable per
+   * organisation by a platform administrator (docs/tenancy.md).
+   */
+  tenantLimits: TenantLimits;
 }
 
 /**
@@ -274,6 +289,12 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
       retentionMs: parsed.WEBHOOK_RETENTION,
       encryptionKeys: parsed.HERALD_ENCRYPTION_KEYS,
+    },
+    tenantLimits: {
+      operationsPerSecond: parsed.TENANT_OPERATIONS_PER_SECOND,
+      publishesPerSecond: parsed.TENANT_PUBLISHES_PER_SECOND,
+      socketsPerUser: parsed.TENANT_SOCKETS_PER_USER,
+      subscriptions: parsed.TENANT_SUBSCRIPTIONS,
     },
   };
 }

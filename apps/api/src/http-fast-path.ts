@@ -21,6 +21,7 @@ import {
 } from './plugins/use-request-logging.js';
 import { findInvalidTextVariable } from './plugins/use-text-input-guard.js';
 import { releaseScopeCache } from './schema/builder.js';
+import { checkOperationQuota } from './tenancy/operation-quota.js';
 
 /**
  * A fast path for the common `POST /graphql` with a JSON body, in front of Yoga (issue 15).
@@ -198,6 +199,13 @@ class FastExchange {
       context = await this.shared.options.context({ req, res, request, params } as never);
     } catch {
       return this.runThroughYoga();
+    }
+    // The tenant's operation quota, before anything runs (as useOperationQuota does on Yoga's pipeline).
+    const refused = await checkOperationQuota(context, accepted.document, params.operationName, params.variables);
+    if (refused) {
+      releaseScopeCache(context);
+      this.shared.compiledRoute.inc();
+      return this.answer({ errors: [refused] });
     }
     let result: ExecutionResult;
     try {

@@ -23,6 +23,13 @@ export interface ApiMetrics {
    * layer: every other request, GET, other paths, other content types, probes included).
    */
   httpRequests: Counter<'route'>;
+  /**
+   * Refusals by tenant quota (`quota`: operationsPerSecond, publishesPerSecond, socketsPerUser,
+   * subscriptions). No organisation label: `organizationUsage` names the organisations.
+   */
+  tenantRefusals: Counter<'quota'>;
+  /** Quota checks answered by this pod's local share because Redis failed them. */
+  tenantQuotaFallbacks: Counter;
 }
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
@@ -89,6 +96,17 @@ export function createApiMetrics(): ApiMetrics {
       name: 'herald_http_requests_total',
       help: 'HTTP requests by route: compiled (fast path, compiled query), pipeline (fast path, Yoga GraphQL pipeline), yoga (Yoga HTTP layer)',
       labelNames: ['route'],
+      registers: [registry],
+    }),
+    tenantRefusals: new Counter({
+      name: 'herald_tenant_refusals_total',
+      help: 'Operations, publishes, sockets and subscriptions refused by a tenant quota, by quota',
+      labelNames: ['quota'],
+      registers: [registry],
+    }),
+    tenantQuotaFallbacks: new Counter({
+      name: 'herald_tenant_quota_fallbacks_total',
+      help: "Tenant quota checks answered by this pod's local share because Redis failed them",
       registers: [registry],
     }),
   };

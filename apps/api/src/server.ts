@@ -23,6 +23,7 @@ import { useErrorCodes } from './plugins/use-error-codes.js';
 import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
+import { useOperationQuota } from './plugins/use-operation-quota.js';
 import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { useRequestLogging } from './plugins/use-request-logging.js';
 import { useScopeCacheRelease } from './plugins/use-scope-cache-release.js';
@@ -32,6 +33,7 @@ import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subs
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
 import { schema } from './schema/index.js';
+import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 
 export const GRAPHQL_PATH = '/graphql';
 export const HEALTH_PATH = '/health';
@@ -46,6 +48,8 @@ export interface ServerDeps {
   logger: Logger;
   pubsub: PubSubService;
   metrics: ApiMetrics;
+  /** Tenant quotas, checked on every door (docs/tenancy.md). */
+  quotas: TenantQuotas;
   /** The operators' console at /console: its built files, and the token to pre-fill in development. */
   console?: { assets: ConsoleAssets | undefined; devToken?: string | undefined };
 }
@@ -76,6 +80,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     pubsub: deps.pubsub,
     logger,
     webhooks: config.webhooks,
+    quotas: deps.quotas,
   });
 
   const compiled = createCompiledExecution();
@@ -114,6 +119,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
     useErrorLogging(logger) as Plugin,
     useRequestBodyLimit(config.http.maxRequestBodyBytes),
     useScopeCacheRelease(),
+    // Before execution, compiled or not: a refused operation runs nothing.
+    useOperationQuota() as Plugin,
     // Queries and mutations over HTTP run compiled (graphql-jit, one compilation per document and
     // operation); WebSocket operations keep graphql-js (the shared subscription execution is built on
     // it). It also records the query documents the HTTP fast path may run by itself.
@@ -175,6 +182,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     path: GRAPHQL_PATH,
     keepAliveMs: config.ws.keepAliveMs,
     sharedExecution: config.ws.sharedExecution,
+    quotas: deps.quotas,
   });
   return {
     yoga,

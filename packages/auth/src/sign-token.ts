@@ -4,6 +4,8 @@ export interface TokenClaims {
   sub: string;
   name?: string;
   orgs?: string[];
+  /** Platform roles, e.g. `herald:admin`. */
+  roles?: string[];
 }
 
 export interface SignTokenOptions {
@@ -18,7 +20,7 @@ export interface SignTokenOptions {
  * development token and the tests.
  */
 export async function signToken(secret: string, claims: TokenClaims, options: SignTokenOptions = {}): Promise<string> {
-  let jwt = new SignJWT({ name: claims.name, orgs: claims.orgs })
+  let jwt = new SignJWT({ name: claims.name, orgs: claims.orgs, ...(claims.roles ? { roles: claims.roles } : {}) })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.sub)
     .setIssuedAt()

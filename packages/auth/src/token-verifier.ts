@@ -214,12 +214,15 @@ function toInvalidTokenError(error: unknown): InvalidTokenError {
 }
 
 function toViewer(payload: JWTPayload): Viewer {
-  const { sub, name, orgs, exp } = payload;
+  const { sub, name, orgs, exp, roles } = payload;
   if (typeof sub !== 'string' || sub.length === 0) {
     throw new InvalidTokenError('invalid', 'invalid token: sub claim missing');
   }
   if (orgs !== undefined && !(Array.isArray(orgs) && orgs.every((org) => typeof org === 'string'))) {
     throw new InvalidTokenError('invalid', 'invalid token: orgs claim must be an array of strings');
+  }
+  if (roles !== undefined && !(Array.isArray(roles) && roles.every((role) => typeof role === 'string'))) {
+    throw new InvalidTokenError('invalid', 'invalid token: roles claim must be an array of strings');
   }
   // Frozen: a cached viewer is shared by every request carrying the same token.
   return Object.freeze({
@@ -227,5 +230,6 @@ function toViewer(payload: JWTPayload): Viewer {
     name: typeof name === 'string' && name.length > 0 ? name : sub,
     orgs: Object.freeze([...((orgs as string[] | undefined) ?? [])]),
     expiresAt: exp,
+    roles: Object.freeze([...((roles as string[] | undefined) ?? [])]),
   });
 }

@@ -11,6 +11,16 @@ export interface Viewer {
   orgs: readonly string[];
   /** `exp` claim in Unix seconds, when the token has one; a WebSocket is closed at this moment. */
   expiresAt: number | undefined;
+  /** `roles` claim: platform roles, e.g. {@link PLATFORM_ADMIN_ROLE}; empty when the token carries none. */
+  roles: readonly string[];
+}
+
+/** The `roles` entry of a platform administrator: sets and reads any organisation's limits. */
+export const PLATFORM_ADMIN_ROLE = 'herald:admin';
+
+/** Whether the viewer is a platform administrator (`roles` contains {@link PLATFORM_ADMIN_ROLE}). */
+export function isPlatformAdmin(viewer: Viewer | null | undefined): boolean {
+  return viewer?.roles.includes(PLATFORM_ADMIN_ROLE) ?? false;
 }
 
 /** Whether the viewer is a member of `orgId`. */

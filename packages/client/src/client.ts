@@ -11,10 +11,15 @@ export const SUBSCRIPTION_INTERRUPTED = 'SUBSCRIPTION_INTERRUPTED';
  * before or during the replay: the cursor is still good, so the subscription is sent again with it.
  */
 export const HISTORY_UNAVAILABLE = 'HISTORY_UNAVAILABLE';
+/**
+ * `extensions.code` of an operation refused by a tenant quota: `extensions.retryAfterMs` says when to
+ * try again. The subscription is sent again after that wait (plus jitter), with its cursor.
+ */
+export const RATE_LIMITED = 'RATE_LIMITED';
 /** Asks for an organisation's current cursor (see {@link SubscribeRequest.startAtHead}). */
 export const HEAD_QUERY = 'query HeraldHead($orgId: ID!) { postPublishedCursor(orgId: $orgId) }';
 /** Codes after which a subscription is sent again, with its last cursor, after a jittered backoff. */
-const RETRYABLE_CODES: ReadonlySet<string> = new Set([SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE]);
+const RETRYABLE_CODES: ReadonlySet<string> = new Set([SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE, RATE_LIMITED]);
 /** Name of the variable this library sets to the last cursor on every (re)subscribe. */
 export const AFTER_VARIABLE = 'after';
 
@@ -40,8 +45,8 @@ export interface HeraldClientOptions {
   /** Called on every successful (re)connect, with whether it was a reconnect. For metrics and tests. */
   onConnected?: (reconnected: boolean) => void;
   /**
-   * Called when a subscription is sent again after SUBSCRIPTION_INTERRUPTED or HISTORY_UNAVAILABLE
-   * (with the code and the delay before it). For metrics and tests.
+   * Called when a subscription is sent again after SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE or
+   * RATE_LIMITED (with the code and the delay before it). For metrics and tests.
    */
   onRetry?: (code: string, delayMs: number) => void;
 }
@@ -157,7 +162,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
           }
           if (code !== undefined && RETRYABLE_CODES.has(code)) {
             // Same cursor (`variables.after` is kept): the server replays from where this left off.
-            const delayMs = reconnectDelayMs(interruptions++, baseMs, maxMs);
+            const delayMs = retryDelayMs(error, interruptions++, baseMs, maxMs);
             options.onRetry?.(code, delayMs);
             retryTimer = setTimeout(start, delayMs);
             return;
@@ -180,7 +185,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
       const retryOrFail = (error: unknown) => {
         const code = errorCode(error);
         if (code !== undefined && RETRYABLE_CODES.has(code)) {
-          const delayMs = reconnectDelayMs(interruptions++, baseMs, maxMs);
+          const delayMs = retryDelayMs(error, interruptions++, baseMs, maxMs);
           options.onRetry?.(code, delayMs);
           retryTimer = setTimeout(startAtHead, delayMs);
           return;
@@ -240,6 +245,34 @@ function isCloseEvent(value: unknown): boolean {
 /** A WebSocket `error` event (`ws`'s ErrorEvent, or the DOM's): the socket failed, e.g. could not connect. */
 function isErrorEvent(value: unknown): boolean {
   return typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'error';
+}
+
+/**
+ * How long to wait before sending a refused subscription again: a RATE_LIMITED refusal's
+ * `retryAfterMs` plus up to `baseMs` of jitter (so the refused clients of one organisation don't all
+ * come back in the same millisecond), else the jittered exponential backoff.
+ */
+export function retryDelayMs(
+  error: unknown,
+  attempt: number,
+  baseMs = RECONNECT_BASE_MS,
+  maxMs = RECONNECT_MAX_MS,
+  random: () => number = Math.random,
+): number {
+  const retryAfterMs = errorExtension(error, 'retryAfterMs');
+  if (errorCode(error) === RATE_LIMITED && typeof retryAfterMs === 'number' && retryAfterMs >= 0) {
+    return Math.min(maxMs, Math.ceil(retryAfterMs) + Math.floor(random() * baseMs));
+  }
+  return reconnectDelayMs(attempt, baseMs, maxMs, random);
+}
+
+function errorExtension(error: unknown, name: string): unknown {
+  if (!Array.isArray(error)) return undefined;
+  for (const item of error) {
+    const extensions = (item as { extensions?: Record<string, unknown> } | null)?.extensions;
+    if (extensions && name in extensions) return extensions[name];
+  }
+  return undefined;
 }
 
 /** The `extensions.code` of a graphql-ws `error` (an array of GraphQL errors), if any. */

@@ -7,6 +7,8 @@ export {
   type HeraldClient,
   type HeraldClientOptions,
   HISTORY_UNAVAILABLE,
+  RATE_LIMITED,
+  retryDelayMs,
   SUBSCRIPTION_INTERRUPTED,
   type SubscribeRequest,
 } from './client.js';

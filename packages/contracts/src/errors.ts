@@ -30,6 +30,17 @@ export const ErrorCode = {
    * cursor is still good. Subscribe again with the same cursor after a backoff; never reconcile for it.
    */
   HISTORY_UNAVAILABLE: 'HISTORY_UNAVAILABLE',
+  /**
+   * An organisation (or user) is over one of its quotas: HTTP 429 with `Retry-After`;
+   * `extensions.retryAfterMs` says when to try again and `extensions.limit` names the quota
+   * (`operationsPerSecond`, `publishesPerSecond`, `subscriptions`). Retry the same operation after it.
+   */
+  RATE_LIMITED: 'RATE_LIMITED',
+  /**
+   * A subscribe over a cap on active subscriptions (per socket, or the organisation's `subscriptions`
+   * quota, named in `extensions.limit`): the socket stays open; end another subscription first.
+   */
+  SUBSCRIPTION_LIMIT_EXCEEDED: 'SUBSCRIPTION_LIMIT_EXCEEDED',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

@@ -23,6 +23,17 @@ export interface Database {
   webhook_endpoint_slots: WebhookEndpointSlotsTable;
   webhook_attempts: WebhookAttemptsTable;
   webhook_queue: WebhookQueueTable;
+  organization_limits: OrganizationLimitsTable;
+}
+
+/** Per-organisation quota overrides: null keeps the environment's default, 0 means no limit. */
+export interface OrganizationLimitsTable {
+  org_id: string;
+  operations_per_second: number | null;
+  publishes_per_second: number | null;
+  sockets_per_user: number | null;
+  subscriptions: number | null;
+  updated_at: ColumnType<Date, Date | undefined, Date>;
 }
 
 /** A user as last seen in a token. Authors of posts are users. */

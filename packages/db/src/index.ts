@@ -5,6 +5,7 @@ export type * from './database.js';
 export * from './database-unavailable.js';
 export { readRows } from './direct-reads.js';
 export * from './migrate.js';
+export * from './organization-limits.js';
 export * from './posts.js';
 export * from './secret-envelope.js';
 export * from './subscription-outbox.js';

@@ -48,6 +48,7 @@ describe('request logs', () => {
       verifier: {} as never,
       db: {} as never,
       pubsub: {} as never,
+      quotas: {} as never,
       logger: root.logger,
       webhooks: {} as never,
     });

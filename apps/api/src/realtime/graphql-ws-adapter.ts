@@ -39,6 +39,8 @@ export interface ConnectionExtra {
   expiryTimer: NodeJS.Timeout | undefined;
   /** The earliest token expiry on this socket (Unix seconds). */
   expiresAt: number | undefined;
+  /** The viewer whose `socketsPerUser` quota counts this socket, released when it closes. */
+  countedViewer: Viewer | undefined;
 }
 
 /** A `ws` socket of this server: carries its connection (a declared field, so no map lookup per event). */
@@ -54,6 +56,7 @@ class Connection implements ConnectionExtra {
   viewer: Viewer | null | undefined = undefined;
   expiryTimer: NodeJS.Timeout | undefined = undefined;
   expiresAt: number | undefined = undefined;
+  countedViewer: Viewer | undefined = undefined;
   /** graphql-ws's message handler and what to call on close. */
   handler: MessageHandler | undefined = undefined;
   closed: ClosedHandler | undefined = undefined;

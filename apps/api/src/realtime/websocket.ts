@@ -1,5 +1,5 @@
 import type { Server } from 'node:http';
-import { AuthUnavailableError, type TokenVerifier, type Viewer } from '@herald/auth';
+import { AuthUnavailableError, isMemberOf, type TokenVerifier, type Viewer } from '@herald/auth';
 import { ErrorCode } from '@herald/contracts';
 import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
@@ -9,6 +9,8 @@ import { type Context, readConnectionToken } from '../context.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
 import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '../plugins/use-error-codes.js';
+import { namedOrganization, selectedOperation } from '../tenancy/operation-org.js';
+import type { TenantQuotas } from '../tenancy/tenant-quotas.js';
 import { type ConnectionExtra, HeraldSocket, serveGraphQLWs } from './graphql-ws-adapter.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
@@ -24,6 +26,8 @@ export const SERVICE_RESTART_CLOSE_CODE = 1012;
 export const MAX_BUFFERED_BYTES = 512 * 1024;
 /** The token could not be checked (key source down): "Try Again Later", so the client backs off. */
 export const AUTH_UNAVAILABLE_CLOSE_CODE = 1013;
+/** A user over their `socketsPerUser` quota: "Try Again Later", after `connection_init`. */
+export const SOCKET_LIMIT_CLOSE_CODE = 1013;
 /** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -33,6 +37,8 @@ interface EnvelopedRoot {
   subscribe: typeof subscribe;
   /** Set when this subscription may share execution with identical ones (see subscription-groups.ts). */
   share?: { key: string; member: GroupMember; resuming: boolean };
+  /** The organisation whose `subscriptions` quota counts this subscription until it ends. */
+  countedOrg?: string;
 }
 
 export interface WebSocketDeps {
@@ -45,6 +51,8 @@ export interface WebSocketDeps {
   keepAliveMs: number;
   /** Share one execution per event among subscriptions whose results cannot differ. @default true */
   sharedExecution: boolean;
+  /** Tenant quotas: sockets per user at `connection_init`, operations and subscriptions at subscribe. */
+  quotas: TenantQuotas;
 }
 
 export interface HeraldWebSocketServer {
@@ -120,6 +128,19 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           }
           return false; // graphql-ws closes with 4403 Forbidden
         }
+        // A socket closed meanwhile is not counted: its close already ran.
+        if (state.socket.readyState !== state.socket.OPEN) return false;
+        if (!(await deps.quotas.openSocket(state.viewer))) {
+          state.socket.close(SOCKET_LIMIT_CLOSE_CODE, 'Try Again Later: too many sockets open for this user');
+          return false;
+        }
+        state.countedViewer = state.viewer;
+        if (state.socket.readyState !== state.socket.OPEN) {
+          // Closed while being counted: onClose found nothing to release.
+          state.countedViewer = undefined;
+          deps.quotas.closeSocket(state.viewer);
+          return false;
+        }
         scheduleExpiry(state, state.viewer.expiresAt);
         return true;
       },
@@ -128,7 +149,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         if (Object.keys(ctx.subscriptions).length > MAX_SUBSCRIPTIONS_PER_SOCKET) {
           return [
             new GraphQLError(`Too many subscriptions on this socket: at most ${MAX_SUBSCRIPTIONS_PER_SOCKET}`, {
-              extensions: { code: 'SUBSCRIPTION_LIMIT_EXCEEDED' },
+              extensions: { code: ErrorCode.SUBSCRIPTION_LIMIT_EXCEEDED, limit: 'subscriptionsPerSocket' },
             }),
           ];
         }
@@ -162,6 +183,12 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           return [documentError(error, GRAPHQL_VALIDATION_FAILED)];
         }
         if (errors.length > 0) return errors;
+        // Tenant quotas (docs/tenancy.md), refused as an `error` message with the socket kept open.
+        const named = namedOrganization(document, payload.operationName, payload.variables);
+        if (viewer !== null) {
+          const refused = await deps.quotas.checkOperation(viewer, named);
+          if (refused) return [socketError(refused)];
+        }
         const resume = resumeArgument(document, payload.variables);
         const shareKey = deps.sharedExecution
           ? groups.keyFor(document, payload.operationName, payload.query, resume.keyVariables)
@@ -173,12 +200,23 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
             ? { share: { key: shareKey, member: { socket: ctx.extra.socket, id }, resuming: resume.resuming } }
             : {}),
         };
+        const contextValue = await contextFactory();
+        // Counted last, once nothing before `subscribe` can fail: `subscribe` releases it.
+        if (
+          named !== undefined &&
+          isMemberOf(viewer, named) &&
+          selectedOperation(document, payload.operationName)?.operation === 'subscription'
+        ) {
+          const refused = await deps.quotas.openSubscription(named);
+          if (refused) return [refused];
+          rootValue.countedOrg = named;
+        }
         return {
           schema,
           document,
           operationName: payload.operationName,
           variableValues: payload.variables,
-          contextValue: await contextFactory(),
+          contextValue,
           rootValue,
         };
       },
@@ -186,21 +224,31 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       subscribe: async (args) => {
         const root = args.rootValue as EnvelopedRoot;
         const context = args.contextValue as Context;
+        const countedOrg = root.countedOrg;
         // The real subscribe runs for every subscriber, so authorization is never shared.
-        const result = await root.subscribe(args);
-        if (!isAsyncIterable(result)) return refusalAsError(result);
+        let result: Awaited<ReturnType<typeof root.subscribe>>;
+        try {
+          result = await root.subscribe(args);
+        } catch (error) {
+          if (countedOrg !== undefined) deps.quotas.closeSubscription(countedOrg);
+          throw error;
+        }
+        if (!isAsyncIterable(result)) {
+          if (countedOrg !== undefined) deps.quotas.closeSubscription(countedOrg);
+          return refusalAsError(result);
+        }
         metrics.activeSubscriptions.inc();
+        const ended =
+          countedOrg === undefined
+            ? decrementActive
+            : () => {
+                decrementActive();
+                deps.quotas.closeSubscription(countedOrg);
+              };
         const withCursor = withCursors(result, context);
-        if (!root.share) return onEnd(withCursor, decrementActive);
+        if (!root.share) return onEnd(withCursor, ended);
         // The member reports its own end: no EndWatcher (and its per-`next` closures) around it.
-        const stream = groups.join(
-          root.share.key,
-          root.share.member,
-          withCursor,
-          context,
-          root.share.resuming,
-          decrementActive,
-        );
+        const stream = groups.join(root.share.key, root.share.member, withCursor, context, root.share.resuming, ended);
         if (!root.share.resuming) {
           // graphql-ws keeps these args until the subscription ends, but a grouped member that is not
           // catching up never executes: the group runs on its first member's context. Dropping this
@@ -234,6 +282,10 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       onClose(extra) {
         metrics.openSockets.dec();
         clearTimeout(extra.expiryTimer);
+        if (extra.countedViewer) {
+          deps.quotas.closeSocket(extra.countedViewer);
+          extra.countedViewer = undefined;
+        }
       },
     },
   );
@@ -295,6 +347,15 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       return groups.size;
     },
   };
+}
+
+/**
+ * A refusal as graphql-ws sends it: the same code and extensions as over HTTP, without the HTTP status
+ * and headers (meaningless on a socket).
+ */
+function socketError(error: GraphQLError): GraphQLError {
+  const { http: _http, ...extensions } = error.extensions;
+  return new GraphQLError(error.message, { extensions });
 }
 
 /**

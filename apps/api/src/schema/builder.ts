@@ -1,4 +1,4 @@
-import { isMemberOf, type Viewer } from '@herald/auth';
+import { isMemberOf, isPlatformAdmin, type Viewer } from '@herald/auth';
 import SchemaBuilder from '@pothos/core';
 import RelayPlugin from '@pothos/plugin-relay';
 import ScopeAuthPlugin, { RequestCache } from '@pothos/plugin-scope-auth';
@@ -8,13 +8,14 @@ import { ForbiddenError, UnauthenticatedError } from '../errors.js';
 /**
  * The single Pothos builder. Authorization is declared on fields with `authScopes`:
  * - `viewer`: a current user exists (else UNAUTHENTICATED);
- * - `orgMember: orgId`: the current user belongs to that organisation (else FORBIDDEN).
+ * - `orgMember: orgId`: the current user belongs to that organisation (else FORBIDDEN);
+ * - `platformAdmin`: the token's `roles` claim lists `herald:admin` (else FORBIDDEN).
  * Lookups by object id check the object's organisation in the resolver and answer NOT_FOUND/null,
  * because the organisation is not known before the row is read.
  */
 export const builder = new SchemaBuilder<{
   Context: Context;
-  AuthScopes: { viewer: boolean; orgMember: string };
+  AuthScopes: { viewer: boolean; orgMember: string; platformAdmin: boolean };
   AuthContexts: { viewer: Context & { viewer: Viewer } };
   DefaultAuthStrategy: 'all';
   Scalars: { DateTime: { Input: Date; Output: Date | string } };
@@ -35,6 +36,7 @@ export const builder = new SchemaBuilder<{
       orgMember(orgId) {
         return isMemberOf(context.viewer, orgId);
       },
+      platformAdmin: isPlatformAdmin(context.viewer),
     }),
     unauthorizedError: (_parent, context) =>
       context.viewer == null ? new UnauthenticatedError() : new ForbiddenError(),

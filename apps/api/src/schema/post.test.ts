@@ -294,6 +294,7 @@ function startCountingApi(plugin: KyselyPlugin): Pick<TestApi, 'graphql'> {
     logger: pino({ level: 'silent' }),
     pubsub: api.app.pubsub,
     metrics: createApiMetrics(),
+    quotas: api.app.quotas,
   });
   return {
     async graphql(query, variables, token) {

@@ -1,4 +1,4 @@
-import { isMemberOf } from '@herald/auth';
+import { isMemberOf, type Viewer } from '@herald/auth';
 import { findPostById, insertPostWithAuthor, listPostsByOrg, type Post, type PostWithAuthor } from '@herald/db';
 import type { GraphQLResolveInfo } from 'graphql';
 import type { Context } from '../context.js';
@@ -167,6 +167,12 @@ builder.mutationFields((t) => ({
     description: 'Publishes a draft. Publishing an already published post returns it unchanged.',
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, context) => {
+      // The organisation's publish quota, before anything is written: a refused publish commits nothing.
+      const orgId = await publishingOrganization(context, String(id));
+      if (orgId !== undefined) {
+        const refused = await context.quotas.checkPublish(orgId);
+        if (refused) throw refused;
+      }
       // The durable event caused by the change (webhook outbox row) is written by the same statement.
       // The webhook dispatchers are woken after the commit (in `published()`: through Redis, or in
       // process), not with a NOTIFY that would serialise the commits.
@@ -190,6 +196,19 @@ builder.mutationFields((t) => ({
     },
   }),
 }));
+
+/**
+ * The organisation a `publishPost` would publish in: the viewer's only organisation (a post elsewhere
+ * is NOT_FOUND anyway), else the post's, read first. Undefined when the post is not one the viewer may
+ * publish (answered NOT_FOUND, counted against no organisation).
+ */
+async function publishingOrganization(context: Context & { viewer: Viewer }, postId: string) {
+  const { orgs } = context.viewer;
+  if (orgs.length === 1) return orgs[0];
+  if (orgs.length === 0) return undefined;
+  const post = await findPostById(context.db, postId);
+  return post && orgs.includes(post.org_id) ? post.org_id : undefined;
+}
 
 builder.subscriptionFields((t) => ({
   postPublished: t.field({

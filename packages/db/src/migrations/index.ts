@@ -9,6 +9,7 @@ import * as resumeSubscriptionHistory from './2026-11-23T11-45_resume-subscripti
 import * as historyDirectAppend from './2026-11-26T13-30_history-direct-append.js';
 import * as webhookEndpointSlots from './2026-11-27T00-30_webhook-endpoint-slots.js';
 import * as webhookHotPathWithoutForeignKeys from './2026-11-27T07-30_webhook-hot-path-without-foreign-keys.js';
+import * as organizationLimits from './2026-11-28T13-30_organization-limits.js';
 import * as webhookSecretsSealed from './2026-11-28T13-30_webhook-secrets-sealed.js';
 
 /**
@@ -27,6 +28,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-26T13-30_history-direct-append': historyDirectAppend,
   '2026-11-27T00-30_webhook-endpoint-slots': webhookEndpointSlots,
   '2026-11-27T07-30_webhook-hot-path-without-foreign-keys': webhookHotPathWithoutForeignKeys,
+  '2026-11-28T13-30_organization-limits': organizationLimits,
   '2026-11-28T13-30_webhook-secrets-sealed': webhookSecretsSealed,
 };
 

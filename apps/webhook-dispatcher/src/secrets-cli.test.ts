@@ -1,8 +1,17 @@
 import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { countNotUnderFirstKey, listActiveWebhookSecrets } from '@herald/db';
+import {
+  countNotUnderFirstKey,
+  createDatabase,
+  insertWebhookEndpoint,
+  listActiveWebhookSecrets,
+  migrateToLatest,
+} from '@herald/db';
 import { TEST_ENCRYPTION_KEYS, TEST_KEYRING } from '@herald/testing';
 import { createDispatcherHarness, type DispatcherHarness } from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -72,5 +81,38 @@ describe('pnpm secrets rotate-key', () => {
     await expect(listActiveWebhookSecrets(harness.db, endpoints[0]!.id, TEST_KEYRING)).rejects.toThrow(
       /sealed under key "k2"/,
     );
+  });
+
+  it('works on an embedded data directory too (no DATABASE_URL)', { timeout: 180_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'herald-secrets-cli-'));
+    try {
+      const open = () => createDatabase({ kind: 'embedded', dataDir: join(dataDir, 'pgdata') });
+      let database = await open();
+      await migrateToLatest(database.db);
+      const endpoint = await insertWebhookEndpoint(database.db, {
+        orgId: 'org-embedded',
+        url: 'https://example.com/embedded',
+        eventTypes: ['post.published'],
+        secret: 'whsec_ZW1iZWRkZWQtc2VjcmV0LXVuZGVyLXRoZS10ZXN0LWtleQ==',
+        keyring: TEST_KEYRING,
+      });
+      await database.close();
+      const { code, stdout } = await secrets(['rotate-key'], {
+        HERALD_DATA_DIR: dataDir,
+        HERALD_ENCRYPTION_KEYS: `k2:${NEW_KEY.key.toString('base64')},${TEST_ENCRYPTION_KEYS}`,
+      });
+      expect(code).toBe(0);
+      expect(stdout).toContain('1 re-encrypted under key "k2", 0 left');
+      database = await open();
+      try {
+        expect(await listActiveWebhookSecrets(database.db, endpoint.id, [NEW_KEY])).toEqual([
+          'whsec_ZW1iZWRkZWQtc2VjcmV0LXVuZGVyLXRoZS10ZXN0LWtleQ==',
+        ]);
+      } finally {
+        await database.close();
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });

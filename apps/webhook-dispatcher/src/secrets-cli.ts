@@ -4,7 +4,8 @@
  * `HERALD_ENCRYPTION_KEYS`, in batches, while the API and the dispatchers keep running (each row is
  * rewritten only if unchanged since it was read). Prints progress; exit status 0 once every row is
  * under the first key, 1 on an error or rows left over, 2 on bad usage. Reads DATABASE_URL and
- * HERALD_ENCRYPTION_KEYS (the new key first, the old ones after it).
+ * HERALD_ENCRYPTION_KEYS (the new key first, the old ones after it); without DATABASE_URL it opens the
+ * embedded database in HERALD_DATA_DIR, which only one process may have open (stop the API first).
  */
 import { encryptionKeys, InvalidConfigError, parseEnv } from '@herald/config';
 import {
@@ -20,7 +21,8 @@ const USAGE = 'usage: secrets rotate-key [--batch-size N]';
 const MAX_BATCH_SIZE = 10_000;
 
 const EnvSchema = z.object({
-  DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' }),
+  DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// URL' }).optional(),
+  HERALD_DATA_DIR: z.string().min(1).default('./.herald'),
   HERALD_ENCRYPTION_KEYS: encryptionKeys(),
 });
 
@@ -50,7 +52,11 @@ try {
 }
 
 const keyring = env.HERALD_ENCRYPTION_KEYS;
-const database = await createDatabase({ kind: 'postgres', url: env.DATABASE_URL, poolMax: 2 });
+const database = await createDatabase(
+  env.DATABASE_URL
+    ? { kind: 'postgres', url: env.DATABASE_URL, poolMax: 2 }
+    : { kind: 'embedded', dataDir: `${env.HERALD_DATA_DIR}/pgdata` },
+);
 let exitCode = 0;
 try {
   // The table must have its sealed column, even when this runs before any process of this version.

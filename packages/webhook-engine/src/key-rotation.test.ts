@@ -35,7 +35,7 @@ describe('re-encrypting the signing secrets under a new key', () => {
     const endpoints: Array<{ id: string; secret: string }> = [];
     for (let i = 0; i < ENDPOINTS; i++) endpoints.push(await harness.createEndpoint(orgId, receiver.url(`/keys/${i}`)));
     // A generous attempt timeout: on a busy machine a 1 s one sends events again (at least once), which is noise here.
-    await harness.startDispatcher({ timeoutMs: 10_000 }, DEPLOYED);
+    const dispatcher = await harness.startDispatcher({ timeoutMs: 10_000 }, DEPLOYED);
 
     const rotated = generateWebhookSecret();
     const publishing = (async () => {
@@ -90,5 +90,39 @@ describe('re-encrypting the signing secrets under a new key', () => {
         .execute();
       return unsettled.length === 0;
     });
+    await dispatcher.stop();
+  });
+
+  it('signs from memory: a secret opened once is not decrypted again per delivery', async () => {
+    // The dispatcher's own copy of the keyring, spoiled below: only a decryption would notice.
+    // (The first test left rows under the new key: the start check wants that key too.)
+    const keyring = [{ id: TEST_KEYRING[0].id, key: Buffer.from(TEST_KEYRING[0].key) }, NEW_KEY] as const;
+    const orgId = 'org-cached-secrets';
+    const cached = await harness.createEndpoint(orgId, receiver.url('/cached'));
+    const dispatcher = await harness.startDispatcher({ timeoutMs: 10_000 }, keyring);
+    await harness.publish(orgId);
+    await receiver.waitFor(() => receiver.requestsTo('/cached').length === 1);
+    keyring[0].key.fill(0);
+
+    const fresh = await harness.createEndpoint(orgId, receiver.url('/fresh'));
+    const [eventId] = await harness.publish(orgId);
+    await receiver.waitFor(() => receiver.requestsTo('/cached').length === 2);
+    const [, second] = receiver.requestsTo('/cached');
+    expect(JSON.parse(second!.body).id).toBe(eventId);
+    expect(verifyWebhook({ rawBody: second!.body, headers: second!.headers, secrets: [cached.secret] })).toBeTruthy();
+    // The endpoint whose secret was never opened cannot be signed for: a failed attempt, retried, never a crash.
+    await waitFor('the unopenable secret to fail an attempt', async () => {
+      const attempts = await harness.db
+        .selectFrom('webhook_attempts')
+        .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
+        .select('webhook_attempts.error')
+        .where('webhook_deliveries.endpoint_id', '=', fresh.id)
+        .execute();
+      return attempts.some((attempt) =>
+        /does not open with key "test" of HERALD_ENCRYPTION_KEYS/.test(attempt.error ?? ''),
+      );
+    });
+    expect(receiver.requestsTo('/fresh')).toEqual([]);
+    await dispatcher.stop();
   });
 });

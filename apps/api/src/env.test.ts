@@ -27,7 +27,7 @@ describe('document limits', () => {
 describe('JWT_JWKS_URL', () => {
   it('must be https:// outside development, with one line naming the variable', () => {
     expect(configError({ NODE_ENV: 'production', JWT_JWKS_URL: 'http://idp.example/jwks.json' })).toEqual([
-      'JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)',
+      'JWT_JWKS_URL: must be an https:// URL outside development',
     ]);
     const https = loadApiConfig({ NODE_ENV: 'production', JWT_JWKS_URL: 'https://idp.example/jwks.json' });
     expect(https.auth.key).toEqual({ kind: 'jwks', url: 'https://idp.example/jwks.json' });
@@ -57,6 +57,7 @@ describe('loadApiConfig', () => {
       disableAfterMs: 5 * 86_400_000,
       retentionMs: 30 * 86_400_000,
       allowPrivateUrls: true,
+      orgConcurrency: 100,
     });
     expect(config.graphql).toMatchObject({ introspection: true, graphiql: true, maxDepth: 12 });
   });

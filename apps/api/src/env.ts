@@ -13,7 +13,7 @@ import { type DatabaseConfig, DEFAULT_QUERY_TIMEOUT_MS } from '@herald/db';
 import { z } from 'zod';
 import { MAX_QUOTA_VALUE, type TenantLimits } from './tenancy/quotas.js';
 
-/** SPEC §3: the keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
+/** The keep-alive must stay at or under 30 s, below common proxy idle timeouts. */
 const MAX_KEEPALIVE_MS = 30_000;
 const MIB = 1024 * 1024;
 /** After SIGTERM, /readiness answers 503 this long while the server still serves (outside embedded mode). */
@@ -78,13 +78,13 @@ export const EnvSchema = z.object({
 
   // websocket
   WS_KEEPALIVE_MS: positiveInt
-    .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (SPEC §3)` })
+    .max(MAX_KEEPALIVE_MS, { error: `must be at most ${MAX_KEEPALIVE_MS} (kept below common proxy idle timeouts)` })
     .default(12_000),
   WS_SHARED_EXECUTION: z.stringbool().default(true),
   /** Cluster mode: pods report socket counts to Redis and shed the excess over their fair share (1012). */
   WS_REBALANCE: z.stringbool().default(true),
 
-  // subscriptions (SPEC §6.1)
+  // subscriptions: resuming from a cursor (docs/subscriptions.md)
   HERALD_REDIS_PREFIX: z.string().default(DEFAULT_REDIS_PREFIX),
   SUBSCRIPTION_HISTORY_SIZE: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   SUBSCRIPTION_HISTORY_TTL: durationMs().default(3_600_000),
@@ -104,10 +104,11 @@ export const EnvSchema = z.object({
   TENANT_PUBLISHES_PER_SECOND: quota.default(100),
   TENANT_SOCKETS_PER_USER: quota.default(100),
   TENANT_SUBSCRIPTIONS: quota.default(10_000),
+  TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT: quota.default(100),
 });
 
 /**
- * SPEC §2. `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
+ * The modes (README, Modes). `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
  * `single`: DATABASE_URL only (PostgreSQL, in-memory pub/sub for one pod, in-process webhooks on the
  * database). `cluster`: both (Redis pub/sub, separate dispatcher apps). REDIS_URL alone is refused.
  */
@@ -147,7 +148,7 @@ export interface ApiConfig {
   /** `HERALD_REDIS_PREFIX`: every Redis key and channel starts with it. @default 'herald:' */
   redisPrefix: string;
   /**
-   * Resumable subscriptions (SPEC §6.1): events kept per organisation (`SUBSCRIPTION_HISTORY_SIZE`, 0
+   * Resumable subscriptions: events kept per organisation (`SUBSCRIPTION_HISTORY_SIZE`, 0
    * turns resuming off, @default 1000) and for how long after its last event (`SUBSCRIPTION_HISTORY_TTL`,
    * @default 1h). A bad value stops the process at start.
    */
@@ -195,9 +196,9 @@ export interface ApiConfig {
     retryBaseMs: number;
     retryHorizonMs: number;
     allowPrivateUrls: boolean;
-    /** `WEBHOOK_DISABLE_AFTER` (SPEC §7.2). */
+    /** `WEBHOOK_DISABLE_AFTER`: an endpoint failing every attempt this long is disabled (docs/webhooks.md). */
     disableAfterMs: number;
-    /** `WEBHOOK_RETENTION` (SPEC §7). */
+    /** `WEBHOOK_RETENTION`: how long delivered webhooks and their attempts are kept. */
     retentionMs: number;
     /**
      * `HERALD_ENCRYPTION_KEYS`: seals and opens the endpoints' signing secrets (the first key seals,
@@ -205,6 +206,11 @@ export interface ApiConfig {
      * `dataDir` at start.
      */
     encryptionKeys: EncryptionKeyring | undefined;
+    /**
+     * `TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`: attempts in flight for one organisation in the in-process
+     * dispatcher (embedded and single mode; 0: no cap).
+     */
+    orgConcurrency: number;
   };
   /**
    * Default tenant quotas (`TENANT_OPERATIONS_PER_SECOND` 1000, `TENANT_PUBLISHES_PER_SECOND` 100,
@@ -289,6 +295,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       disableAfterMs: parsed.WEBHOOK_DISABLE_AFTER,
       retentionMs: parsed.WEBHOOK_RETENTION,
       encryptionKeys: parsed.HERALD_ENCRYPTION_KEYS,
+      orgConcurrency: parsed.TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT,
     },
     tenantLimits: {
       operationsPerSecond: parsed.TENANT_OPERATIONS_PER_SECOND,
@@ -301,7 +308,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
 
 /**
  * REDIS_URL without DATABASE_URL would put each pod on its own embedded database, and no dispatcher
- * could read it: webhooks would silently never leave. Refused (SPEC §2).
+ * could read it: webhooks would silently never leave. Refused.
  */
 function checkModes(env: z.output<typeof EnvSchema>): void {
   if (env.REDIS_URL && !env.DATABASE_URL) {
@@ -318,7 +325,7 @@ function checkKeySources(env: z.output<typeof EnvSchema>): void {
     throw new InvalidConfigError([`${keys[1]}: set only one of ${keys.join(', ')}`]);
   }
   if (env.JWT_JWKS_URL && env.NODE_ENV === 'production' && new URL(env.JWT_JWKS_URL).protocol !== 'https:') {
-    throw new InvalidConfigError(['JWT_JWKS_URL: must be an https:// URL outside development (SPEC §4)']);
+    throw new InvalidConfigError(['JWT_JWKS_URL: must be an https:// URL outside development']);
   }
   if (keys.length === 0 && env.DATABASE_URL) {
     throw new InvalidConfigError([

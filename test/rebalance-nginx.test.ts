@@ -8,7 +8,7 @@ import { type AppSubscriber, subscribeWithHeraldClient, warmUpClients, warmUpsSe
 import { type NginxProcess, startNginx } from './support/nginx.js';
 import { createAndPublish, readMetric } from './support/subscribers.js';
 
-// Socket rebalancing through the load balancer (issue 14): two pods behind the nginx of deploy/ hold
+// Socket rebalancing through the load balancer (docs/scaling.md): two pods behind the nginx of deploy/ hold
 // 2,000 subscribed @herald/client applications; a third pod joins (nginx reloaded with it), the loaded
 // pods shed sockets with 1012 a bounded number per second, the applications reconnect through nginx and
 // resume, and the spread evens out to within 20 % of the fair share. Posts go out at a steady rate all

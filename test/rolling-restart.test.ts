@@ -8,7 +8,7 @@ import { type AppSubscriber, subscribeWithHeraldClient, warmUpClients, warmUpsSe
 import { type NginxProcess, startNginx } from './support/nginx.js';
 import { createAndPublish, readMetric } from './support/subscribers.js';
 
-// Rolling restart (SPEC §6.1): three pods behind the nginx of deploy/, 300 @herald/client
+// Rolling restart, clients resuming from their cursors (docs/subscriptions.md): three pods behind the nginx of deploy/, 300 @herald/client
 // applications, posts published at a steady rate while each pod in turn gets SIGTERM and is started
 // again on its port. Every application must see every post exactly once, in publish order.
 

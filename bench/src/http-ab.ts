@@ -1,5 +1,5 @@
 /**
- * Diagnostic A/B for the HTTP section (issue 15, p99): Herald builds from several source trees (or one tree
+ * Diagnostic A/B for the HTTP section (p99): Herald builds from several source trees (or one tree
  * with different node flags) and the raw loop, on the same PostgreSQL schema and rows, trials taking turns
  * (raw, A, B, raw, A, B, …) under the same background load. Per trial: req/s, p50/p99, server CPU/request,
  * and from each Herald process (bench/src/http-gc-preload.cjs) its garbage collections during the trial:

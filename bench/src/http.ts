@@ -1,5 +1,5 @@
 /**
- * `pnpm bench` HTTP section (issue 15): queries and mutations over HTTP at 64 keep-alive connections,
+ * `pnpm bench` HTTP section: queries and mutations over HTTP at 64 keep-alive connections,
  * Herald against a raw `node:http` + `pg` loop and stock Yoga, in one run, on the same PostgreSQL schema
  * and the same rows.
  *
@@ -447,7 +447,7 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
           ...startScriptRuntime().nodeFlags,
         ].join(
           ' ',
-        )}: a smaller young generation for a small idle footprint on a laptop, issue 14), as does the PGlite row. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts, the same statements as Herald (posts: one join; createPost: author upsert + insert in one statement; publishPost: update + outbox row in one statement).`,
+        )}: a smaller young generation for a small idle footprint on a laptop), as does the PGlite row. Raw and stock Yoga: pool of 10, the same schema, rows and HS256 secret; SQL in bench/src/http-sql.ts, the same statements as Herald (posts: one join; createPost: author upsert + insert in one statement; publishPost: update + outbox row in one statement).`,
         'Server CPU/request: the server process only (every thread); PostgreSQL backends are not counted. PGlite runs inside Herald, so its row includes the database; its "× raw" compares with the raw loop on PostgreSQL.',
       ],
     };
@@ -484,7 +484,7 @@ export function withHttpRatios(rows: HttpRow[]): HttpRow[] {
 export function httpMarkdown(result: HttpResult | null | undefined): string {
   if (!result) return '';
   const lines = [
-    '## HTTP: queries and mutations (issue 15)',
+    '## HTTP: queries and mutations',
     '',
     '| operation | server | req/s (median, min–max) | p50 ms | p99 ms | server CPU µs/request | × raw req/s | × raw p99 | × stock Yoga req/s | failed |',
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
@@ -531,7 +531,7 @@ function profileDirFor(config: HttpConfig, id: HttpTargetId): string | undefined
  */
 export function httpProfileMarkdown(profiles: HttpProfile[], command: string, header: string[]): string {
   const lines = [
-    '## HTTP: where Herald spends its CPU per request (issue 15)',
+    '## HTTP: where Herald spends its CPU per request',
     '',
     `- Command: \`${command}\` — \`node --cpu-prof\` on the Herald process; only samples inside the trials count.`,
     ...header.map((line) => `- ${line}`),

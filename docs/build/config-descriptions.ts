@@ -13,7 +13,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   PORT: 'TCP port of GraphQL over HTTP and WebSocket (`/graphql`), `/health`, `/readiness` and `/metrics`.',
   'dispatcher:PORT': 'TCP port of the operations server: `/health`, `/readiness` and `/metrics`.',
   HOST: 'Address to listen on.',
-  MAX_REQUEST_BODY_BYTES: 'Largest HTTP request body accepted; a larger one gets 413 (SPEC §8).',
+  MAX_REQUEST_BODY_BYTES: 'Largest HTTP request body accepted; a larger one gets 413.',
   HTTP_FAST_PATH:
     'Answer `POST /graphql` JSON requests straight from node:http (same answers as Yoga, less CPU per request); `false` sends every request through Yoga.',
   SHUTDOWN_GRACE_MS:
@@ -57,7 +57,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
 
   GRAPHQL_INTROSPECTION: 'Allow introspection over HTTP and WebSocket. Unset: on, except when `NODE_ENV=production`.',
   GRAPHIQL: 'Serve GraphiQL at `/graphql` to browsers. Unset: on, except when `NODE_ENV=production`.',
-  MAX_QUERY_DEPTH: 'Deepest selection accepted; deeper documents are refused before execution (SPEC §8).',
+  MAX_QUERY_DEPTH: 'Deepest selection accepted; deeper documents are refused before execution.',
   MAX_QUERY_ALIASES: 'Most aliases in one document.',
   MAX_QUERY_TOKENS: 'Most lexical tokens in one document (bounds parsing work).',
 

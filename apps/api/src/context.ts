@@ -10,7 +10,7 @@ import { requestLogger } from './plugins/use-request-logging.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 
-/** Length of `Bearer ` (SPEC §4: the 7-character prefix is removed). */
+/** Length of `Bearer ` (the 7-character prefix is removed). */
 const BEARER_PREFIX = 'bearer ';
 
 /** Everything a resolver may use. Built per HTTP request and per WebSocket operation. */
@@ -71,7 +71,7 @@ export interface ContextDeps {
 }
 
 /**
- * The single context builder behind HTTP and WebSocket (seed §5.3): it reads the `authorization`
+ * The single context builder behind HTTP and WebSocket: it reads the `authorization`
  * header of an HTTP request, or the `authToken`/`authorization` connection parameter of a socket.
  * @throws InvalidCredentialsError (HTTP 401, UNAUTHENTICATED) when credentials are present but not valid
  * @throws AuthServiceUnavailableError (HTTP 503, AUTH_UNAVAILABLE) when the key source does not answer
@@ -82,7 +82,7 @@ export function createContextBuilder(deps: ContextDeps) {
   // getter for every context, not a closure per request: an accessor holding a new function gives each
   // context its own hidden class (map and descriptors), and `{ ...initial, …, get log() {} }` cost
   // 6.5–7 µs of CPU and ~850 B retained per context; built this way 0.65–0.7 µs and ~340 B (the real
-  // builder in a throw-away loop, issue 15). context.test.ts checks the getter is shared.
+  // builder in a throw-away loop, bench/results/PROFILE.md). context.test.ts checks the getter is shared.
   const lazyLog: PropertyDescriptor = {
     get(this: Context): Logger {
       return requestLogger(this.request, deps.logger);

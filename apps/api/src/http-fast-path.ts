@@ -24,7 +24,7 @@ import { releaseScopeCache } from './schema/builder.js';
 import { checkOperationQuota } from './tenancy/operation-quota.js';
 
 /**
- * A fast path for the common `POST /graphql` with a JSON body, in front of Yoga (issue 15).
+ * A fast path for the common `POST /graphql` with a JSON body, in front of Yoga (bench/results/http/results.md).
  *
  * Yoga answers every request through the WHATWG fetch model: a `Request` with its own headers object, URL,
  * AbortController and body stream, a chain of promises through every `onRequest`/`onRequestParse`/
@@ -443,7 +443,7 @@ class ReadBody {
  * scavenges (`--no-allocation-site-pretenuring`, or module-level functions in place of the closures,
  * bring it to ~1 KB; queries store none). Cutting the context's links to the request here does the same
  * from our side: promoted bytes ~4.7 → 0.7–1.1 KB per mutation (4.9 → 1.8 KB with `pnpm start`'s smaller
- * young generation), scavenge time per request down by a third to a half (issue 15). Nothing runs with
+ * young generation), scavenge time per request down by a third to a half (bench/results/PROFILE.md). Nothing runs with
  * this context afterwards: the resolvers are done and the answer is written (a late `context.log` falls
  * back to the root logger).
  */

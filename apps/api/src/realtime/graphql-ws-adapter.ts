@@ -6,7 +6,7 @@ import type { Logger } from '../logger.js';
 /**
  * graphql-ws's protocol (its `makeServer` state machine: messages, close codes, hooks) on a `ws` server,
  * in place of graphql-ws's own `useServer` adapter (graphql-ws/use/ws), which costs ~1.5 KB per socket
- * at 10k sockets (bench/results/PROFILE.md, issue 14 part 2). Same behaviour, fewer per-socket objects:
+ * at 10k sockets (bench/results/PROFILE.md). Same behaviour, fewer per-socket objects:
  *
  * - One object per socket ({@link Connection}) is graphql-ws's socket, its `extra` and Herald's socket
  *   state; `ws` events reach it through listeners shared by every socket (`this` is the socket), where

@@ -24,7 +24,7 @@ export const builder = new SchemaBuilder<{
   DefaultNodeNullability: false;
 }>({
   plugins: [ScopeAuthPlugin, RelayPlugin],
-  // Non-null unless a field says otherwise: the contract (SPEC §5) is mostly non-null.
+  // Non-null unless a field says otherwise: the public schema (apps/api/schema.graphql) is mostly non-null.
   defaultFieldNullability: false,
   scopeAuth: {
     defaultStrategy: 'all',
@@ -63,7 +63,7 @@ builder.subscriptionType();
  * WeakMap entry made the whole request survive young-generation GCs: V8's scavenger keeps the values of
  * a WeakMap entry alive, and the cache holds the context and, through it, the request, its response and
  * its results. A `posts` request over HTTP then left ~6 KB in the old generation, and the full GCs that
- * clean that up were the request tail (p99, issue 15). If a field runs again with the same context, its
+ * clean that up were the request tail (p99, bench/results/PROFILE.md). If a field runs again with the same context, its
  * scopes are evaluated afresh.
  */
 export function releaseScopeCache(context: object): void {

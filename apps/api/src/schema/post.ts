@@ -183,7 +183,7 @@ builder.mutationFields((t) => ({
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
       // the committed outbox event is appended to the history (and goes out live) before the answer, by
-      // this pod or, when it was handed over, by the history relay (SPEC §6.1).
+      // this pod or, when it was handed over, by the history relay (docs/subscriptions.md).
       if (result.published && result.eventId)
         await context.pubsub.published({
           post: result.post,

@@ -126,6 +126,8 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   }
   const quotas = createQuotas(config, database, metrics, logger);
   quotas.start();
+  // Its Redis connection, so the first requests are counted cluster-wide (meanwhile: this pod's share).
+  await quotas.connected(REDIS_CONNECT_TIMEOUT_MS);
   const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
   const server = createServer({
     config: { ...config, webhooks: { ...config.webhooks, encryptionKeys: keyring } },
@@ -233,7 +235,12 @@ const QUOTA_REDIS_TIMEOUT_MS = 250;
  * Tenant quotas: counted in Redis in cluster mode (their own connection, which fails fast while Redis
  * is away so each check falls back to the pod's share at once), in memory otherwise.
  */
-function createQuotas(config: ApiConfig, database: HeraldDatabase, metrics: ApiMetrics, logger: Logger): TenantQuotas {
+function createQuotas(
+  config: ApiConfig,
+  database: HeraldDatabase,
+  metrics: ApiMetrics,
+  logger: Logger,
+): TenantQuotas & { connected(timeoutMs: number): Promise<void> } {
   let redis: ReturnType<typeof createRedisClient> | undefined;
   if (config.redisUrl) {
     redis = createRedisClient(config.redisUrl, {
@@ -260,7 +267,22 @@ function createQuotas(config: ApiConfig, database: HeraldDatabase, metrics: ApiM
     await stop();
     redis?.disconnect();
   };
-  return quotas;
+  return Object.assign(quotas, {
+    /** Resolves once the quotas' Redis connection is ready, or after `timeoutMs` (never rejects). */
+    connected(timeoutMs: number): Promise<void> {
+      const client = redis;
+      if (!client || client.status === 'ready') return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(done, timeoutMs);
+        client.once('ready', done);
+        function done() {
+          clearTimeout(timer);
+          client?.off('ready', done);
+          resolve();
+        }
+      });
+    },
+  });
 }
 
 /**

@@ -47,7 +47,9 @@ import { checkOperationQuota } from './tenancy/operation-quota.js';
  *   option builds and the same text-input check. Anything refused before execution (a bad token,
  *   variables that don't coerce) goes to the pipeline below, where nothing has run yet either. A result
  *   with errors goes through Yoga's execution hooks once without running again (error codes, error
- *   logging, masking). Route `compiled` in `herald_http_requests_total`.
+ *   logging, masking). Route `compiled` in `herald_http_requests_total`. Before it runs, the tenant's
+ *   operation quota is checked as `useOperationQuota` checks Yoga's executions (tenancy/operation-quota.ts):
+ *   a refusal is answered 429 `RATE_LIMITED` through the same result processor.
  * - Any other document: `yoga.getResultForParams`, Yoga's GraphQL pipeline for these parameters (the
  *   `onParams` hooks, parse and validation caches, graphql-armor limits, introspection policy, context,
  *   execution hooks, graphql-jit), exactly as for a request Yoga parsed itself. Route `pipeline`.

@@ -157,24 +157,26 @@ describe('Redis unreachable mid-storm', () => {
     expect(await fallbacks(pods[0]!)).toBeGreaterThan(before);
 
     proxy.restore();
-    // Back on Redis: checks count in the shared key again.
-    const orgId = `org-${randomUUID()}`;
-    const token = await pods[0]!.token({ sub: `user-${orgId}`, orgs: [orgId] });
+    // Back on Redis, on each pod (each reconnects on its own): its checks count in the shared key again.
     const redis = createRedisClient(inject('redisUrl'));
     try {
-      await waitFor(
-        'checks to reach Redis again',
-        async () => {
-          const response = await fetch(`${pods[0]!.baseUrl}/graphql`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-            body: JSON.stringify({ query: POSTS, variables: { orgId } }),
-          });
-          expect(response.status).toBe(200);
-          return (await redis.exists(`${prefix}tenant:ops:org:${orgId}`)) === 1;
-        },
-        { timeoutMs: 20_000, intervalMs: 100 },
-      );
+      for (const pod of pods) {
+        const orgId = `org-${randomUUID()}`;
+        const token = await pod.token({ sub: `user-${orgId}`, orgs: [orgId] });
+        await waitFor(
+          'checks to reach Redis again',
+          async () => {
+            const response = await fetch(`${pod.baseUrl}/graphql`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+              body: JSON.stringify({ query: POSTS, variables: { orgId } }),
+            });
+            expect(response.status).toBe(200);
+            return (await redis.exists(`${prefix}tenant:ops:org:${orgId}`)) === 1;
+          },
+          { timeoutMs: 20_000, intervalMs: 100 },
+        );
+      }
     } finally {
       redis.disconnect();
     }

@@ -255,7 +255,9 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
       sockets.start();
       orgSockets.start();
       subscriptions.start();
-      void renewPresence();
+      // At start the connection is usually still being made: announce this pod once it is ready.
+      if (redis && redis.status !== 'ready') redis.once('ready', () => void renewPresence());
+      else void renewPresence();
       renewTimer = setInterval(() => void renewPresence(), LEASE_RENEW_INTERVAL_MS);
       renewTimer.unref();
       flushTimer = setInterval(() => void flushThrottled(), THROTTLED_FLUSH_INTERVAL_MS);

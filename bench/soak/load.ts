@@ -73,8 +73,12 @@ export function startSubscriber(options: {
     expiries: [],
     reconnects: 0,
     errors: [],
-    dropSocket: () => subscriber.client.graphqlWs.terminate(),
+    dropSocket: () => {
+      // Only an open socket: ws throws an unhandled 'error' when one still connecting is terminated.
+      if (connected) subscriber.client.graphqlWs.terminate();
+    },
   };
+  let connected = false;
   subscriber.client = createHeraldClient({
     url: options.wsUrl,
     webSocketImpl: WebSocket,
@@ -90,6 +94,12 @@ export function startSubscriber(options: {
       reconcileOnNextFrame = true;
       await reconcile();
     },
+  });
+  subscriber.client.graphqlWs.on('connected', () => {
+    connected = true;
+  });
+  subscriber.client.graphqlWs.on('closed', () => {
+    connected = false;
   });
   subscriber.client.subscribe<{ postPublished: { id: string } }>(
     {

@@ -7,7 +7,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { signToken } from '@herald/auth';
@@ -29,6 +29,8 @@ const { values } = parseArgs({
     rate: { type: 'string', default: '10' },
     subscribers: { type: 'string', default: '45' },
     'drain-seconds': { type: 'string', default: '120' },
+    /** Only check the ledger of a run's `ledger-input.json` (or a crafted one), print it, and exit. */
+    check: { type: 'string' },
   },
 });
 
@@ -79,6 +81,14 @@ async function shutdown(): Promise<void> {
   await Promise.allSettled(receivers.map((receiver) => receiver.close()));
   await topology?.stop();
 }
+
+// The processes of the cluster must never outlive the soak, whatever ends it.
+process.on('exit', () => topology?.killNow());
+process.on('uncaughtException', (error) => {
+  process.stderr.write(`soak: uncaught ${error.stack}\n`);
+  topology?.killNow();
+  process.exit(1);
+});
 
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
@@ -481,9 +491,26 @@ async function readLedgerInput(
   };
 }
 
+/** `--check FILE`: the ledger of a saved input, exit 0 when it balances and 3 when it does not. */
+async function checkOnly(file: string): Promise<number> {
+  const ledger = checkLedger(JSON.parse(await readFile(file, 'utf8')) as LedgerInput);
+  process.stdout.write(`committed publishes: ${ledger.committed}\n`);
+  for (const tally of ledger.endpoints)
+    process.stdout.write(
+      `${tally.name}: selected ${tally.selected} = succeeded ${tally.succeeded} + DEAD ${tally.dead} + scheduled ${tally.scheduled} + skipped ${tally.skipped} + unaccounted ${tally.unaccounted}\n`,
+    );
+  if (ledger.balanced) {
+    process.stdout.write('ledger balanced\n');
+    return 0;
+  }
+  process.stdout.write(`LEDGER DOES NOT BALANCE (${ledger.violations.length} items):\n`);
+  for (const line of describeViolations(ledger.violations)) process.stdout.write(`${line}\n`);
+  return 3;
+}
+
 let code = 1;
 try {
-  code = await main();
+  code = values.check ? await checkOnly(values.check) : await main();
 } catch (error) {
   process.stderr.write(`soak failed: ${(error as Error).stack}\n`);
   code = 1;

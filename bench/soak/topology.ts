@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -56,6 +56,8 @@ export interface Topology {
   query<Row extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<Row[]>;
   processes(): Promise<TrackedProcess[]>;
   stop(): Promise<void>;
+  /** For an exit in a hurry (the soak crashed): SIGKILL every process now, synchronously. */
+  killNow(): void;
 }
 
 export async function startTopology(options: TopologyOptions): Promise<Topology> {
@@ -69,6 +71,13 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
   const expectedExit = new Set<object>();
   let nginx: NginxProcess | undefined;
   let stopping = false;
+  const nginxPid = () => {
+    try {
+      return nginx ? Number(readFileSync(join(nginx.dir, 'nginx.pid'), 'utf8').trim()) : undefined;
+    } catch {
+      return undefined;
+    }
+  };
 
   await postgres.start();
   await adminQuery(postgres.url, `create database ${SOAK_DATABASE}`);
@@ -156,13 +165,13 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
       dispatchers.forEach((dispatcher, index) => {
         if (dispatcher?.child.pid) tracked.push({ role: `dispatcher-${index + 1}`, pid: dispatcher.child.pid });
       });
-      if (nginx) {
-        const master = Number(readFileSync(join(nginx.dir, 'nginx.pid'), 'utf8').trim());
+      const master = nginxPid();
+      if (master) {
         tracked.push({ role: 'nginx', pid: master });
         for (const worker of await children(master)) tracked.push({ role: 'nginx-worker', pid: worker });
       }
-      const redisPid = await pgrep(['-f', `^redis-server 127.0.0.1:${redisPort}`]);
-      if (redisPid[0]) tracked.push({ role: 'redis', pid: redisPid[0] });
+      const [redisPid] = await pgrep(['-f', `^redis-server 127.0.0.1:${redisPort}`]);
+      if (redisPid) tracked.push({ role: 'redis', pid: redisPid });
       const postmaster = await pgrep(['-f', `postgres.* -p ${postgresPort} `]);
       if (postmaster[0]) {
         tracked.push({ role: 'postgres', pid: postmaster[0] });
@@ -170,6 +179,20 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
       }
       tracked.push({ role: 'soak', pid: process.pid });
       return tracked;
+    },
+    killNow() {
+      stopping = true;
+      for (const handle of [...pods, ...dispatchers]) handle?.child.kill('SIGKILL');
+      const found = (pattern: string) => {
+        try {
+          return execFileSync('pgrep', ['-f', pattern], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
+        } catch {
+          return [];
+        }
+      };
+      const postmasters = found(`postgres.* -p ${postgresPort} `);
+      for (const pid of [nginxPid(), ...found(`^redis-server 127.0.0.1:${redisPort}`), ...postmasters])
+        if (pid) safeKill(pid);
     },
     async stop() {
       stopping = true;
@@ -212,3 +235,11 @@ async function pgrep(args: string[]): Promise<number[]> {
 }
 
 const children = (pid: number) => pgrep(['-P', String(pid)]);
+
+function safeKill(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}

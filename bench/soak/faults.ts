@@ -6,6 +6,7 @@ export const FAULTS = [
   'kill-dispatcher',
   'rolling-restart',
   'redis-restart',
+  'redis-stall',
   'pg-terminate',
   'pg-stop',
   'pg-freeze',
@@ -39,6 +40,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 const RESTART_PAUSE_MS = 5_000;
 const PG_STOP_MS = 10_000;
 const PG_FREEZE_MS = 5_000;
+const REDIS_STALL_MS = 10_000;
 
 /** Runs one fault to its end (the process restarted, the server back); resolves with what it did. */
 export async function runFault(name: FaultName, context: FaultContext): Promise<string> {
@@ -71,6 +73,11 @@ export async function runFault(name: FaultName, context: FaultContext): Promise<
       await topology.redis.kill();
       await topology.redis.start();
       return 'redis-server SIGKILLed and started empty';
+    case 'redis-stall':
+      topology.redisProxy.stall();
+      await sleep(REDIS_STALL_MS);
+      topology.redisProxy.resume();
+      return `api-1's link to Redis held (connections open, no bytes through) for ${REDIS_STALL_MS} ms`;
     case 'pg-terminate':
       return `pg_terminate_backend of ${await topology.terminateBackends()} backends`;
     case 'pg-stop':

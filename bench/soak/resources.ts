@@ -88,7 +88,8 @@ export class ResourceSampler {
     return [...series.values()].map((list) => {
       const first = list[0]!;
       const last = list[list.length - 1]!;
-      const warm = list.filter((sample) => sample.t >= warmUpMs);
+      // After the run's warm-up and the process's own first minute (a restarted process starts cold).
+      const warm = list.filter((sample) => sample.t >= Math.max(warmUpMs, first.t + 60_000));
       const spanMs = warm.length > 1 ? warm[warm.length - 1]!.t - warm[0]!.t : 0;
       const spanUs = (last.t - first.t) * 1000;
       return {

@@ -9,8 +9,12 @@ import { type DispatcherProcess, startDispatcherProcess } from '../../test/suppo
 import { type NginxProcess, startNginx } from '../../test/support/nginx.js';
 import { type OwnPostgres, ownPostgres } from '../../test/support/postgres-cluster.js';
 import { type OwnRedis, ownRedis } from '../../test/support/redis-server.js';
+import { type StallProxy, startStallProxy } from './stall-proxy.js';
 
 const run = promisify(execFile);
+
+/** A process start is tried this many times (each bounded by the start helpers' 60 s). */
+const START_TRIES = 3;
 
 /** The soak's own database on its own PostgreSQL cluster (never the machine's shared server). */
 export const SOAK_DATABASE = 'herald_soak';
@@ -40,6 +44,8 @@ export interface Topology {
   redis: OwnRedis;
   databaseUrl: string;
   redisPort: number;
+  /** Pod 1 reaches Redis through this proxy, so its link alone can be stalled. */
+  redisProxy: StallProxy;
   postgresPort: number;
   nginx: NginxProcess;
   pods: (ApiProcess | undefined)[];
@@ -85,6 +91,7 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
   dbUrl.pathname = `/${SOAK_DATABASE}`;
   const databaseUrl = dbUrl.toString();
   await redis.start();
+  const redisProxy = await startStallProxy(redisPort!);
 
   const env = {
     DATABASE_URL: databaseUrl,
@@ -104,13 +111,38 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     });
   };
 
+  /** Our child processes running `script` that no handle tracks: a start that timed out left them behind. */
+  const killStrays = async (script: string) => {
+    const tracked = new Set([...pods, ...dispatchers].map((handle) => handle?.child.pid));
+    for (const pid of await pgrep(['-P', String(process.pid), '-f', script])) if (!tracked.has(pid)) safeKill(pid);
+  };
+  /** Starts a process, again after a start that timed out (a busy machine), at most {@link START_TRIES} times. */
+  const withRetries = async <T>(script: string, start: () => Promise<T>): Promise<T> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await start();
+      } catch (error) {
+        await killStrays(script);
+        if (attempt >= START_TRIES || stopping) throw error;
+      }
+    }
+  };
   const startPod = async (index: number) => {
-    const pod = await startApiProcess({ ...env, PORT: String(podPorts[index]), SHUTDOWN_GRACE_MS: '5000' });
+    const pod = await withRetries('apps/api/src/main.ts', () =>
+      startApiProcess({
+        ...env,
+        ...(index === 0 ? { REDIS_URL: `redis://127.0.0.1:${redisProxy.port}` } : {}),
+        PORT: String(podPorts[index]),
+        SHUTDOWN_GRACE_MS: '5000',
+      }),
+    );
     pods[index] = pod;
     watch(`api-${index + 1}`, pod.child, pod);
   };
   const startDispatcher = async (index: number) => {
-    const dispatcher = await startDispatcherProcess({ ...env, PORT: String(dispatcherPorts[index]) });
+    const dispatcher = await withRetries('apps/webhook-dispatcher/src/main.ts', () =>
+      startDispatcherProcess({ ...env, PORT: String(dispatcherPorts[index]) }),
+    );
     dispatchers[index] = dispatcher;
     watch(`dispatcher-${index + 1}`, dispatcher.child, dispatcher);
   };
@@ -122,6 +154,7 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     redis,
     databaseUrl,
     redisPort: redisPort!,
+    redisProxy,
     postgresPort: postgresPort!,
     get nginx() {
       return nginx!;
@@ -200,6 +233,7 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
       await Promise.allSettled(dispatchers.map((dispatcher) => dispatcher?.stop('SIGTERM')));
       await Promise.allSettled(pods.map((pod) => pod?.stop('SIGTERM')));
       await nginx?.stop().catch(() => {});
+      await redisProxy.close().catch(() => {});
       await pool.end().catch(() => {});
       await redis.cleanup().catch(() => {});
       await postgres.cleanup().catch(() => {});

@@ -377,9 +377,9 @@ async function main(): Promise<number> {
     faultsRequested: faultNames,
     drainedMs,
     publishes: {
-      attempted: publishes.length,
-      acknowledged: publishes.filter((record) => record.ok).length,
-      failed: publishes.filter((record) => !record.ok).length,
+      attempted: publishes.length + probes.length,
+      acknowledged: [...publishes, ...probes].filter((record) => record.ok).length,
+      failed: [...publishes, ...probes].filter((record) => !record.ok).length,
       bursts: publishes.filter((record) => record.burst).length,
       skippedTicks,
       committed: ledger.committed,

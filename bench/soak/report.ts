@@ -66,7 +66,7 @@ export function renderMarkdown(results: SoakResults): string {
     '| what | figure |',
     '|---|---|',
     `| ledger | **${ledger.balanced ? 'balanced' : `NOT balanced (${results.violationCount} items)`}** |`,
-    `| publishes attempted / acknowledged / committed | ${results.publishes.attempted} / ${results.publishes.acknowledged} / ${results.publishes.committed} (incl. probes) |`,
+    `| publishes attempted / acknowledged / committed (load and probes) | ${results.publishes.attempted} / ${results.publishes.acknowledged} / ${results.publishes.committed} |`,
     `| publishes failed (no answer or an error; not counted as committed unless PostgreSQL has them) | ${results.publishes.failed} |`,
     `| subscriber events expected / received / reconciled after CURSOR_EXPIRED / missing / duplicate | ${subscriberTotals.expected} / ${subscriberTotals.received} / ${subscriberTotals.reconciled} / ${subscriberTotals.missing} / ${subscriberTotals.duplicates} |`,
     `| subscribers, reconnects, CURSOR_EXPIRED | ${results.subscribers.count}, ${results.subscribers.reconnects}, ${results.subscribers.cursorExpired} |`,

@@ -15,6 +15,8 @@ const run = promisify(execFile);
 
 /** A process start is tried this many times (each bounded by the start helpers' 60 s). */
 const START_TRIES = 3;
+/** At the end, how long a process may take to exit on SIGTERM before it is killed. */
+const STOP_GRACE_MS = 20_000;
 
 /** The soak's own database on its own PostgreSQL cluster (never the machine's shared server). */
 export const SOAK_DATABASE = 'herald_soak';
@@ -230,8 +232,14 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     async stop() {
       stopping = true;
       await postgres.thaw().catch(() => {});
-      await Promise.allSettled(dispatchers.map((dispatcher) => dispatcher?.stop('SIGTERM')));
-      await Promise.allSettled(pods.map((pod) => pod?.stop('SIGTERM')));
+      // Bounded: a hung process may never act on SIGTERM (its event loop is what handles signals).
+      const stopOrKill = async (handle: ApiProcess | DispatcherProcess | undefined) => {
+        if (!handle) return;
+        const timer = setTimeout(() => handle.child.kill('SIGKILL'), STOP_GRACE_MS);
+        await handle.stop('SIGTERM');
+        clearTimeout(timer);
+      };
+      await Promise.allSettled([...dispatchers, ...pods].map(stopOrKill));
       await nginx?.stop().catch(() => {});
       await redisProxy.close().catch(() => {});
       await pool.end().catch(() => {});

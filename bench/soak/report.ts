@@ -1,0 +1,155 @@
+import type { FaultRecord } from './faults.js';
+import type { LedgerResult } from './ledger.js';
+import type { ProcessFigures } from './resources.js';
+
+interface MinuteLatency {
+  minute: number;
+  count: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+export interface SoakResults {
+  command: string;
+  commit: string;
+  startedAt: string;
+  minutes: number;
+  rate: number;
+  faultsRequested: string[];
+  drainedMs: number;
+  publishes: {
+    attempted: number;
+    acknowledged: number;
+    failed: number;
+    bursts: number;
+    skippedTicks: number;
+    committed: number;
+    failureSamples: string[];
+  };
+  probes: { sent: number; ok: number };
+  queries: { ok: number; failed: number };
+  subscribers: { count: number; reconnects: number; cursorExpired: number; errors: string[] };
+  ledger: LedgerResult;
+  violationCount: number;
+  faults: FaultRecord[];
+  unexpectedExits: string[];
+  processes: ProcessFigures[];
+  redisMemory: { t: number; usedMb: number }[];
+  tables: { table: string; rows: number; totalMb: number; indexMb: number }[];
+  frameLatency: MinuteLatency[];
+  receiverLatency: MinuteLatency[];
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/** The run as markdown: the summary table first, then each section. */
+export function renderMarkdown(results: SoakResults): string {
+  const { ledger } = results;
+  const subscriberTotals = ledger.subscribers.reduce(
+    (sum, tally) => ({
+      expected: sum.expected + tally.expected,
+      received: sum.received + tally.received,
+      reconciled: sum.reconciled + tally.reconciled,
+      missing: sum.missing + tally.missing,
+      duplicates: sum.duplicates + tally.duplicates,
+    }),
+    { expected: 0, received: 0, reconciled: 0, missing: 0, duplicates: 0 },
+  );
+  const lines = [
+    `# Soak: ${results.minutes} min, faults ${results.faultsRequested.join(', ') || 'none'}`,
+    '',
+    `\`${results.command}\` at ${results.commit}, started ${results.startedAt}; drain took ${seconds(results.drainedMs)}.`,
+    '',
+    '## Summary',
+    '',
+    '| what | figure |',
+    '|---|---|',
+    `| ledger | **${ledger.balanced ? 'balanced' : `NOT balanced (${results.violationCount} items)`}** |`,
+    `| publishes attempted / acknowledged / committed (load and probes) | ${results.publishes.attempted} / ${results.publishes.acknowledged} / ${results.publishes.committed} |`,
+    `| publishes failed (no answer or an error; not counted as committed unless PostgreSQL has them) | ${results.publishes.failed} |`,
+    `| subscriber events expected / received / reconciled after CURSOR_EXPIRED / missing / duplicate | ${subscriberTotals.expected} / ${subscriberTotals.received} / ${subscriberTotals.reconciled} / ${subscriberTotals.missing} / ${subscriberTotals.duplicates} |`,
+    `| subscribers, reconnects, CURSOR_EXPIRED | ${results.subscribers.count}, ${results.subscribers.reconnects}, ${results.subscribers.cursorExpired} |`,
+    `| posts queries ok / failed | ${results.queries.ok} / ${results.queries.failed} |`,
+    `| processes that exited unscheduled | ${results.unexpectedExits.length} |`,
+    `| largest RSS slope after warm-up (Herald, nginx, Redis, PostgreSQL; not the soak itself) | ${largestSlope(results.processes)} |`,
+    `| slowest recovery after a fault | ${slowestRecovery(results.faults)} |`,
+    '',
+    '## Webhook endpoints',
+    '',
+    '| endpoint | selected | succeeded | DEAD | scheduled | skipped (disabled) | unaccounted | received distinct | duplicate copies | invalid | balanced |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+    ...ledger.endpoints.map(
+      (tally) =>
+        `| ${tally.name} | ${tally.selected} | ${tally.succeeded} | ${tally.dead} | ${tally.scheduled} | ${tally.skipped} | ${tally.unaccounted} | ${tally.receivedDistinct} | ${tally.receivedDuplicates} | ${tally.invalid} | ${tally.balanced ? 'yes' : '**no**'} |`,
+    ),
+    '',
+    '## Faults',
+    '',
+    '| fault | start | end | healthy again after its end | what |',
+    '|---|---|---|---|---|',
+    ...results.faults.map(
+      (fault) =>
+        `| ${fault.name} | ${seconds(fault.startAt)} | ${seconds(fault.endAt)} | ${fault.recoveryMs == null ? '**never**' : seconds(fault.recoveryMs)} | ${fault.detail} |`,
+    ),
+    '',
+    'Healthy again: the first probe published after the fault ended (one a second, its own organisation) whose',
+    'publish and `posts` query answered and whose frame and webhook both arrived; the time is its later arrival.',
+    '',
+    '## Latency per minute (publishPost sent → arrival)',
+    '',
+    '| minute | frames | frame p50 | frame p99 | frame max | webhooks (fast receivers) | webhook p50 | webhook p99 |',
+    '|---|---|---|---|---|---|---|---|',
+    ...results.frameLatency.map((frame) => {
+      const hook = results.receiverLatency.find((entry) => entry.minute === frame.minute);
+      return `| ${frame.minute} | ${frame.count} | ${frame.p50Ms} ms | ${frame.p99Ms} ms | ${frame.maxMs} ms | ${hook?.count ?? 0} | ${hook ? `${hook.p50Ms} ms` : '–'} | ${hook ? `${hook.p99Ms} ms` : '–'} |`;
+    }),
+    '',
+    '## Processes (sampled every 10 s)',
+    '',
+    '| process | pid | samples | RSS first → last (max), MB | RSS slope after warm-up, MB/hour | CPU, % of a core |',
+    '|---|---|---|---|---|---|',
+    ...results.processes.map(
+      (figures) =>
+        `| ${figures.role} | ${figures.pid || '–'} | ${figures.samples} | ${figures.firstRssMb} → ${figures.lastRssMb} (${figures.maxRssMb}) | ${figures.rssSlopeMbPerHour ?? '–'} | ${figures.cpuPercent || '–'} |`,
+    ),
+    '',
+    `Redis used_memory: ${results.redisMemory.length > 0 ? `${results.redisMemory[0]!.usedMb.toFixed(1)} MB at start, ${Math.max(...results.redisMemory.map((entry) => entry.usedMb)).toFixed(1)} MB at most, ${results.redisMemory[results.redisMemory.length - 1]!.usedMb.toFixed(1)} MB at the end` : 'not sampled'}.`,
+    '',
+    '## PostgreSQL tables at the end',
+    '',
+    '| table | live rows | total MB | of which indexes MB |',
+    '|---|---|---|---|',
+    ...results.tables.map((table) => `| ${table.table} | ${table.rows} | ${table.totalMb} | ${table.indexMb} |`),
+    '',
+  ];
+  if (results.unexpectedExits.length > 0)
+    lines.push('## Unscheduled exits', '', ...results.unexpectedExits.map((line) => `- ${line}`), '');
+  if (!ledger.balanced) {
+    lines.push('## Ledger items (first 50)', '');
+    for (const violation of ledger.violations.slice(0, 50))
+      lines.push(
+        `- ${violation.kind} at ${violation.where}${violation.id ? ` ${violation.id}` : ''}: ${violation.detail}`,
+      );
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+function largestSlope(processes: readonly ProcessFigures[]): string {
+  // Herald's processes and the servers it runs on; the soak itself (it keeps every frame it saw) is listed apart.
+  const sloped = processes.filter(
+    (figures) => figures.rssSlopeMbPerHour !== null && figures.pid > 0 && figures.role !== 'soak',
+  );
+  if (sloped.length === 0) return '– (run shorter than 2 minutes after the warm-up)';
+  const worst = sloped.reduce((a, b) => (b.rssSlopeMbPerHour! > a.rssSlopeMbPerHour! ? b : a));
+  return `${worst.rssSlopeMbPerHour} MB/hour (${worst.role}, pid ${worst.pid})`;
+}
+
+function slowestRecovery(faults: readonly FaultRecord[]): string {
+  if (faults.length === 0) return '– (no faults)';
+  const never = faults.filter((fault) => fault.recoveryMs == null);
+  if (never.length > 0) return `**never** after ${never.map((fault) => fault.name).join(', ')}`;
+  const worst = faults.reduce((a, b) => (b.recoveryMs! > a.recoveryMs! ? b : a));
+  return `${seconds(worst.recoveryMs!)} (${worst.name})`;
+}

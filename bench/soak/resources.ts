@@ -1,0 +1,167 @@
+import { Socket } from 'node:net';
+import { procSample } from '../src/common.js';
+import type { Topology } from './topology.js';
+
+export interface ProcessSample {
+  /** ms since the run started. */
+  t: number;
+  role: string;
+  pid: number;
+  rssMb: number;
+  cpuUs: number;
+}
+
+export interface ProcessFigures {
+  role: string;
+  pid: number;
+  samples: number;
+  firstRssMb: number;
+  lastRssMb: number;
+  maxRssMb: number;
+  /** Least-squares slope of RSS after the warm-up, MB per hour; null over less than 2 minutes. */
+  rssSlopeMbPerHour: number | null;
+  /** Average share of one core over the process's sampled life, %. */
+  cpuPercent: number;
+}
+
+/** Samples RSS and CPU of every process of the topology every `everyMs`, and Redis's memory. */
+export class ResourceSampler {
+  samples: ProcessSample[] = [];
+  redisMemory: { t: number; usedMb: number }[] = [];
+  private timer: ReturnType<typeof setInterval> | undefined;
+
+  constructor(
+    private readonly topology: Topology,
+    private readonly startedAt: number,
+    private readonly everyMs = 10_000,
+  ) {}
+
+  start(): void {
+    void this.sample();
+    this.timer = setInterval(() => void this.sample(), this.everyMs);
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  async sample(): Promise<void> {
+    const t = Date.now() - this.startedAt;
+    for (const { role, pid } of await this.topology.processes().catch(() => [])) {
+      try {
+        const sample = procSample(pid);
+        this.samples.push({ t, role, pid, rssMb: sample.rssBytes / 1_048_576, cpuUs: sample.cpuUs });
+      } catch {
+        // exited between the listing and the read
+      }
+    }
+    const used = await redisUsedMemory(this.topology.redisPort).catch(() => undefined);
+    if (used !== undefined) this.redisMemory.push({ t, usedMb: used / 1_048_576 });
+  }
+
+  /**
+   * Figures per process (one per pid: a restarted pod is a new process). PostgreSQL's backends come and
+   * go with the pools; they are summed into one `postgres-backends` row per sample instead.
+   */
+  figures(warmUpMs: number): ProcessFigures[] {
+    const series = new Map<string, ProcessSample[]>();
+    const backends = new Map<number, ProcessSample>();
+    for (const sample of this.samples) {
+      if (sample.role === 'postgres-child' || sample.role === 'nginx-worker') {
+        const role = sample.role === 'postgres-child' ? 'postgres-backends' : 'nginx-workers';
+        const key = sample.t * 2 + (role === 'nginx-workers' ? 1 : 0);
+        const sum = backends.get(key) ?? { t: sample.t, role, pid: 0, rssMb: 0, cpuUs: 0 };
+        sum.rssMb += sample.rssMb;
+        backends.set(key, sum);
+        continue;
+      }
+      const key = `${sample.role} ${sample.pid}`;
+      const list = series.get(key) ?? [];
+      list.push(sample);
+      series.set(key, list);
+    }
+    for (const sum of backends.values()) {
+      const list = series.get(sum.role) ?? [];
+      list.push(sum);
+      series.set(sum.role, list);
+    }
+    return [...series.values()].map((list) => {
+      const first = list[0]!;
+      const last = list[list.length - 1]!;
+      // After the run's warm-up and the process's own first minute (a restarted process starts cold).
+      const warm = list.filter((sample) => sample.t >= Math.max(warmUpMs, first.t + 60_000));
+      const spanMs = warm.length > 1 ? warm[warm.length - 1]!.t - warm[0]!.t : 0;
+      const spanUs = (last.t - first.t) * 1000;
+      return {
+        role: first.role,
+        pid: first.pid,
+        samples: list.length,
+        firstRssMb: round(first.rssMb),
+        lastRssMb: round(last.rssMb),
+        maxRssMb: round(Math.max(...list.map((sample) => sample.rssMb))),
+        rssSlopeMbPerHour: spanMs >= 120_000 ? round(slopePerMs(warm) * 3_600_000) : null,
+        cpuPercent: first.pid > 0 && spanUs > 0 ? round(((last.cpuUs - first.cpuUs) / spanUs) * 100) : 0,
+      };
+    });
+  }
+}
+
+/** Least-squares slope of RSS over time, MB per ms. */
+function slopePerMs(samples: readonly ProcessSample[]): number {
+  const n = samples.length;
+  const meanT = samples.reduce((total, sample) => total + sample.t, 0) / n;
+  const meanR = samples.reduce((total, sample) => total + sample.rssMb, 0) / n;
+  let numerator = 0;
+  let denominator = 0;
+  for (const sample of samples) {
+    numerator += (sample.t - meanT) * (sample.rssMb - meanR);
+    denominator += (sample.t - meanT) ** 2;
+  }
+  return denominator === 0 ? 0 : numerator / denominator;
+}
+
+const round = (value: number) => Math.round(value * 10) / 10;
+
+/** `INFO memory`'s used_memory, over a raw connection (bounded by a 2 s timeout). */
+export function redisUsedMemory(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = new Socket();
+    let text = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error('redis INFO timed out'));
+    }, 2_000);
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    socket.connect(port, '127.0.0.1', () => socket.write('INFO memory\r\n'));
+    socket.on('data', (chunk) => {
+      text += chunk.toString();
+      const match = /used_memory:(\d+)/.exec(text);
+      if (match) {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve(Number(match[1]));
+      }
+    });
+  });
+}
+
+/** Size of every table of the soak database (with its indexes and TOAST), largest first. */
+export async function tableSizes(
+  topology: Topology,
+): Promise<{ table: string; rows: number; totalMb: number; indexMb: number }[]> {
+  const rows = await topology.query<{ table: string; rows: string; total: string; indexes: string }>(
+    `select s.relname as table, s.n_live_tup as rows, pg_total_relation_size(s.relid) as total,
+       pg_indexes_size(s.relid) as indexes
+     from pg_stat_user_tables s where s.schemaname = current_schema()
+     order by pg_total_relation_size(s.relid) desc`,
+  );
+  return rows.map((row) => ({
+    table: row.table,
+    rows: Number(row.rows),
+    totalMb: round(Number(row.total) / 1_048_576),
+    indexMb: round(Number(row.indexes) / 1_048_576),
+  }));
+}

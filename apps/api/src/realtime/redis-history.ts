@@ -123,7 +123,18 @@ interface Feed {
   last?: { epoch: string; position: number };
   filling: boolean;
   queue: HistoryEntry[];
+  /** The wait before the next fill after one that failed (0: the last fill did not fail). */
+  retryMs: number;
 }
+
+/**
+ * A fill that failed (Redis not ready: the command is refused at once, with no I/O) is tried again after
+ * this long, doubling up to {@link FILL_RETRY_MAX_MS}. Retrying at once looped on promise callbacks
+ * alone: the event loop never ran again, so the connection could never become ready, and the pod
+ * answered nothing (found by `pnpm soak` with Redis restarted and its link stalled).
+ */
+const FILL_RETRY_MIN_MS = 50;
+const FILL_RETRY_MAX_MS = 5_000;
 
 export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory {
   const { prefix, limits, logger } = deps;
@@ -205,16 +216,29 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
   function startFill(feed: Feed) {
     if (feed.filling || !feed.last || limits.size === 0) return;
     feed.filling = true;
-    void fill(feed).finally(() => {
+    void fill(feed).then((filled) => {
+      if (!filled) {
+        // Entries that arrive meanwhile wait in the queue (the oldest dropped past the history's size:
+        // the fill reads them from the history anyway); the feed stays `filling` until the retry.
+        feed.retryMs = Math.min(Math.max(2 * feed.retryMs, FILL_RETRY_MIN_MS), FILL_RETRY_MAX_MS);
+        if (feed.queue.length > limits.size) feed.queue.splice(0, feed.queue.length - limits.size);
+        setTimeout(() => {
+          feed.filling = false;
+          if (feeds.get(feed.channel) === feed) startFill(feed);
+        }, feed.retryMs).unref();
+        return;
+      }
+      feed.retryMs = 0;
       feed.filling = false;
       const queued = feed.queue.splice(0);
       for (const entry of queued) receive(feed, entry);
     });
   }
 
-  async function fill(feed: Feed) {
+  /** Reads and delivers what the feed missed; false when the history could not be read. */
+  async function fill(feed: Feed): Promise<boolean> {
     const last = feed.last;
-    if (!last) return;
+    if (!last) return true;
     try {
       let missed: HistoryEntry[];
       try {
@@ -236,8 +260,12 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         const current = feed.last;
         if (!current || current.epoch !== entry.epoch || entry.position > current.position) deliver(feed, entry);
       }
+      return true;
     } catch (error) {
-      logger.warn({ err: error, orgId: feed.orgId }, 'could not read missed events from the history');
+      if (feed.retryMs === 0) {
+        logger.warn({ err: error, orgId: feed.orgId }, 'could not read missed events from the history; retrying');
+      }
+      return false;
     }
   }
 
@@ -327,6 +355,7 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
           listeners: new Set(),
           subscribed: subscribe(channel),
           filling: false,
+          retryMs: 0,
           queue: [],
         };
         feeds.set(channel, created);

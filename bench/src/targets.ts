@@ -222,7 +222,7 @@ interface Pod {
 /**
  * The environment variables and node flags `pnpm start` (the embedded mode users run) starts the API with,
  * read from the root package.json's `start` script (`… && MALLOC_ARENA_MAX=1 node --max-semi-space-size=8
- * apps/api/dist/main.js`), so the bench's embedded pod runs the same V8 and allocator settings (issue 14).
+ * apps/api/dist/main.js`), so the bench's embedded pod runs the same V8 and allocator settings (bench/results/PROFILE.md).
  */
 export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
   const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> })

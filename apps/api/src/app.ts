@@ -92,9 +92,9 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
   });
   const metrics = createApiMetrics();
-  // --- webhooks (issue 4) -------------------------------------------------------------------------
+  // --- webhooks -----------------------------------------------------------------------------------
   // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
-  // runs in this process on the database-backed queue (embedded mode, SPEC §2). With Redis, separate
+  // runs in this process on the database-backed queue (embedded and single mode, README "Modes"). With Redis, separate
   // dispatcher processes deliver and this process only writes the outbox. Made here, started below:
   // publishes wake it in process (`wakeWebhookDispatcher`).
   const webhookDispatcher = config.redisUrl
@@ -145,7 +145,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
 
   await webhookDispatcher?.start(); // webhooks, see above
 
-  // Cluster mode: even out sockets across pods (issue 14; see realtime/socket-rebalancer.ts).
+  // Cluster mode: even out sockets across pods (see realtime/socket-rebalancer.ts and docs/scaling.md).
   let rebalancer: SocketRebalancer | undefined;
   if (config.redisUrl && config.ws.rebalance) {
     const redis = createRedisClient(config.redisUrl, {

@@ -34,7 +34,7 @@ export class ForbiddenError extends HeraldError {
 
 /**
  * No such object, or one the viewer may not see: the two answer identically so that another
- * tenant's ids reveal nothing (SPEC §4).
+ * tenant's ids reveal nothing.
  */
 export class NotFoundError extends HeraldError {
   override readonly name = 'NotFoundError';
@@ -85,7 +85,7 @@ export class ServiceUnavailableError extends HeraldError {
 /**
  * A subscription's `after` cursor can't be honoured: malformed, older than the history (trimmed or
  * expired), from another organisation, or from an earlier history that was lost (another epoch). The
- * client reconciles with a `posts` query and subscribes again without `after` (SPEC §6.1).
+ * client reconciles with a `posts` query and subscribes again without `after` (docs/subscriptions.md).
  */
 export class CursorExpiredError extends HeraldError {
   override readonly name = 'CursorExpiredError';
@@ -121,7 +121,7 @@ export class SubscriptionInterruptedError extends HeraldError {
 /**
  * The history a resuming subscription replays could not be read (Redis unreachable, or a read timed
  * out): an `error` message with code HISTORY_UNAVAILABLE, before or during the replay. The cursor is
- * still valid; the client subscribes again with it after a backoff (SPEC §6.1).
+ * still valid; the client subscribes again with it after a backoff (docs/subscriptions.md).
  */
 export class HistoryUnavailableError extends HeraldError {
   override readonly name = 'HistoryUnavailableError';

@@ -13,7 +13,7 @@ export interface ApiMetrics {
   deliveryErrors: Counter<'reason'>;
   eventToSendSeconds: Histogram;
   slowConsumersClosed: Counter;
-  /** Events sent from the history to subscriptions resuming with `after` (SPEC §6.1). */
+  /** Events sent from the history to subscriptions resuming with `after` (docs/subscriptions.md). */
   eventsReplayed: Counter;
   /** Shared-execution groups live now: each executes an event once for all its subscribers. */
   subscriptionGroups: Gauge;

@@ -2,7 +2,7 @@ import { type Client, createClient, type FormattedExecutionResult, type Sink } f
 import { RECONNECT_BASE_MS, RECONNECT_MAX_MS, reconnectDelayMs } from './backoff.js';
 import { type CursorPlace, isAfter, readCursor } from './cursor.js';
 
-/** `extensions.code` of a refused `after` cursor (SPEC §6.1). */
+/** `extensions.code` of a refused `after` cursor (docs/subscriptions.md). */
 export const CURSOR_EXPIRED = 'CURSOR_EXPIRED';
 /** `extensions.code` of a subscription the server ended because its event source failed. */
 export const SUBSCRIPTION_INTERRUPTED = 'SUBSCRIPTION_INTERRUPTED';
@@ -84,7 +84,7 @@ export interface HeraldClient {
 }
 
 /**
- * A Herald client (SPEC §6.1) over the graphql-ws client. Each subscription remembers the cursor of
+ * A Herald client over the graphql-ws client. Each subscription remembers the cursor of
  * the last event it delivered (`payload.extensions.cursor`) and sends it as `after` whenever
  * graphql-ws subscribes again (after a 1012 pod restart, a 1013, a 4403 with a fresh token, a network
  * drop), so the server replays what was missed; events at or before that cursor are dropped.

@@ -1,5 +1,5 @@
 /**
- * The error codes Herald puts in a GraphQL error's `extensions.code` (SPEC §5).
+ * The error codes Herald puts in a GraphQL error's `extensions.code`.
  * Clients switch on these; they are part of the contract and never renamed.
  */
 export const ErrorCode = {
@@ -21,7 +21,7 @@ export const ErrorCode = {
   WEBSOCKET_REQUIRED: 'WEBSOCKET_REQUIRED',
   /** The token could not be checked because the key source (JWKS) is unreachable: retry later, same token. */
   AUTH_UNAVAILABLE: 'AUTH_UNAVAILABLE',
-  /** A subscription's `after` cursor is malformed, older than the history, or foreign (SPEC §6.1). */
+  /** A subscription's `after` cursor is malformed, older than the history, or foreign (docs/subscriptions.md). */
   CURSOR_EXPIRED: 'CURSOR_EXPIRED',
   /** A live subscription ended on the server's side (its event source failed): subscribe again. */
   SUBSCRIPTION_INTERRUPTED: 'SUBSCRIPTION_INTERRUPTED',

@@ -14,11 +14,11 @@ import type { TenantQuotas } from '../tenancy/tenant-quotas.js';
 import { type ConnectionExtra, HeraldSocket, serveGraphQLWs } from './graphql-ws-adapter.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
-/** SPEC §8: a client that doesn't send `connection_init` within this is closed with 4408. */
+/** A client that doesn't send `connection_init` within this is closed with 4408. */
 export const CONNECTION_INIT_TIMEOUT_MS = 3_000;
-/** SPEC §8: largest WebSocket message accepted; a larger one closes the socket with 1009. */
+/** Largest WebSocket message accepted; a larger one closes the socket with 1009. */
 export const MAX_WS_MESSAGE_BYTES = 1024 * 1024;
-/** SPEC §8: subscriptions per socket; the next subscribe gets an error and the socket stays up. */
+/** Subscriptions per socket; the next subscribe gets an error and the socket stays up. */
 export const MAX_SUBSCRIPTIONS_PER_SOCKET = 50;
 /** Close code for a graceful shutdown: "Service Restart", so clients reconnect to another pod. */
 export const SERVICE_RESTART_CLOSE_CODE = 1012;
@@ -169,7 +169,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           transport: 'websocket',
           params: payload,
         });
-        // A refused document is an `error` message with a code, never a 4500 close (SPEC §6).
+        // A refused document is an `error` message with a code, never a 4500 close.
         let document: ReturnType<typeof parse>;
         let errors: readonly GraphQLError[];
         try {
@@ -386,7 +386,7 @@ function onExpiryTimer(state: ConnectionExtra, expiresAt: number) {
 
 /**
  * A subscription refused before its stream existed. graphql-ws would send that as `next` + `complete`;
- * a refused cursor, or a history that can't be read now, must be an `error` message (SPEC §6.1) so
+ * a refused cursor, or a history that can't be read now, must be an `error` message (docs/subscriptions.md) so
  * clients don't take it for a normal end, so it becomes a stream that fails at once (graphql-ws
  * answers with `error`, keeping the code).
  */
@@ -405,7 +405,7 @@ function refusalAsError(result: ExecutionResult): ExecutionResult | AsyncIterabl
 }
 
 /**
- * Adds `extensions.cursor` (SPEC §6.1) to each result: the resolver leaves the event's cursor on the
+ * Adds `extensions.cursor` (docs/subscriptions.md) to each result: the resolver leaves the event's cursor on the
  * context while executing it. A plain iterator, so `return()` is immediate (see {@link onEnd}), and a
  * class, so a subscription holds no closures for it (bench/results/PROFILE.md).
  */

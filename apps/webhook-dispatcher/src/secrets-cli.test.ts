@@ -10,6 +10,7 @@ import {
   createDatabase,
   insertWebhookEndpoint,
   listActiveWebhookSecrets,
+  lockDataDirectory,
   migrateToLatest,
 } from '@herald/db';
 import { TEST_ENCRYPTION_KEYS, TEST_KEYRING } from '@herald/testing';
@@ -112,6 +113,25 @@ describe('pnpm secrets rotate-key', () => {
         await database.close();
       }
     } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('is refused in one line while a server holds the embedded data directory', { timeout: 60_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'herald-secrets-cli-'));
+    // This process stands in for the server: it holds the directory's lock as an opened database does.
+    const held = lockDataDirectory(join(dataDir, 'pgdata'));
+    try {
+      const { code, stderr } = await secrets(['rotate-key'], {
+        HERALD_DATA_DIR: dataDir,
+        HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
+      });
+      expect(code).toBe(1);
+      expect(stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(new RegExp(`^secrets: data directory .*pgdata is in use by process ${process.pid} `)),
+      ]);
+    } finally {
+      held.release();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });

@@ -11,6 +11,7 @@ import { encryptionKeys, InvalidConfigError, parseEnv } from '@herald/config';
 import {
   countNotUnderFirstKey,
   createDatabase,
+  DataDirectoryInUseError,
   migrateToLatest,
   resealWebhookSecrets,
   SECRET_BATCH_SIZE,
@@ -56,7 +57,12 @@ const database = await createDatabase(
   env.DATABASE_URL
     ? { kind: 'postgres', url: env.DATABASE_URL, poolMax: 2 }
     : { kind: 'embedded', dataDir: `${env.HERALD_DATA_DIR}/pgdata` },
-);
+).catch((error: unknown) => {
+  // A server (or another CLI) has the embedded data directory open: one line, nothing touched.
+  if (!(error instanceof DataDirectoryInUseError)) throw error;
+  process.stderr.write(`secrets: ${error.message}\n`);
+  process.exit(1);
+});
 let exitCode = 0;
 try {
   // The table must have its sealed column, even when this runs before any process of this version.

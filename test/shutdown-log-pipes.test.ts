@@ -117,7 +117,8 @@ async function start(kind: Kind, stdio: 'pipe' | number): Promise<Started> {
     `${kind.name} answering /health`,
     async () => {
       if (exitedEarly) throw new Error(`${kind.name} exited before it served`);
-      return (await fetch(`${baseUrl}/health`).catch(() => undefined))?.status === 200;
+      const answer = await fetch(`${baseUrl}/health`, { signal: AbortSignal.timeout(2_000) }).catch(() => undefined);
+      return answer?.status === 200;
     },
     { timeoutMs: START_TIMEOUT_MS, intervalMs: 200 },
   );

@@ -12,7 +12,9 @@ import { Socket } from 'node:net';
  *   that went away (EPIPE) turns the output off: every later line is dropped and counted.
  * - A file, a terminal or /dev/null is written synchronously, as `console.log` does: they do not stall.
  *
- * On Linux, Node leaves a pipe non-blocking when `process.stdout`/`process.stderr` use it too (one pipe
+ * A child process spawned with an inherited stdio pipe is given it in blocking mode, and the mode belongs
+ * to the pipe, not the descriptor: Herald spawns none that way (create-database.ts pipes its init worker's
+ * stderr). On Linux, Node leaves a pipe non-blocking when `process.stdout`/`process.stderr` use it too (one pipe
  * for both, `2>&1 | tee`, included: log-output.test.ts pins it). On Windows Node makes stdio pipes
  * blocking, so there a stalled reader can still hold the process up; Herald's images run on Linux.
  *   A failing write is dropped and counted, never thrown.

@@ -247,12 +247,21 @@ async function initEmbeddedInWorker(dataDir: string): Promise<void> {
   const script = fileURLToPath(new URL('./init-embedded-worker.mjs', import.meta.url));
   if (!existsSync(script)) return; // PGlite.create below initialises the directory itself.
   try {
+    // Its stderr is a pipe of ours, never inherited: a child that inherits a pipe is given it in blocking
+    // mode, and the flag belongs to the pipe, so this process's own log writes to it would block too
+    // whenever the reader stalls (log-output.ts in @herald/config).
     const child = spawn(process.execPath, [script, JSON.stringify({ dataDir, startParams: EMBEDDED_START_PARAMS })], {
-      stdio: ['ignore', 'ignore', 'inherit'],
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+      if (stderr.length < 64 * 1024) stderr += chunk;
     });
     await new Promise<void>((resolve, reject) => {
       child.once('error', reject);
-      child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`init process exited with ${code}`))));
+      child.once('close', (code) =>
+        code === 0 ? resolve() : reject(new Error(`init process exited with ${code}: ${stderr.trim()}`)),
+      );
     });
   } catch {
     // Not fatal: PGlite.create below initialises the directory itself.

@@ -50,6 +50,16 @@ const address = await app.listen().catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
   return exitWith([]);
 });
+// The hard bound: the drain pause and the grace period, plus the time to close Redis and the database.
+// Installed before the "listening" line: whoever reads it may signal at once, and a signal that comes
+// before a handler is installed ends the process on the spot.
+handleShutdownSignals({
+  stop: () => app.stop(),
+  hardExitMs: config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
+  beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), banner.flush(timeoutMs)]).then(() => {}),
+  onEvent: shutdownEventLogger(logger),
+});
+
 logger.info(
   { mode: config.mode, database: config.database.kind, address: address.address, port: address.port },
   'herald api listening',
@@ -71,11 +81,3 @@ if (app.devToken) {
     ].join('\n'),
   );
 }
-
-// The hard bound: the drain pause and the grace period, plus the time to close Redis and the database.
-handleShutdownSignals({
-  stop: () => app.stop(),
-  hardExitMs: config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
-  beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), banner.flush(timeoutMs)]).then(() => {}),
-  onEvent: shutdownEventLogger(logger),
-});

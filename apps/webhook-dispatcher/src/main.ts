@@ -85,13 +85,9 @@ await new Promise<void>((resolve, reject) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
   return exitWith([]);
 });
-const address = ops.address() as AddressInfo;
-logger.info(
-  { address: address.address, port: address.port, redisPrefix: config.redisPrefix },
-  'herald webhook dispatcher ready',
-);
-
 // Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
+// Installed before the ready line: whoever reads that line may signal at once, and a signal that comes
+// before a handler is installed ends the process on the spot.
 handleShutdownSignals({
   stop: async () => {
     ops.close();
@@ -104,3 +100,9 @@ handleShutdownSignals({
   beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), errors.flush(timeoutMs)]).then(() => {}),
   onEvent: shutdownEventLogger(logger),
 });
+
+const address = ops.address() as AddressInfo;
+logger.info(
+  { address: address.address, port: address.port, redisPrefix: config.redisPrefix },
+  'herald webhook dispatcher ready',
+);

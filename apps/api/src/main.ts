@@ -1,4 +1,5 @@
 import {
+  exitWithLines,
   handleShutdownSignals,
   InvalidConfigError,
   shutdownEventLogger,
@@ -18,18 +19,11 @@ import { GRAPHQL_PATH } from './server.js';
 const logs = stdoutLogOutput();
 const banner = stderrLogOutput();
 
-/** Exits with 1 after one line on stderr (and the logs so far), waiting at most a second for readers. */
-async function exitWith(lines: readonly string[]): Promise<never> {
-  for (const line of lines) banner.write(`${line}\n`);
-  await Promise.all([banner.flush(1_000), logs.flush(1_000)]);
-  process.exit(1);
-}
-
 const config = await Promise.resolve()
   .then(() => loadApiConfig())
   .catch((error: unknown) => {
     if (!(error instanceof InvalidConfigError)) throw error;
-    return exitWith(error.lines.map((line) => `herald: invalid configuration: ${line}`));
+    return exitWithLines(error.lines.map((line) => `herald: invalid configuration: ${line}`));
   });
 
 const logger = createLogger(config.logLevel, logs);
@@ -40,15 +34,15 @@ logger.info(
 const app = await createApp(config, logger).catch((error: unknown) => {
   if (error instanceof DataDirectoryInUseError) {
     // Another server (or CLI) has this data directory open: one line, as for a bad variable.
-    return exitWith([`herald: ${error.message}`]);
+    return exitWithLines([`herald: ${error.message}`]);
   }
   logger.fatal({ err: error }, 'start-up failed');
-  return exitWith([]);
+  return exitWithLines([]);
 });
 registerLogDropMetric(app.metrics.registry, [logs, banner]);
 const address = await app.listen().catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
-  return exitWith([]);
+  return exitWithLines([]);
 });
 // The hard bound: the drain pause and the grace period, plus the time to close Redis and the database.
 // Installed before the "listening" line: whoever reads it may signal at once, and a signal that comes

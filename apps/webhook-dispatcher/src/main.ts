@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import {
+  exitWithLines,
   handleShutdownSignals,
   InvalidConfigError,
   shutdownEventLogger,
@@ -18,18 +19,11 @@ import { createOpsServer } from './ops-server.js';
 const logs = stdoutLogOutput();
 const errors = stderrLogOutput();
 
-/** Exits with 1 after `lines` on stderr, waiting at most a second for the readers. */
-async function exitWith(lines: readonly string[]): Promise<never> {
-  for (const line of lines) errors.write(`${line}\n`);
-  await Promise.all([errors.flush(1_000), logs.flush(1_000)]);
-  process.exit(1);
-}
-
 const config = await Promise.resolve()
   .then(() => loadDispatcherConfig())
   .catch((error: unknown) => {
     if (!(error instanceof InvalidConfigError)) throw error;
-    return exitWith(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
+    return exitWithLines(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
   });
 
 const logger = createLogger(config.logLevel, logs);
@@ -45,7 +39,7 @@ try {
   await migrateToLatest(database.db);
 } catch (error) {
   logger.fatal({ err: error }, 'database migration failed');
-  await exitWith([]);
+  await exitWithLines([]);
 }
 const keys = webhookRedisKeys(config.redisPrefix);
 const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
@@ -62,7 +56,7 @@ const dispatcher = createDispatcher({
 });
 await dispatcher.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'webhook dispatcher could not start');
-  return exitWith([]);
+  return exitWithLines([]);
 });
 // API pods announce their publishPost commits on Redis (no NOTIFY there, see outbox-wake.ts).
 const wake = createOutboxWakeListener({
@@ -73,7 +67,7 @@ const wake = createOutboxWakeListener({
 });
 await wake.start().catch((error: unknown) => {
   logger.fatal({ err: error }, 'could not subscribe to the outbox wake-up channel');
-  return exitWith([]);
+  return exitWithLines([]);
 });
 
 registerLogDropMetric(dispatcher.metrics.registry, [logs, errors]);
@@ -83,7 +77,7 @@ await new Promise<void>((resolve, reject) => {
   ops.listen(config.http.port, config.http.host, () => resolve());
 }).catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
-  return exitWith([]);
+  return exitWithLines([]);
 });
 // Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
 // Installed before the ready line: whoever reads that line may signal at once, and a signal that comes

@@ -143,3 +143,13 @@ export function stderrLogOutput(): LogOutput {
   stderrOutput ??= createLogOutput(2);
   return stderrOutput;
 }
+
+/**
+ * Writes `lines` to stderr, gives both outputs at most a second to reach their readers, and exits with
+ * 1: how a process refuses to start (one line per reason) or ends after a fatal log line.
+ */
+export async function exitWithLines(lines: readonly string[]): Promise<never> {
+  for (const line of lines) stderrLogOutput().write(`${line}\n`);
+  await Promise.all([stderrLogOutput().flush(1_000), stdoutLogOutput().flush(1_000)]);
+  process.exit(1);
+}

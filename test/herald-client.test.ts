@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
@@ -43,6 +44,52 @@ afterAll(async () => {
   await Promise.all([restartable?.stop('SIGTERM'), other?.stop('SIGTERM')]);
   await schema?.drop();
 });
+
+/**
+ * A TCP proxy to an API pod. `stall(port)` cuts what is behind every open connection while leaving
+ * the client's side open and silent, and sends new connections to `port`.
+ */
+async function startStallableProxy(port: number) {
+  let target = port;
+  const pairs = new Set<{ client: Socket; upstream: Socket }>();
+  const server = createServer((client) => {
+    const upstream = connect(target, '127.0.0.1');
+    const pair = { client, upstream };
+    pairs.add(pair);
+    const drop = () => {
+      pairs.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    stall(next: number) {
+      target = next;
+      for (const { client, upstream } of pairs) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        upstream
+          .removeAllListeners('close')
+          .removeAllListeners('error')
+          .on('error', () => {});
+        upstream.destroy();
+      }
+    },
+    async close() {
+      for (const { client, upstream } of pairs) {
+        client.destroy();
+        upstream.destroy();
+      }
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
 
 const activeOn = (pod: ApiProcess) => readMetric(pod.baseUrl, 'herald_subscriptions_active');
 
@@ -90,6 +137,75 @@ describe('@herald/client', () => {
     expect(subscriber.cursorExpired).toBe(0);
     expect(subscriber.errors).toEqual([]);
   }, 90_000);
+
+  it('resumes a postPublished document written without $after: the library adds it, nothing is missed', async () => {
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    const before = await activeOn(restartable);
+    const subscriber = subscribeWithHeraldClient(
+      `ws://127.0.0.1:${restartablePort}/graphql`,
+      token,
+      ORG,
+      { baseMs: 200, maxMs: 2_000 },
+      // As an application would write it, with no cursor variable or argument.
+      { query: 'subscription Plain($orgId: ID!) { postPublished(orgId: $orgId) { title } }' },
+    );
+    subscribers.push(subscriber);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'plain before');
+    await waitFor('the first post', () => subscriber.count('plain before') === 1);
+
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `plain while down ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('plain while down 5') === 1, {
+      timeoutMs: 30_000,
+    });
+    expect(subscriber.titles.filter((title) => title.startsWith('plain'))).toEqual([
+      'plain before',
+      ...Array.from({ length: 5 }, (_, i) => `plain while down ${i + 1}`),
+    ]);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
+  }, 90_000);
+
+  it('leaves a server that stops answering pings, reconnects elsewhere and resumes', async () => {
+    // A proxy in front of the pods, like a load balancer: stall() leaves the client's socket open with
+    // nothing behind it (a frozen pod, a dead network path) and sends new connections to the other pod.
+    const proxy = await startStallableProxy(restartablePort);
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    const before = await activeOn(restartable);
+    const subscriber = subscribeWithHeraldClient(
+      `ws://127.0.0.1:${proxy.port}/graphql`,
+      token,
+      ORG,
+      { baseMs: 100, maxMs: 500 },
+      {},
+      { keepAliveMs: 500, pongTimeoutMs: 500 },
+    );
+    subscribers.push(subscriber);
+    try {
+      await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+      await createAndPublish(other.baseUrl, writer, ORG, 'ping before');
+      await waitFor('the first post', () => subscriber.count('ping before') === 1);
+
+      proxy.stall(other.port);
+      for (let i = 1; i <= 3; i++) await createAndPublish(other.baseUrl, writer, ORG, `ping stalled ${i}`);
+      await waitFor('the posts published behind the stall', () => subscriber.count('ping stalled 3') === 1, {
+        timeoutMs: 20_000,
+      });
+      expect(subscriber.titles.filter((title) => title.startsWith('ping'))).toEqual([
+        'ping before',
+        'ping stalled 1',
+        'ping stalled 2',
+        'ping stalled 3',
+      ]);
+      expect(subscriber.reconnects).toBeGreaterThanOrEqual(1);
+      expect(subscriber.errors).toEqual([]);
+    } finally {
+      await subscriber.client.dispose();
+      await proxy.close();
+    }
+  }, 60_000);
 
   it('with startAtHead, a subscription dropped before its first event misses nothing', async () => {
     const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });

@@ -1,4 +1,4 @@
-import { createHeraldClient, type HeraldClient } from '@herald/client';
+import { createHeraldClient, type HeraldClient, type HeraldClientOptions } from '@herald/client';
 import { WebSocket } from 'ws';
 
 export const POST_PUBLISHED_RESUMABLE =
@@ -24,7 +24,8 @@ export function subscribeWithHeraldClient(
   token: () => string | Promise<string>,
   orgId: string,
   reconnect = { baseMs: 200, maxMs: 2_000 },
-  request: { startAtHead?: boolean } = {},
+  request: { startAtHead?: boolean; query?: string } = {},
+  clientOptions: Pick<HeraldClientOptions, 'keepAliveMs' | 'pongTimeoutMs'> = {},
 ): AppSubscriber {
   const subscriber: AppSubscriber = {
     client: undefined as unknown as HeraldClient,
@@ -51,9 +52,10 @@ export function subscribeWithHeraldClient(
       subscriber.cursorExpired++;
     },
     onRetry: (code, delayMs) => subscriber.retries.push({ code, delayMs }),
+    ...clientOptions,
   });
   subscriber.client.subscribe<{ postPublished: { title: string } }>(
-    { query: POST_PUBLISHED_RESUMABLE, variables: { orgId }, ...request },
+    { query: request.query ?? POST_PUBLISHED_RESUMABLE, variables: { orgId }, startAtHead: request.startAtHead },
     {
       next: (result) => {
         if (result.errors) subscriber.errors.push(result.errors);

@@ -1,6 +1,7 @@
 import { type Client, createClient, type FormattedExecutionResult, type Sink } from 'graphql-ws';
 import { RECONNECT_BASE_MS, RECONNECT_MAX_MS, reconnectDelayMs } from './backoff.js';
 import { type CursorPlace, isAfter, readCursor } from './cursor.js';
+import { type ResumableRequest, resumableRequest } from './resumable-document.js';
 
 /** `extensions.code` of a refused `after` cursor (docs/subscriptions.md). */
 export const CURSOR_EXPIRED = 'CURSOR_EXPIRED';
@@ -20,8 +21,8 @@ export const RATE_LIMITED = 'RATE_LIMITED';
 export const HEAD_QUERY = 'query HeraldHead($orgId: ID!) { postPublishedCursor(orgId: $orgId) }';
 /** Codes after which a subscription is sent again, with its last cursor, after a jittered backoff. */
 const RETRYABLE_CODES: ReadonlySet<string> = new Set([SUBSCRIPTION_INTERRUPTED, HISTORY_UNAVAILABLE, RATE_LIMITED]);
-/** Name of the variable this library sets to the last cursor on every (re)subscribe. */
-export const AFTER_VARIABLE = 'after';
+
+export { AFTER_VARIABLE } from './resumable-document.js';
 
 export interface HeraldClientOptions {
   /** The WebSocket URL of Herald's GraphQL endpoint, e.g. `wss://herald.example.com/graphql`. */
@@ -49,19 +50,32 @@ export interface HeraldClientOptions {
    * RATE_LIMITED (with the code and the delay before it). For metrics and tests.
    */
   onRetry?: (code: string, delayMs: number) => void;
+  /**
+   * How often to ping the server (a graphql-ws `ping` message); a server that does not answer within
+   * `pongTimeoutMs` is taken for gone: the socket is dropped and the library reconnects (through the
+   * load balancer, to a live pod) and resumes. Without this, a pod that hangs (a frozen process, a
+   * stalled network path) keeps its sockets open and its subscribers wait forever. 0 turns it off.
+   * @default 10000
+   */
+  keepAliveMs?: number;
+  /** How long to wait for the `pong` of a ping. @default 5000 */
+  pongTimeoutMs?: number;
 }
 
 export interface SubscribeRequest {
   /**
-   * A subscription document. To resume, it declares `$after: String` and passes it to the field
-   * (`postPublished(orgId: $orgId, after: $after)`); the library fills that variable in.
+   * A subscription document. Any `postPublished` document resumes: one that passes a variable to
+   * `after` (`postPublished(orgId: $orgId, after: $cursor)`) has that variable kept current; to one
+   * without, the library adds `$after: String` and the argument itself. A document it can't make
+   * resumable (two `postPublished` fields, the field inside a fragment, a syntax error) is refused at
+   * once through `sink.error`, code `BAD_SUBSCRIPTION_DOCUMENT`.
    */
   query: string;
   variables?: Record<string, unknown>;
   operationName?: string;
   /**
-   * Without an `after` cursor in `variables`: first ask the server for the organisation's current
-   * cursor (`postPublishedCursor(orgId: $orgId)`, with `variables.orgId`) and subscribe after it, so
+   * Without a cursor: first ask the server for the current cursor of the subscription's organisation
+   * (`postPublishedCursor(orgId:)`, the field's `orgId` argument or variable) and subscribe after it, so
    * that a connection dropped before the first event still resumes without missing anything.
    */
   startAtHead?: boolean;
@@ -93,6 +107,10 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
   const baseMs = options.reconnect?.baseMs ?? RECONNECT_BASE_MS;
   const maxMs = options.reconnect?.maxMs ?? RECONNECT_MAX_MS;
   let connections = 0;
+  const keepAliveMs = options.keepAliveMs ?? KEEP_ALIVE_MS;
+  const pongTimeoutMs = options.pongTimeoutMs ?? PONG_TIMEOUT_MS;
+  let socket: unknown;
+  let pongTimer: ReturnType<typeof setTimeout> | undefined;
   const graphqlWs = createClient({
     url: options.url,
     webSocketImpl: options.webSocketImpl,
@@ -103,20 +121,43 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
     // 1012/1013/4403/network drops are retried; graphql-ws itself gives up on protocol errors (4400, …).
     shouldRetry: () => true,
     retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, reconnectDelayMs(retries, baseMs, maxMs))),
+    keepAlive: keepAliveMs,
     on: {
-      connected: () => {
+      connected: (connected) => {
+        socket = connected;
         connections += 1;
         options.onConnected?.(connections > 1);
       },
+      ping: (received) => {
+        if (received) return; // the server's ping: graphql-ws answers it
+        clearTimeout(pongTimer);
+        const pinged = socket;
+        // No pong in time: graphql-ws's terminate() ends this socket at once, without a close handshake
+        // (which a hung server would never finish), and counts as a drop: it reconnects and resumes.
+        pongTimer = setTimeout(() => {
+          if (socket === pinged) graphqlWs.terminate();
+        }, pongTimeoutMs);
+      },
+      pong: (received) => {
+        if (received) clearTimeout(pongTimer);
+      },
+      closed: () => clearTimeout(pongTimer),
     },
   });
 
   const active = new Set<() => void>();
 
   function subscribe<Data>(request: SubscribeRequest, sink: Sink<FormattedExecutionResult<Data, unknown>>): () => void {
-    // graphql-ws re-sends this same payload object on every resubscribe: `after` is kept current in it.
-    const variables: Record<string, unknown> = { ...request.variables };
-    const payload = { query: request.query, variables, operationName: request.operationName };
+    let resumable: ResumableRequest;
+    try {
+      resumable = resumableRequest(request.query, request.variables, request.operationName);
+    } catch (refusal) {
+      sink.error(refusal);
+      return () => {};
+    }
+    // graphql-ws re-sends this same payload object on every resubscribe: the cursor is kept current in it.
+    const { variables, cursorVariable } = resumable;
+    const payload = { query: resumable.query, variables, operationName: request.operationName };
     let last: CursorPlace | undefined;
     let ended = false;
     let release: (() => void) | undefined;
@@ -136,11 +177,11 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
       release = graphqlWs.subscribe<Data>(payload, {
         next(result) {
           const cursor = (result.extensions as { cursor?: unknown } | undefined)?.cursor;
-          if (typeof cursor === 'string') {
+          if (typeof cursor === 'string' && cursorVariable !== undefined) {
             const place = readCursor(cursor);
             if (!isAfter(place, last)) return; // delivered before a reconnect
             last = place;
-            variables[AFTER_VARIABLE] = cursor;
+            variables[cursorVariable] = cursor;
           }
           interruptions = 0;
           sink.next(result);
@@ -149,7 +190,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
           if (ended) return;
           const code = errorCode(error);
           if (code === CURSOR_EXPIRED) {
-            delete variables[AFTER_VARIABLE];
+            if (cursorVariable !== undefined) delete variables[cursorVariable];
             last = undefined;
             Promise.resolve(options.onCursorExpired?.({ query: request.query, variables: { ...variables } })).then(
               start,
@@ -194,7 +235,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
         sink.error(error);
       };
       release = graphqlWs.subscribe<{ postPublishedCursor: string | null }>(
-        { query: HEAD_QUERY, variables: { orgId: variables.orgId } },
+        { query: HEAD_QUERY, variables: { orgId: resumable.orgId } },
         {
           next(result) {
             errors = result.errors;
@@ -206,8 +247,8 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
           complete() {
             if (ended) return;
             if (errors && errors.length > 0) return retryOrFail(errors);
-            if (typeof cursor === 'string') {
-              variables[AFTER_VARIABLE] = cursor;
+            if (typeof cursor === 'string' && cursorVariable !== undefined) {
+              variables[cursorVariable] = cursor;
               last = readCursor(cursor);
             }
             start();
@@ -216,7 +257,7 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
       );
     };
     active.add(stop);
-    if (request.startAtHead && variables[AFTER_VARIABLE] == null) startAtHead();
+    if (request.startAtHead && cursorVariable !== undefined && variables[cursorVariable] == null) startAtHead();
     else start();
     return stop;
   }
@@ -237,6 +278,9 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
   };
 }
 
+/** Default ping interval and pong wait: a hung server is left within 15 s. */
+export const KEEP_ALIVE_MS = 10_000;
+export const PONG_TIMEOUT_MS = 5_000;
 /** A WebSocket close event (or graphql-ws's stand-in for one): `{ code, reason }`. */
 function isCloseEvent(value: unknown): boolean {
   return typeof value === 'object' && value !== null && 'code' in value && 'reason' in value;

@@ -207,6 +207,38 @@ describe('@herald/client', () => {
     }
   }, 60_000);
 
+  it('abandons a connection attempt that a frozen pod never answers, and connects to a live one', async () => {
+    // A pod that accepts the TCP connection and never answers the upgrade (a frozen process behind a
+    // load balancer): the first attempt lands on it; later attempts go to a live pod.
+    const frozen = createServer(() => {});
+    await new Promise<void>((resolve) => frozen.listen(0, '127.0.0.1', resolve));
+    let reached = 0;
+    frozen.on('connection', () => reached++);
+    const proxy = await startStallableProxy((frozen.address() as AddressInfo).port);
+    const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
+    const subscriber = subscribeWithHeraldClient(
+      `ws://127.0.0.1:${proxy.port}/graphql`,
+      token,
+      ORG,
+      { baseMs: 100, maxMs: 500 },
+      {},
+      { connectTimeoutMs: 1_000 },
+    );
+    subscribers.push(subscriber);
+    try {
+      await waitFor('the attempt on the frozen pod', () => reached === 1);
+      proxy.stall(other.port);
+      await waitFor('a connection to the live pod', () => subscriber.connects > 0, { timeoutMs: 15_000 });
+      await createAndPublish(other.baseUrl, writer, ORG, 'after frozen');
+      await waitFor('the post', () => subscriber.count('after frozen') === 1);
+      expect(subscriber.errors).toEqual([]);
+    } finally {
+      await subscriber.client.dispose();
+      await proxy.close();
+      frozen.close();
+    }
+  }, 60_000);
+
   it('with startAtHead, a subscription dropped before its first event misses nothing', async () => {
     const token = () => signToken(JWT_SECRET, { sub: 'reader', orgs: [ORG] });
     const before = await activeOn(restartable);

@@ -11,6 +11,8 @@ export interface AppSubscriber {
   errors: unknown[];
   /** Successful connects after the first. */
   reconnects: number;
+  /** Successful connects, the first included. */
+  connects: number;
   /** How many times the token callback was asked. */
   tokenCalls: number;
   cursorExpired: number;
@@ -25,13 +27,14 @@ export function subscribeWithHeraldClient(
   orgId: string,
   reconnect = { baseMs: 200, maxMs: 2_000 },
   request: { startAtHead?: boolean; query?: string } = {},
-  clientOptions: Pick<HeraldClientOptions, 'keepAliveMs' | 'pongTimeoutMs'> = {},
+  clientOptions: Pick<HeraldClientOptions, 'keepAliveMs' | 'pongTimeoutMs' | 'connectTimeoutMs'> = {},
 ): AppSubscriber {
   const subscriber: AppSubscriber = {
     client: undefined as unknown as HeraldClient,
     titles: [],
     errors: [],
     reconnects: 0,
+    connects: 0,
     tokenCalls: 0,
     cursorExpired: 0,
     retries: [],
@@ -46,6 +49,7 @@ export function subscribeWithHeraldClient(
     },
     reconnect,
     onConnected: (reconnected) => {
+      subscriber.connects++;
       if (reconnected) subscriber.reconnects++;
     },
     onCursorExpired: () => {

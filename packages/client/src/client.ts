@@ -60,6 +60,13 @@ export interface HeraldClientOptions {
   keepAliveMs?: number;
   /** How long to wait for the `pong` of a ping. @default 5000 */
   pongTimeoutMs?: number;
+  /**
+   * How long a connection attempt may wait for the server's `connection_ack` before it is abandoned and
+   * retried (with backoff). A load balancer may route a reconnect to a pod that accepts the TCP connection
+   * but never answers (a frozen process); without a bound that attempt waits forever. 0 turns it off.
+   * @default 10000
+   */
+  connectTimeoutMs?: number;
 }
 
 export interface SubscribeRequest {
@@ -111,9 +118,11 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
   const pongTimeoutMs = options.pongTimeoutMs ?? PONG_TIMEOUT_MS;
   let socket: unknown;
   let pongTimer: ReturnType<typeof setTimeout> | undefined;
+  const connectTimeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
+  let connectTimer: ReturnType<typeof setTimeout> | undefined;
   const graphqlWs = createClient({
     url: options.url,
-    webSocketImpl: options.webSocketImpl,
+    webSocketImpl: withAbortListener(options.webSocketImpl),
     // Asked on every connect: a reconnect after 4403 gets a new token.
     connectionParams: async () => ({ authToken: await options.token() }),
     lazy: true,
@@ -123,7 +132,15 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
     retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, reconnectDelayMs(retries, baseMs, maxMs))),
     keepAlive: keepAliveMs,
     on: {
+      // Bounds the whole attempt, upgrade included: graphql-ws's own ack timeout starts only once the
+      // socket is open, and a proxied upgrade to a frozen pod never opens. terminate() abandons the
+      // attempt and counts as a drop, so the next one (with backoff) may reach a live pod.
+      connecting: () => {
+        clearTimeout(connectTimer);
+        if (connectTimeoutMs > 0) connectTimer = setTimeout(() => graphqlWs.terminate(), connectTimeoutMs);
+      },
       connected: (connected) => {
+        clearTimeout(connectTimer);
         socket = connected;
         connections += 1;
         options.onConnected?.(connections > 1);
@@ -141,7 +158,10 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
       pong: (received) => {
         if (received) clearTimeout(pongTimer);
       },
-      closed: () => clearTimeout(pongTimer),
+      closed: () => {
+        clearTimeout(pongTimer);
+        clearTimeout(connectTimer);
+      },
     },
   });
 
@@ -281,6 +301,24 @@ export function createHeraldClient(options: HeraldClientOptions): HeraldClient {
 /** Default ping interval and pong wait: a hung server is left within 15 s. */
 export const KEEP_ALIVE_MS = 10_000;
 export const PONG_TIMEOUT_MS = 5_000;
+export const CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * `ws` (Node) emits `error` when a socket still connecting is closed, and an `error` event without a
+ * listener throws. graphql-ws removes its listener when it abandons an attempt (the connect timeout
+ * above): this adds one that stays, so an abandoned attempt can't end the process. Browsers' sockets
+ * are EventTargets, where an unheard event is harmless: they are used as they are.
+ */
+function withAbortListener(impl: unknown): unknown {
+  if (typeof impl !== 'function') return impl;
+  const Base = impl as new (...args: unknown[]) => { on?: (event: string, listener: () => void) => unknown };
+  return class extends Base {
+    constructor(...args: unknown[]) {
+      super(...args);
+      this.on?.('error', () => {});
+    }
+  };
+}
+
 /** A WebSocket close event (or graphql-ws's stand-in for one): `{ code, reason }`. */
 function isCloseEvent(value: unknown): boolean {
   return typeof value === 'object' && value !== null && 'code' in value && 'reason' in value;

@@ -15,6 +15,7 @@
  *   pnpm bench --sequential                      # one scenario at a time instead of side by side
  *   pnpm bench --scenarios resume --resume-clients 200 --resume-events 200  # resume storm (default 1000 × 1000)
  *   pnpm bench --scenarios webhooks --webhook-steady-only true --out /tmp/s  # the steady webhook trial alone (≈ 20 s)
+ *   pnpm bench --scenarios noisy-neighbour --out /tmp/n  # B's latency alone and under A's storm, every path (≈ 3 min)
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -35,6 +36,7 @@ import {
 } from './http.js';
 import type { HttpOperation } from './http-sql.js';
 import { NGINX3_MAX_SOCKETS, startNginxTarget } from './nginx3.js';
+import { noisyMarkdown, runNoisyNeighbour } from './noisy-neighbour.js';
 import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import {
@@ -71,6 +73,34 @@ function parseArgs(argv: string[]): { args: Args; rest: string[] } {
   return { args, rest };
 }
 
+/** Every flag `pnpm bench` reads; anything else is refused (a typo would otherwise run the defaults). */
+const KNOWN_FLAGS = new Set(
+  (
+    'budget-rate compare connect-concurrency embedded-db event-timeout-ms fixed-ms fixed-rate herald-env ' +
+    'http-connections http-operations http-profile http-targets http-trial-ms http-trials http-warmup-ms ' +
+    'noisy-probe-ms out profile quick render resume-clients resume-events resume-latency-events ' +
+    'resume-timeout-ms scenarios sequential single sockets source-addresses token-clients token-iterations ' +
+    'token-trials trial-ms trials warmup-ms webhook-connections webhook-cpu-prof webhook-endpoint-cap ' +
+    'webhook-endpoints webhook-events webhook-steady-compare-notify webhook-steady-ms webhook-steady-only ' +
+    'webhook-steady-rate webhook-timeout-ms webhook-trial-ms webhook-trials webhook-two webhook-warm-up window workers'
+  ).split(' '),
+);
+
+/** A bad command line: one line on stderr, exit 2, nothing started. */
+function usage(line: string): never {
+  process.stderr.write(`pnpm bench: ${line}\n`);
+  process.exit(2);
+}
+
+/** A flag's value as a non-negative number, or the one-line refusal. */
+export function numberFlag(args: Args, key: string, fallback: number): number {
+  const value = args[key];
+  if (value === undefined) return fallback;
+  const parsed = typeof value === 'string' && value.trim() !== '' ? Number(value) : Number.NaN;
+  if (!Number.isFinite(parsed) || parsed < 0) usage(`--${key} takes a number, got ${JSON.stringify(value)}`);
+  return parsed;
+}
+
 const started = wallNow();
 const log = (line: string) =>
   process.stderr.write(`[${String(Math.round((wallNow() - started) / 1000)).padStart(4)} s] ${line}\n`);
@@ -85,6 +115,12 @@ interface ScenarioSpec {
 
 async function main() {
   const { args, rest } = parseArgs(process.argv.slice(2));
+  const unknown = Object.keys(args).filter((key) => !KNOWN_FLAGS.has(key));
+  if (unknown.length > 0) {
+    usage(
+      `unknown flag ${unknown.map((key) => `--${key}`).join(', ')} (the flags are listed at the top of bench/src/main.ts)`,
+    );
+  }
   if (args.render) {
     // Re-renders results.md and results.svg from a results.json (after a change to the report's format).
     const file = resolve(ROOT, String(args.render));
@@ -104,7 +140,7 @@ async function main() {
   installExitHandlers();
   const quick = args.quick === true;
   const profile = args.profile === true;
-  const num = (key: string, fallback: number) => (args[key] === undefined ? fallback : Number(args[key]));
+  const num = (key: string, fallback: number) => numberFlag(args, key, fallback);
   const list = (key: string, fallback: string) =>
     String(args[key] ?? fallback)
       .split(',')
@@ -128,7 +164,7 @@ async function main() {
     warmupMs: num('warmup-ms', quick ? 1000 : 1500),
     trials: num('trials', quick ? 3 : 5),
     trialMs: num('trial-ms', quick ? 2000 : 2500),
-    window: args.window === undefined ? 'auto' : Number(args.window),
+    window: args.window === undefined ? 'auto' : numberFlag(args, 'window', 0),
     fixedDeliveriesPerSec: num('fixed-rate', 5_000),
     fixedMs: num('fixed-ms', quick ? 4000 : 10_000),
     singleTrials: num('single', quick ? 3 : 5),
@@ -138,7 +174,9 @@ async function main() {
     pauseMs: 300,
     log,
   };
-  const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map(Number);
+  const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map((count) =>
+    numberFlag({ sockets: count }, 'sockets', 0),
+  );
   const scenarios = list(
     'scenarios',
     profile
@@ -239,9 +277,9 @@ async function main() {
     },
   };
   for (const id of scenarios) {
-    if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint'].includes(id) && !specs[id])
+    if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint', 'noisy-neighbour'].includes(id) && !specs[id])
       throw new Error(
-        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http, footprint`,
+        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http, footprint, noisy-neighbour`,
       );
   }
 
@@ -451,6 +489,22 @@ async function main() {
   if (scenarios.includes('footprint')) {
     log('footprint: pnpm start (embedded mode) twice on a fresh data directory');
     footprint = await runFootprint();
+  }
+
+  if (scenarios.includes('noisy-neighbour')) {
+    if (!databaseUrl || !redisUrl) throw new Error('noisy-neighbour needs DATABASE_URL and REDIS_URL');
+    log('noisy-neighbour: organisation A storms past its quotas while B is measured (cluster mode)');
+    const noisy = await runNoisyNeighbour({
+      databaseUrl,
+      redisUrl,
+      probeMs: num('noisy-probe-ms', quick ? 5_000 : 10_000),
+      log,
+    });
+    mkdirSync(outDir, { recursive: true });
+    const header = `# Noisy neighbour\n\n\`pnpm bench ${process.argv.slice(2).join(' ')}\` on ${machineDescription()}, Node ${process.version}, Herald ${gitCommit(ROOT)}, ${new Date().toISOString()}; load average at the end ${currentLoadavg().join(' ')}.\n\n`;
+    writeFileSync(join(outDir, 'noisy-neighbour.md'), `${header}${noisyMarkdown(noisy)}\n`);
+    writeFileSync(join(outDir, 'noisy-neighbour.json'), `${JSON.stringify(noisy, null, 2)}\n`);
+    process.stdout.write(`${noisyMarkdown(noisy)}\n`);
   }
 
   const durationSec = (wallNow() - started) / 1000;

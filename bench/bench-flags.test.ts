@@ -1,0 +1,35 @@
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+
+// `pnpm bench` refuses a command line it would misread, in one line and before it starts anything: a
+// mistyped flag used to run the defaults, and a bad number became NaN inside a run of several minutes.
+
+function bench(...flags: string[]) {
+  const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/src/main.ts', ...flags], {
+    cwd: new URL('..', import.meta.url),
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { status: run.status, stderr: run.stderr.trim().split('\n') };
+}
+
+describe('pnpm bench flags', () => {
+  it('refuses an unknown flag in one line', () => {
+    const run = bench('--scenarios', 'http', '--sockts', '10');
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([
+      'pnpm bench: unknown flag --sockts (the flags are listed at the top of bench/src/main.ts)',
+    ]);
+  });
+
+  it.each([
+    ['--trials', 'abc'],
+    ['--sockets', '1000,lots'],
+    ['--trials', '-5'],
+  ])('refuses %s %s: not a number', (flag, value) => {
+    const run = bench('--scenarios', 'http', flag, value);
+    expect(run.status).toBe(2);
+    expect(run.stderr).toHaveLength(1);
+    expect(run.stderr[0]).toMatch(/^pnpm bench: --[a-z-]+ takes a number, got /);
+  });
+});

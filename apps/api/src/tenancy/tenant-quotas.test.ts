@@ -81,6 +81,26 @@ describe('operationsPerSecond over HTTP', () => {
     expectRateLimited(refusal, 'operationsPerSecond');
   });
 
+  it("answers a refusal on the fast path exactly as Yoga's pipeline does: status, headers and body", async () => {
+    const token = await api.token({ sub: 'same', orgs: ['org-same'] });
+    const query = POSTS.replace('ORG', 'org-same');
+    const { refusal: fast } = await untilRefused(() => overHttp(query, token));
+    // The same refused operation once more, through Yoga's own pipeline (the in-process fetch).
+    const viaYoga = await api.graphql(query, {}, token);
+    for (const answer of [fast, viaYoga]) expectRateLimited(answer, 'operationsPerSecond');
+    expect(fast.status).toBe(viaYoga.status);
+    expect(fast.headers.get('content-type')).toBe(viaYoga.headers.get('content-type'));
+    expect(fast.headers.get('retry-after')).toBe(viaYoga.headers.get('retry-after'));
+    // retryAfterMs (and the message naming it) differ by the milliseconds between the two.
+    const shape = (answer: GraphQLResponse) =>
+      JSON.parse(
+        JSON.stringify(answer.body)
+          .replace(/retry in \d+ ms/, 'retry in N ms')
+          .replace(/"retryAfterMs":\d+/, '"retryAfterMs":0'),
+      );
+    expect(JSON.stringify(shape(fast))).toBe(JSON.stringify(shape(viaYoga)));
+  });
+
   it('counts an operation naming an organisation the caller is not in against the caller, not that organisation', async () => {
     const intruder = await api.token({ sub: 'intruder', orgs: ['org-intruder'] });
     const member = await api.token({ sub: 'member', orgs: ['org-victim'] });

@@ -6,8 +6,8 @@ import {
 } from '../../packages/db/src/embedded-template-build.js';
 import { buildStartBundle, EMBEDDED_TEMPLATE_DIR, isStartBundleStale, START_BUNDLE } from './start-bundle.js';
 
-// `pnpm start`'s first step, in one process: (re)build the console (apps/console/dist), the API's
-// bundle (apps/api/dist/main.js, see start-bundle.ts), each only when older than its sources with
+// `pnpm install`'s postinstall and `pnpm start`'s first step, in one process: (re)build the console
+// (apps/console/dist), the API's bundle (apps/api/dist/main.js, see start-bundle.ts), each only when older than its sources with
 // --if-stale, and the embedded database template beside the bundle (packages/db/src/embedded-template.ts)
 // when built from other migrations or another PGlite (not with DATABASE_URL set: no embedded database).
 // `pnpm start` then runs `node apps/api/dist/main.js`.

@@ -51,11 +51,14 @@ export const PostPublishedBody = envelope(
     {
       id: Type.String({ description: 'Post id.' }),
       orgId: Type.String({ description: 'Organisation of the post.' }),
-      title: Type.String(),
+      title: Type.String({ description: 'Title of the post.' }),
       tags: Type.Array(Type.String(), { description: 'Tags of the post, each once.' }),
-      status: Type.Literal('PUBLISHED'),
+      status: Type.Literal('PUBLISHED', { description: 'Always `PUBLISHED`.' }),
       publishedAt: IsoUtc('When the post was published.'),
-      author: Type.Object({ id: Type.String(), name: Type.String() }, strict),
+      author: Type.Object(
+        { id: Type.String({ description: 'User id.' }), name: Type.String({ description: 'Display name.' }) },
+        { ...strict, description: 'Who wrote the post.' },
+      ),
     },
     { ...strict, description: 'The published post, as the GraphQL API shows it.' },
   ),
@@ -203,7 +206,10 @@ export function webhookEventDefinition(type: string): WebhookEventDefinition | u
 /** At most this many problems are reported per body: enough to fix a builder, bounded for a log line. */
 const MAX_REPORTED_ERRORS = 5;
 
-/** Validators compiled on first use per type (TypeBox's compiler: a few µs per check, bench/event-check.ts). */
+/**
+ * Validators compiled on first use per type (TypeBox's compiler): about 0.1–0.2 µs of CPU per check of a
+ * parsed body, 0.6–1.2 µs with `JSON.parse` of the text (`node --import tsx bench/event-check-micro.ts`).
+ */
 const compiled = new Map<string, TypeCheck<TSchema>>();
 
 function validatorOf(entry: WebhookEventDefinition): TypeCheck<TSchema> {

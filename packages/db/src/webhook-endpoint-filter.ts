@@ -4,8 +4,8 @@ import type { Database } from './database.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
 
 /**
- * Sets (or with null, removes) an endpoint's filter on the event body. Events recorded from then on are
- * filtered when they are fanned out; deliveries already made are not touched. The caller checks the
+ * Sets (or with null, removes) an endpoint's filter on the event body. The fan-out applies it to every
+ * event it has not turned into deliveries yet; deliveries already made are not touched. The caller checks the
  * filter first (`parseWebhookEventFilter`).
  * @param orgIds the organisations the caller may act on; an endpoint outside them is treated as absent
  * @returns the endpoint, or undefined when it does not exist, is deleted or is outside `orgIds`

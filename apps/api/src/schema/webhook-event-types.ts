@@ -50,8 +50,8 @@ builder.mutationField('setWebhookEndpointFilter', (t) =>
   t.withAuth({ viewer: true }).field({
     type: WebhookEndpointRef,
     description:
-      'Sets the filter on the event body (null removes it). Events recorded from now on are filtered; a ' +
-      'filtered-out event makes no delivery for this endpoint.',
+      'Sets the filter on the event body (null removes it). It applies to the events not yet turned into ' +
+      'deliveries: in practice, those published from now on. A filtered-out event makes no delivery for this endpoint.',
     args: {
       id: t.arg.id({ required: true }),
       filter: t.arg.string({ description: FILTER_INPUT_DESCRIPTION }),

@@ -19,7 +19,7 @@
  *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
  *    An endpoint with a `filter` gets the event only when the body contains it (`jsonb @>`), and a
  *    filtered-out event makes no row for it at all (not even SKIPPED); the body is parsed only for
- *    such endpoints.
+ *    such endpoints (every body is JSON by construction: `JSON.stringify` or `json_build_object`).
  *    The caller then XADDs one entry per endpoint of the batch (naming up to 100 deliveries: per-batch,
  *    not per-delivery, stream work). Killed before the XADD: the q-lease expires and
  *    step 2 hands the deliveries out.

@@ -112,7 +112,7 @@ describe('endpoint filters through the dispatcher (PostgreSQL, Redis)', () => {
     expect(new Set(ids('/all'))).toEqual(new Set([urgent, routine]));
     // One fan-out statement made every endpoint's deliveries of an event: `routine` reached /all, so the
     // filtered endpoint's absence is final. Filtered out means no row at all, not even SKIPPED.
-    expect(await deliveredEvents(db, filtered.id)).toEqual([{ event_id: urgent, status: 'SUCCEEDED' }]);
+    expect((await deliveredEvents(db, filtered.id)).map((row) => row.event_id)).toEqual([urgent]);
     expect(await deliveredEvents(db, disabled.id)).toEqual([{ event_id: urgent, status: 'SKIPPED' }]);
     expect((await deliveredEvents(db, everything.id)).map((row) => row.event_id)).toEqual([urgent, routine]);
 

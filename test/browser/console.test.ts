@@ -289,4 +289,72 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       throw new Error(`${(error as Error).message}\n${await diagnostics(page)}`, { cause: error });
     }
   }, 180_000);
+
+  it('shows the event catalog, refuses a malformed filter, and adds an endpoint whose filter the deliveries follow', async () => {
+    browser ??= await launchBrowser();
+    const page = await browser.newPage();
+    page.on('pageerror', (error) => pageLog.push(`page error: ${error.message}`));
+    try {
+      await page.goto(`${nginx!.baseUrl}/console`, { timeout: WAIT_MS });
+      await page.getByLabel('Access token (JWT)').fill(token);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: /Webhook endpoints/ }).waitFor();
+
+      // The catalog: every type, with its description and example body.
+      await page.getByText('Event types and example bodies').click();
+      const published = page.locator('.event-catalog section[data-event-type="post.published"]');
+      await published.waitFor();
+      expect(await page.locator('.event-catalog section').count()).toBe(4);
+      expect(await published.locator('pre').textContent()).toContain('"tags": [');
+
+      // A malformed filter is refused with the API's reason, and nothing is added.
+      const filteredUrl = `${receiverUrl}/filtered`;
+      await page.getByLabel('Receiver URL').fill(filteredUrl);
+      const filterField = page.getByLabel(/^Filter/);
+      await filterField.fill('{"data":{"tags":"urgent"}}');
+      await page.getByRole('button', { name: 'Add endpoint' }).click();
+      const refusal = await page.getByRole('alert').filter({ hasText: 'BAD_USER_INPUT' }).textContent();
+      expect(refusal).toContain('data.tags is a list');
+      await filterField.fill('{"data":{"tags":["urgent"]}}');
+      await page.getByRole('button', { name: 'Add endpoint' }).click();
+      const row = page.locator('table.endpoints tr', { hasText: filteredUrl });
+      await row.waitFor();
+      expect(await row.locator('code.filter').textContent()).toBe('{"data":{"tags":["urgent"]}}');
+
+      // Deliveries follow the filter: of two publications, the filtered endpoint gets the urgent one.
+      await graphql(
+        'mutation($url: String!) { createWebhookEndpoint(input: { orgId: "demo", url: $url, eventTypes: ["post.published"] }) { secret } }',
+        { url: `${receiverUrl}/all` },
+      );
+      for (const tags of [['urgent'], ['routine']]) {
+        const { createPost } = await graphql(
+          'mutation($tags: [String!]) { createPost(input: { orgId: "demo", title: "Filtered", tags: $tags }) { id } }',
+          { tags },
+        );
+        await graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id: createPost.id });
+      }
+      const eventsOf = async (url: string): Promise<string[]> => {
+        const { webhookEndpoints } = await graphql(
+          '{ webhookEndpoints(orgId: "demo") { url deliveries(first: 10, eventType: "post.published") { edges { node { eventId } } } } }',
+        );
+        const endpoint = webhookEndpoints.find((candidate: { url: string }) => candidate.url === url);
+        return endpoint.deliveries.edges.map((edge: { node: { eventId: string } }) => edge.node.eventId);
+      };
+      await waitFor(
+        'both publications to be fanned out',
+        async () => (await eventsOf(`${receiverUrl}/all`)).length === 2,
+        {
+          timeoutMs: WAIT_MS,
+          intervalMs: 100,
+        },
+      );
+      // Newest first: the urgent post was published first.
+      const [, urgent] = await eventsOf(`${receiverUrl}/all`);
+      expect(await eventsOf(filteredUrl)).toEqual([urgent]);
+      await screenshot(page, 'event-catalog');
+      expect(pageLog.filter((line) => line.startsWith('page error'))).toEqual([]);
+    } catch (error) {
+      throw new Error(`${(error as Error).message}\n${await diagnostics(page)}`, { cause: error });
+    }
+  }, 120_000);
 });

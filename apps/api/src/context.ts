@@ -6,6 +6,7 @@ import type { ApiConfig } from './env.js';
 import { AuthServiceUnavailableError, InvalidCredentialsError } from './errors.js';
 import { createLoaders, type Loaders } from './loaders.js';
 import type { Logger } from './logger.js';
+import type { ApiMetrics } from './metrics.js';
 import { requestLogger } from './plugins/use-request-logging.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import type { TenantQuotas } from './tenancy/tenant-quotas.js';
@@ -28,6 +29,8 @@ export interface Context extends YogaInitialContext {
   webhooks: ApiConfig['webhooks'];
   /** Tenant quotas: resolvers check `publishesPerSecond` and read limits and usage through it. */
   quotas: TenantQuotas;
+  /** The server's metrics, for the few resolvers that count something; absent in a context built alone. */
+  metrics?: ApiMetrics;
   /**
    * Subscriptions: the event being delivered, set by the resolver per event (a subscription's events
    * are executed one at a time) and read by the socket layer for `extensions.cursor`, the switch from
@@ -68,6 +71,7 @@ export interface ContextDeps {
   logger: Logger;
   webhooks: ApiConfig['webhooks'];
   quotas: TenantQuotas;
+  metrics?: ApiMetrics;
 }
 
 /**
@@ -108,6 +112,7 @@ export function createContextBuilder(deps: ContextDeps) {
     if (initial.log == null) Object.defineProperty(context, 'log', lazyLog);
     context.webhooks = deps.webhooks;
     context.quotas = deps.quotas;
+    context.metrics = deps.metrics;
     return context;
   };
 }

@@ -1,3 +1,4 @@
+import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
@@ -30,6 +31,11 @@ export interface ApiMetrics {
   tenantRefusals: Counter<'quota'>;
   /** Quota checks answered by this pod's local share because Redis failed them. */
   tenantQuotaFallbacks: Counter;
+  /**
+   * Webhook events not recorded because their body did not match the event catalog's schema (a bug in
+   * the code that built it), by event type: `herald_webhook_events_invalid_total{type}`.
+   */
+  webhookEventsInvalid: Counter<'type'>;
 }
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
@@ -48,6 +54,13 @@ export function createApiMetrics(): ApiMetrics {
   // Every reason exists from the start at 0: the dashboard shows 0 rather than no data, and rate() sees
   // the first error (a series born at 1 has no earlier sample to grow from).
   for (const reason of DELIVERY_ERROR_REASONS) deliveryErrors.inc({ reason }, 0);
+  const webhookEventsInvalid = new Counter({
+    name: 'herald_webhook_events_invalid_total',
+    help: 'Webhook events not recorded because their body did not match the event catalog (a bug), by type',
+    labelNames: ['type'],
+    registers: [registry],
+  });
+  for (const type of WEBHOOK_EVENT_TYPES) webhookEventsInvalid.inc({ type }, 0);
   return {
     registry,
     openSockets: new Gauge({
@@ -109,5 +122,6 @@ export function createApiMetrics(): ApiMetrics {
       help: "Tenant quota checks answered by this pod's local share because Redis failed them",
       registers: [registry],
     }),
+    webhookEventsInvalid,
   };
 }

@@ -81,6 +81,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
     logger,
     webhooks: config.webhooks,
     quotas: deps.quotas,
+    metrics: deps.metrics,
   });
 
   const compiled = createCompiledExecution();

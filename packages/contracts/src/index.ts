@@ -1,4 +1,6 @@
 export * from './channels.js';
 export * from './errors.js';
+export * from './event-catalog.js';
+export * from './event-filter.js';
 export * from './subscriptions.js';
 export * from './webhooks.js';

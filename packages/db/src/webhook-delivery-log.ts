@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { WEBHOOK_DELIVERY_ID_PREFIX, WEBHOOK_EVENT_ID_PREFIX, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
+import { assertValidWebhookEvent } from './webhook-event-check.js';
 import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
 
 /*
@@ -79,6 +80,7 @@ export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpoint
  * one transaction, so the delivery can be returned and queried at once; the engine's fan-out finds it
  * already there (deliveries are unique per event and endpoint). The delivery is due now, or SKIPPED
  * (never sent) when the endpoint is disabled. Body data: `{ endpointId, message }`.
+ * @throws InvalidWebhookEventError when the body does not match the catalog (nothing is recorded)
  */
 export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookEndpoint): Promise<WebhookDelivery> {
   return db.transaction().execute(async (trx) => {
@@ -90,6 +92,7 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
       created: created.toISOString(),
       data: { endpointId: endpoint.id, message: 'A test event sent from Herald: your receiver is reachable.' },
     });
+    assertValidWebhookEvent({ id: eventId, type: WEBHOOK_TEST_EVENT, body });
     await trx
       .insertInto('webhook_outbox')
       .values({

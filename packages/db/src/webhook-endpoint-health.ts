@@ -3,6 +3,7 @@ import { WEBHOOK_ENDPOINT_DISABLED_EVENT, WEBHOOK_EVENT_ID_PREFIX } from '@heral
 import DataLoader from 'dataloader';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
+import { assertValidWebhookEvent, InvalidWebhookEventError } from './webhook-event-check.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
 
 /*
@@ -20,6 +21,12 @@ export interface DisableEndpointInput {
   orgIds: readonly string[];
   /** Stored as `disabled_reason`, sent in the operational event. */
   reason: string;
+  /**
+   * Called when the operational event's body does not match the event catalog (a bug): the endpoint is
+   * disabled all the same and the event is not recorded. Without it, the error is thrown and nothing
+   * changes.
+   */
+  onInvalidEvent?: (error: InvalidWebhookEventError) => void;
 }
 
 /**
@@ -61,6 +68,13 @@ export async function disableWebhookEndpoint(
       created: disabledAt.toISOString(),
       data: { endpointId: disabled.id, url: disabled.url, reason: input.reason, disabledAt: disabledAt.toISOString() },
     });
+    try {
+      assertValidWebhookEvent({ id, type: WEBHOOK_ENDPOINT_DISABLED_EVENT, body });
+    } catch (error) {
+      if (!(error instanceof InvalidWebhookEventError) || !input.onInvalidEvent) throw error;
+      input.onInvalidEvent(error);
+      return disabled;
+    }
     await trx
       .insertInto('webhook_outbox')
       .values({

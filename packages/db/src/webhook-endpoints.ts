@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { WEBHOOK_ENDPOINT_ID_PREFIX } from '@herald/contracts';
+import { WEBHOOK_ENDPOINT_ID_PREFIX, type WebhookEventFilter } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { openSecret, type SecretKeyring, sealSecret } from './secret-envelope.js';
@@ -13,6 +13,8 @@ export interface NewWebhookEndpointInput {
   secret: string;
   /** Seals the secret (its first key); the plaintext never reaches the database. */
   keyring: SecretKeyring;
+  /** A filter on the event body, checked by the caller (`parseWebhookEventFilter`). @default none */
+  filter?: WebhookEventFilter | null;
 }
 
 /** Registers an endpoint with its first signing secret (sealed), atomically. */
@@ -28,6 +30,7 @@ export async function insertWebhookEndpoint(
         org_id: input.orgId,
         url: input.url,
         event_types: [...new Set(input.eventTypes)],
+        filter: input.filter ? JSON.stringify(input.filter) : null,
       })
       .returningAll()
       .executeTakeFirstOrThrow();

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
+import { assertValidWebhookEvent } from './webhook-event-check.js';
 import type { WebhookOutboxEvent } from './webhook-tables.js';
 
 /** A fresh event id, `evt_` and 32 hex digits. */
@@ -32,8 +33,11 @@ export interface NewOutboxEvent {
 /**
  * Records an event in the outbox. Call it with the transaction that makes the change the event
  * announces: the event exists exactly when the change committed, so no event is lost.
+ * @throws InvalidWebhookEventError when the body does not match its type's schema in the event
+ *   catalog; thrown before any statement, so the transaction is still usable without the event
  */
 export async function insertOutboxEvent(db: Kysely<Database>, event: NewOutboxEvent): Promise<void> {
+  assertValidWebhookEvent(event);
   await db
     .insertInto('webhook_outbox')
     .values({

@@ -18,6 +18,11 @@ export interface WebhookEndpointsTable {
   paused_until: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** Set when the endpoint was deleted; its rows are purged in bounded batches in the background. */
   deleted_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /**
+   * A JSON object the event body must contain (`jsonb @>`) for the endpoint to get the event; null: no
+   * filter. Written as JSON text, read back parsed. `webhook.test` sends ignore it.
+   */
+  filter: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
 }
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';

@@ -57,7 +57,14 @@ describe('embedded mode (PGlite)', () => {
     // Let the start-up passes finish, so the next one can only come from a wake-up.
     await new Promise((resolve) => setTimeout(resolve, 500));
     const id = newWebhookEventId();
-    const body = JSON.stringify({ id, type: 'post.published', created: new Date().toISOString(), data: {} });
+    const created = new Date().toISOString();
+    const data = { id: 'p1', orgId: 'org-wake', title: 'Wake', tags: [], status: 'PUBLISHED', publishedAt: created };
+    const body = JSON.stringify({
+      id,
+      type: 'post.published',
+      created,
+      data: { ...data, author: { id: 'u', name: 'U' } },
+    });
     await insertOutboxEvent(database.db, {
       id,
       orgId: 'org-wake',

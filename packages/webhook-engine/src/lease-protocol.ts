@@ -17,6 +17,9 @@
  *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
  *    queued (q-lease, one token per batch). A disabled endpoint gets a SKIPPED delivery instead; an
  *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
+ *    An endpoint with a `filter` gets the event only when the body contains it (`jsonb @>`), and a
+ *    filtered-out event makes no row for it at all (not even SKIPPED); the body is parsed only for
+ *    such endpoints (every body is JSON by construction: `JSON.stringify` or `json_build_object`).
  *    The caller then XADDs one entry per endpoint of the batch (naming up to 100 deliveries: per-batch,
  *    not per-delivery, stream work). Killed before the XADD: the q-lease expires and
  *    step 2 hands the deliveries out.
@@ -157,7 +160,7 @@ export async function fanOutOutbox(
         select id from webhook_outbox where dispatched_at is null order by seq limit ${options.limit}
         for update skip locked
       )
-      returning id, seq, org_id, type, target_endpoint_id, exclude_endpoint_id
+      returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id
     ), created as (
       insert into webhook_deliveries
         (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until)
@@ -174,6 +177,7 @@ export async function fanOutOutbox(
         when event.target_endpoint_id is not null then endpoint.id = event.target_endpoint_id
         else event.type = any(endpoint.event_types) and endpoint.id is distinct from event.exclude_endpoint_id
           and endpoint.deleted_at is null
+          and case when endpoint.filter is null then true else event.body::jsonb @> endpoint.filter end
       end
       order by event.seq, endpoint.seq
       on conflict (event_id, endpoint_id) do nothing

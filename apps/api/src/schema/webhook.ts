@@ -12,6 +12,7 @@ import {
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
+  InvalidWebhookEventError,
   insertTestWebhook,
   insertWebhookEndpoint,
   listActiveWebhookSecrets,
@@ -31,6 +32,7 @@ import type { Context } from '../context.js';
 import { BadUserInputError, NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
+import { FILTER_INPUT_DESCRIPTION, parseFilterInput, reportInvalidWebhookEvent } from './webhook-event-input.js';
 
 const MAX_ENDPOINTS_PER_ORG = 50;
 /** How long the secrets in use keep signing beside a new one after a rotation: 24 h by default. */
@@ -244,6 +246,7 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       type: WebhookSignatureSchemeEnum,
       description: 'How deliveries are signed. @default HMAC_SHA256',
     }),
+    filter: t.string({ description: FILTER_INPUT_DESCRIPTION }),
   }),
 });
 
@@ -304,6 +307,7 @@ builder.mutationFields((t) => ({
           'eventTypes',
         );
       }
+      const filter = parseFilterInput(input.filter, eventTypes);
       const checked = await checkWebhookUrl(input.url.trim(), context.webhooks);
       if ('refused' in checked) throw new BadUserInputError(`url refused: ${checked.refused}`, 'url');
       const existing = await listWebhookEndpointsByOrg(context.db, orgId);
@@ -318,6 +322,7 @@ builder.mutationFields((t) => ({
         eventTypes,
         secret: stored,
         keyring: keyringOf(context),
+        filter,
       });
       return { endpoint, secret: shown, signatureScheme };
     },
@@ -406,6 +411,8 @@ builder.mutationFields((t) => ({
         id: String(args.id),
         orgIds: context.viewer.orgs,
         reason,
+        // A bad body is our bug: the disable stands, the event is not recorded (logged and counted).
+        onInvalidEvent: (error) => reportInvalidWebhookEvent(context, error),
       });
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
       return endpoint;
@@ -439,7 +446,12 @@ builder.mutationFields((t) => ({
           'endpointId',
         );
       }
-      return insertTestWebhook(context.db, endpoint);
+      try {
+        return await insertTestWebhook(context.db, endpoint);
+      } catch (error) {
+        if (error instanceof InvalidWebhookEventError) reportInvalidWebhookEvent(context, error);
+        throw error;
+      }
     },
   }),
   replayDeadWebhookDeliveries: t.withAuth({ viewer: true }).field({

@@ -26,6 +26,16 @@ export interface EndpointSummary {
   pausedUntil: string | null;
   /** Share of the latest attempts that got a 2xx (0 to 1); null without attempts. */
   successRate: number | null;
+  /** JSON object the event body must contain for the endpoint to get it; null: every event. */
+  filter: string | null;
+}
+
+/** An entry of the event catalog (`webhookEventTypes`). */
+export interface EventType {
+  name: string;
+  description: string;
+  /** An example body, as JSON text. */
+  example: string;
 }
 
 export interface Attempt {
@@ -57,7 +67,7 @@ export const RECENT_ATTEMPTS = 100;
 export const DELIVERY_PAGE_SIZE = 25;
 
 const ENDPOINT_FIELDS = `
-  id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil
+  id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil filter
   successRate(lastAttempts: ${RECENT_ATTEMPTS})
 `;
 
@@ -67,6 +77,7 @@ const DELIVERY_FIELDS = `
 `;
 
 export const ME = 'query Me { me { id name orgs } }';
+export const EVENT_TYPES = 'query EventTypes { webhookEventTypes { name description example } }';
 
 export const ENDPOINTS = `query Endpoints($orgId: ID!) { webhookEndpoints(orgId: $orgId) { ${ENDPOINT_FIELDS} } }`;
 

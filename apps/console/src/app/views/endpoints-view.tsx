@@ -1,7 +1,14 @@
 import { useState } from 'preact/hooks';
 import { formatRate, formatTime } from '../format.js';
 import type { Request } from '../graphql.js';
-import { CREATE_ENDPOINT, ENDPOINTS, type EndpointSummary, RECENT_ATTEMPTS } from '../operations.js';
+import {
+  CREATE_ENDPOINT,
+  ENDPOINTS,
+  type EndpointSummary,
+  EVENT_TYPES as EVENT_TYPES_QUERY,
+  type EventType,
+  RECENT_ATTEMPTS,
+} from '../operations.js';
 import { formatRoute } from '../route.js';
 import { useQuery } from '../use-query.js';
 import { ErrorNotice } from './error-notice.js';
@@ -50,7 +57,14 @@ export function EndpointsView({ request, orgId }: { request: Request; orgId: str
                 </td>
                 <td class="number success-rate">{formatRate(endpoint.successRate)}</td>
                 <td>{describeHealth(endpoint)}</td>
-                <td>{endpoint.eventTypes.join(', ')}</td>
+                <td>
+                  {endpoint.eventTypes.join(', ')}
+                  {endpoint.filter && (
+                    <div>
+                      filter <code class="filter">{endpoint.filter}</code>
+                    </div>
+                  )}
+                </td>
                 <td>{formatTime(endpoint.createdAt)}</td>
               </tr>
             ))}
@@ -65,6 +79,7 @@ export function EndpointsView({ request, orgId }: { request: Request; orgId: str
           void endpoints.refresh();
         }}
       />
+      <EventCatalog request={request} />
     </section>
   );
 }
@@ -72,6 +87,7 @@ export function EndpointsView({ request, orgId }: { request: Request; orgId: str
 function CreateEndpoint(props: { request: Request; orgId: string; onCreated: (secret: string) => void }) {
   const [url, setUrl] = useState('');
   const [types, setTypes] = useState<string[]>(['post.published']);
+  const [filter, setFilter] = useState('');
   const [error, setError] = useState<Error | undefined>(undefined);
   const [busy, setBusy] = useState(false);
 
@@ -82,9 +98,10 @@ function CreateEndpoint(props: { request: Request; orgId: string; onCreated: (se
     try {
       const { createWebhookEndpoint } = await props.request<{ createWebhookEndpoint: { secret: string } }>(
         CREATE_ENDPOINT,
-        { input: { orgId: props.orgId, url: url.trim(), eventTypes: types } },
+        { input: { orgId: props.orgId, url: url.trim(), eventTypes: types, filter: filter.trim() || null } },
       );
       setUrl('');
+      setFilter('');
       props.onCreated(createWebhookEndpoint.secret);
     } catch (caught) {
       setError(caught as Error);
@@ -125,11 +142,40 @@ function CreateEndpoint(props: { request: Request; orgId: string; onCreated: (se
           </label>
         ))}
       </fieldset>
+      <label>
+        Filter (optional JSON the event body must contain)
+        <textarea
+          rows={2}
+          placeholder='{"data":{"tags":["urgent"]}}'
+          value={filter}
+          onInput={(event) => setFilter((event.target as HTMLTextAreaElement).value)}
+        />
+      </label>
       {error && <ErrorNotice error={error} />}
       <button type="submit" disabled={busy || types.length === 0}>
         Add endpoint
       </button>
     </form>
+  );
+}
+
+/** The event catalog: every type with what it means and an example body (docs/webhook-events.md). */
+function EventCatalog({ request }: { request: Request }) {
+  const catalog = useQuery('event-types', () => request<{ webhookEventTypes: EventType[] }>(EVENT_TYPES_QUERY), false);
+  return (
+    <details class="event-catalog">
+      <summary>Event types and example bodies</summary>
+      {catalog.error && <ErrorNotice error={catalog.error} />}
+      {catalog.data?.webhookEventTypes.map((type) => (
+        <section key={type.name} data-event-type={type.name}>
+          <h3>
+            <code>{type.name}</code>
+          </h3>
+          <p>{type.description}</p>
+          <pre>{JSON.stringify(JSON.parse(type.example), null, 2)}</pre>
+        </section>
+      ))}
+    </details>
   );
 }
 

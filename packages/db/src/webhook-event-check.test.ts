@@ -1,0 +1,86 @@
+import {
+  checkWebhookEventBody,
+  POST_PUBLISHED_EVENT,
+  WEBHOOK_ENDPOINT_DISABLED_EVENT,
+  WEBHOOK_TEST_EVENT,
+} from '@herald/contracts';
+import { createTestSchema, TEST_KEYRING } from '@herald/testing';
+import type { Kysely } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { Database } from './database.js';
+import { migrateToLatest } from './migrate.js';
+import { insertTestWebhook } from './webhook-delivery-log.js';
+import { disableWebhookEndpoint } from './webhook-endpoint-health.js';
+import { insertWebhookEndpoint } from './webhook-endpoints.js';
+import { InvalidWebhookEventError } from './webhook-event-check.js';
+import { insertOutboxEvent, newWebhookEventId } from './webhook-outbox.js';
+
+// Events built in TypeScript are checked against the event catalog before they are recorded: the
+// bodies the real writers build pass, and a body that does not match is refused before any write.
+
+let database: HeraldDatabase;
+let db: Kysely<Database>;
+
+beforeAll(async () => {
+  database = await createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url });
+  db = database.db;
+  await migrateToLatest(db);
+});
+
+afterAll(() => database?.close());
+
+async function outboxBodies(type: string) {
+  const rows = await db.selectFrom('webhook_outbox').select('body').where('type', '=', type).execute();
+  return rows.map((row) => row.body);
+}
+
+describe('events recorded from TypeScript', () => {
+  it('webhook.test and an operator’s webhook.endpoint.disabled record bodies that match the catalog', async () => {
+    const endpoint = await insertWebhookEndpoint(db, {
+      orgId: 'org-c',
+      url: 'https://example.com/c',
+      eventTypes: [POST_PUBLISHED_EVENT],
+      secret: 'whsec_c',
+      keyring: TEST_KEYRING,
+    });
+    await insertTestWebhook(db, endpoint);
+    await disableWebhookEndpoint(db, { id: endpoint.id, orgIds: ['org-c'], reason: 'maintenance' });
+    for (const type of [WEBHOOK_TEST_EVENT, WEBHOOK_ENDPOINT_DISABLED_EVENT]) {
+      const bodies = await outboxBodies(type);
+      expect(bodies, type).toHaveLength(1);
+      expect(checkWebhookEventBody(type, bodies[0]), type).toBeUndefined();
+    }
+  });
+
+  it('refuses a body that does not match its schema before writing, leaving the transaction usable', async () => {
+    const id = newWebhookEventId();
+    const body = JSON.stringify({ id, type: POST_PUBLISHED_EVENT, created: new Date().toISOString(), data: {} });
+    const committed = await db.transaction().execute(async (trx) => {
+      const refused = await insertOutboxEvent(trx, { id, orgId: 'org-c', type: POST_PUBLISHED_EVENT, body }).catch(
+        (error: unknown) => error,
+      );
+      expect(refused).toBeInstanceOf(InvalidWebhookEventError);
+      expect(refused).toMatchObject({ code: 'INVALID_WEBHOOK_EVENT', eventId: id, type: POST_PUBLISHED_EVENT });
+      expect((refused as InvalidWebhookEventError).problems.join('\n')).toMatch(/\/data\/id/);
+      // The caller's own change still commits.
+      return (
+        await trx
+          .selectFrom('webhook_outbox')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n;
+    });
+    expect(committed).toBeDefined();
+    expect(await db.selectFrom('webhook_outbox').select('id').where('id', '=', id).execute()).toEqual([]);
+  });
+
+  it('refuses an event type that is not in the catalog', async () => {
+    const id = newWebhookEventId();
+    const body = JSON.stringify({ id, type: 'post.deleted', created: new Date().toISOString(), data: {} });
+    await expect(insertOutboxEvent(db, { id, orgId: 'org-c', type: 'post.deleted', body })).rejects.toThrow(
+      /unknown event type "post.deleted"/,
+    );
+    expect(await outboxBodies('post.deleted')).toEqual([]);
+  });
+});

@@ -71,4 +71,15 @@ describe('createApp lifecycle', () => {
       await api.close();
     }
   });
+
+  it('takes both fast paths that reach into dependencies: /metrics shows no fallback', async () => {
+    const api = await startTestApi();
+    try {
+      const metrics = await (await api.fetch('/metrics')).text();
+      expect(metrics).toContain('herald_fast_path_fallback{path="ws_frames"} 0');
+      expect(metrics).toContain('herald_fast_path_fallback{path="pglite_statements"} 0');
+    } finally {
+      await api.close();
+    }
+  });
 });

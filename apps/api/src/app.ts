@@ -61,7 +61,12 @@ export interface HeraldApp extends HeraldServer {
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
   // Before anything is opened: a wrong HERALD_CONSOLE_DIR stops the start at once.
   const consoleAssets = loadConsole(config, logger);
+  const metrics = createApiMetrics();
   const database = await createDatabase(config.database, {
+    onFastPathFallback: (path, reason) => {
+      metrics.fastPathFallback.labels(path).set(1);
+      logger.warn({ path, reason }, 'fast path off: embedded statements run unnamed (planned on every call)');
+    },
     onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
     onEmbeddedCreated: (created) => {
       if (created.from === 'template') {
@@ -100,7 +105,6 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     audience: config.auth.audience,
     onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
   });
-  const metrics = createApiMetrics();
   // --- webhooks -----------------------------------------------------------------------------------
   // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
   // runs in this process on the database-backed queue (embedded and single mode, README "Modes"). With Redis, separate

@@ -30,7 +30,16 @@ export interface ApiMetrics {
   tenantRefusals: Counter<'quota'>;
   /** Quota checks answered by this pod's local share because Redis failed them. */
   tenantQuotaFallbacks: Counter;
+  /**
+   * 1 when a fast path that reaches past a dependency's public API is off because the dependency's
+   * internals are not what it was written for (`path`: ws_frames, pglite_statements); 0 otherwise.
+   * See docs/development.md, "Upgrading dependencies".
+   */
+  fastPathFallback: Gauge<'path'>;
 }
+
+/** The `path` label values of `herald_fast_path_fallback`. */
+export const FAST_PATHS = ['ws_frames', 'pglite_statements'] as const;
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
 export const DELIVERY_ERROR_REASONS = ['publish_failed', 'send_failed'] as const;
@@ -48,6 +57,13 @@ export function createApiMetrics(): ApiMetrics {
   // Every reason exists from the start at 0: the dashboard shows 0 rather than no data, and rate() sees
   // the first error (a series born at 1 has no earlier sample to grow from).
   for (const reason of DELIVERY_ERROR_REASONS) deliveryErrors.inc({ reason }, 0);
+  const fastPathFallback = new Gauge({
+    name: 'herald_fast_path_fallback',
+    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements)",
+    labelNames: ['path'],
+    registers: [registry],
+  });
+  for (const path of FAST_PATHS) fastPathFallback.set({ path }, 0);
   return {
     registry,
     openSockets: new Gauge({
@@ -109,5 +125,6 @@ export function createApiMetrics(): ApiMetrics {
       help: "Tenant quota checks answered by this pod's local share because Redis failed them",
       registers: [registry],
     }),
+    fastPathFallback,
   };
 }

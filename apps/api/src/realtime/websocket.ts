@@ -89,6 +89,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     schema: yoga.getEnveloped().schema,
     metrics,
     maxBufferedBytes: MAX_BUFFERED_BYTES,
+    logger,
   });
   // Herald's own socket class carries the per-socket state (graphql-ws-adapter.ts).
   const wss = new WebSocketServer({

@@ -1,4 +1,3 @@
-export * from './channels.js';
 export * from './errors.js';
 export * from './subscriptions.js';
 export * from './webhooks.js';

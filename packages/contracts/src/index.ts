@@ -1,3 +1,4 @@
+export * from './cursor.js';
 export * from './errors.js';
 export * from './subscriptions.js';
 export * from './webhooks.js';

@@ -1,4 +1,5 @@
 export * from './cursor.js';
 export * from './errors.js';
+export * from './ids.js';
 export * from './subscriptions.js';
 export * from './webhooks.js';

@@ -56,6 +56,8 @@ interface Position {
 }
 
 export interface SubscriptionGroups {
+  /** Frames written straight to a TCP socket (ws-direct-frames.ts), not through `ws.send`: read by tests. */
+  readonly directFrames: number;
   /**
    * The key under which `document` + `variables` may share execution, or undefined when the selection
    * touches anything viewer-dependent (then the caller uses the stock path). Leave a resume cursor out
@@ -392,6 +394,9 @@ export function createSubscriptionGroups(deps: {
   }
 
   return {
+    get directFrames() {
+      return registry.frames.directFrames;
+    },
     keyFor(document, operationName, query, variables) {
       if (!isShareable(document)) return undefined;
       return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;

@@ -82,6 +82,25 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
   const lifecycle = createLifecycle({
     onStopError: (part, error) => logger.warn({ err: error, part }, 'stopping a part failed'),
   });
+  // Whatever fails from here on (a part's start, or wiring between starts) closes what was made.
+  return assemble(config, logger, { consoleAssets, metrics, database, lifecycle }).catch(async (error: unknown) => {
+    await lifecycle.stop().catch(() => {});
+    throw error;
+  });
+}
+
+/** The parts after the database, registered in start order; the first ones are started. */
+async function assemble(
+  config: ApiConfig,
+  logger: Logger,
+  made: {
+    consoleAssets: ConsoleAssets | undefined;
+    metrics: ApiMetrics;
+    database: HeraldDatabase;
+    lifecycle: Lifecycle;
+  },
+): Promise<HeraldApp> {
+  const { consoleAssets, metrics, database, lifecycle } = made;
   lifecycle.add(databasePart(database, logger));
   const secrets = lifecycle.add(
     webhookSecretsPart(

@@ -50,14 +50,43 @@ describe('createLifecycle', () => {
     expect(log).toEqual(['start a', 'start b', 'start c', 'stop c', 'stop b', 'stop a']);
   });
 
-  it('stops short of the part named in `before`, and starts the rest on the next call', async () => {
+  it('starts parts added after a start on the next call', async () => {
     const log: string[] = [];
     const lifecycle = createLifecycle();
-    for (const name of ['a', 'b', 'c']) lifecycle.add(part(name, log));
-    await lifecycle.start({ before: 'b' });
+    lifecycle.add(part('a', log));
+    await lifecycle.start();
+    lifecycle.add(part('b', log));
+    lifecycle.add(part('c', log));
     expect(log).toEqual(['start a']);
     await lifecycle.start();
     expect(log).toEqual(['start a', 'start b', 'start c']);
+  });
+
+  it('a stop during a start releases the part that was starting once its start ends', async () => {
+    const log: string[] = [];
+    let finishStart!: () => void;
+    const lifecycle = createLifecycle();
+    lifecycle.add(part('a', log));
+    lifecycle.add(
+      part('slow', log, {
+        start: () =>
+          new Promise<void>((resolve) => {
+            finishStart = () => {
+              log.push('slow started');
+              resolve();
+            };
+          }),
+      }),
+    );
+    lifecycle.add(part('never', log, { start: () => void log.push('start never') }));
+    const starting = lifecycle.start();
+    await new Promise((resolve) => setImmediate(resolve));
+    const stopped = lifecycle.stop();
+    finishStart();
+    await expect(starting).rejects.toBeInstanceOf(LifecycleStoppedError);
+    await stopped;
+    // `never` never starts; `slow` is stopped once more after its start ended.
+    expect(log).toEqual(['start a', 'stop never', 'slow started', 'stop slow', 'stop a', 'stop slow']);
   });
 
   it('a part that throws at start leaves no timer or socket behind', async () => {

@@ -46,12 +46,11 @@ export interface Lifecycle {
   /** Adds a part (it may already hold resources: `stop` releases them even if it never starts). @returns the part */
   add<P extends LifecyclePart>(part: P): P;
   /**
-   * Starts the added parts not started yet, in order; with `before`, stops short of the part of that
-   * name (it and the parts after it start on a later call).
+   * Starts the added parts not started yet, in order (parts added later start on a later call).
    * @throws the first start error, after every added part was stopped; {@link LifecycleStoppedError}
-   *   once `stop` was called
+   *   once `stop` was called (a part whose start was under way then is stopped once more when it ends)
    */
-  start(options?: { before?: string }): Promise<void>;
+  start(): Promise<void>;
   /** Stops every added part in reverse order; idempotent. @throws the first stop error, after all stopped */
   stop(): Promise<void>;
   /** The first part that is not ready, from the last added to the first. */
@@ -107,11 +106,10 @@ export function createLifecycle(options: LifecycleOptions = {}): Lifecycle {
       parts.push(part);
       return part;
     },
-    async start(startOptions = {}) {
+    async start() {
       while (started < parts.length) {
         if (stopping) throw new LifecycleStoppedError();
         const part = parts[started] as LifecyclePart;
-        if (part.name === startOptions.before) return;
         try {
           await part.start();
         } catch (error) {
@@ -120,6 +118,13 @@ export function createLifecycle(options: LifecycleOptions = {}): Lifecycle {
           throw error;
         }
         started++;
+        const stoppedMeanwhile = stopping as Promise<void> | undefined;
+        if (stoppedMeanwhile) {
+          // Stopped while this part was starting: its stop ran too early to release what it opened.
+          await stoppedMeanwhile.catch(() => {});
+          await Promise.resolve(part.stop()).catch((error: unknown) => options.onStopError?.(part.name, error));
+          throw new LifecycleStoppedError();
+        }
       }
     },
     stop() {

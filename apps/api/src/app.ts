@@ -2,24 +2,28 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
-import type { EncryptionKeyring } from '@herald/config';
+import { createLifecycle, type Lifecycle } from '@herald/config';
 import { createRedisClient } from '@herald/config/redis';
-import { createDatabase, type HeraldDatabase, migrateToLatest, prepareWebhookSecrets } from '@herald/db';
+import { createDatabase, type HeraldDatabase } from '@herald/db';
 import { createEmbeddedDispatcher } from '@herald/webhook-engine';
+import {
+  databasePart,
+  drainPart,
+  httpPart,
+  pubsubPart,
+  quotasPart,
+  socketRebalancerPart,
+  webhookDispatcherPart,
+  webhookSecretsPart,
+} from './app-parts.js';
 import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
 import { loadOrCreateDevEncryptionKeys, loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { type ApiMetrics, createApiMetrics } from './metrics.js';
 import { createPubSubService, type PubSubService } from './realtime/pubsub.js';
-import { createSocketRebalancer, type SocketRebalancer } from './realtime/socket-rebalancer.js';
 import { createServer, type HeraldServer } from './server.js';
 import { createTenantQuotas, type TenantQuotas } from './tenancy/tenant-quotas.js';
-
-/** How long start-up waits for Redis (cluster mode) before giving up. */
-const REDIS_CONNECT_TIMEOUT_MS = 10_000;
-/** During shutdown, how often connections that went idle are closed. */
-const IDLE_SWEEP_INTERVAL_MS = 100;
 
 export interface HeraldApp extends HeraldServer {
   database: HeraldDatabase;
@@ -31,23 +35,38 @@ export interface HeraldApp extends HeraldServer {
   devSecret: string | undefined;
   /** A 30-day token for the demo user, signed with `devSecret` (printed by main.ts); undefined without it. */
   devToken: string | undefined;
-  /** Starts listening on the configured host and port (port 0 picks a free one). */
+  /** The app's parts, in start order (app-parts.ts); what `/readiness` answers comes from here. */
+  lifecycle: Lifecycle;
+  /**
+   * Starts listening on the configured host and port (port 0 picks a free one), then the parts that
+   * need a listening server. When listening fails, everything the app opened is released (the database,
+   * Redis connections, timers) before the error is rethrown.
+   */
   listen(): Promise<AddressInfo>;
   /**
-   * Graceful stop: readiness turns false; for `drainDelayMs` the server keeps accepting and serving (so
-   * a load balancer sees the 503 and stops sending work); then it stops accepting, WebSockets are closed with 1012
-   * (clients reconnect to another pod), in-flight requests finish (idle keep-alive connections are
-   * closed), then Redis and the database close. After `shutdownGraceMs` whatever is left is cut.
-   * Idempotent.
+   * Graceful stop, the parts in reverse order: readiness turns false; for `drainDelayMs` the server keeps
+   * accepting and serving (so a load balancer sees the 503 and stops sending work); then it stops
+   * accepting, WebSockets are closed with 1012 (clients reconnect to another pod), in-flight requests
+   * finish (idle keep-alive connections are closed), then Redis and the database close. After
+   * `shutdownGraceMs` whatever is left is cut. Idempotent.
    */
   stop(): Promise<void>;
 }
 
-/** Opens the database, migrates it, and wires the server. Everything `main.ts` starts. */
+/**
+ * Opens the database, migrates it, and wires the server: every part `main.ts` starts, registered in one
+ * lifecycle (app-parts.ts). The parts up to the HTTP listener start here; `listen()` starts the rest.
+ * A part that fails to start releases every part already made.
+ */
 export async function createApp(config: ApiConfig, logger: Logger): Promise<HeraldApp> {
   // Before anything is opened: a wrong HERALD_CONSOLE_DIR stops the start at once.
   const consoleAssets = loadConsole(config, logger);
+  const metrics = createApiMetrics();
   const database = await createDatabase(config.database, {
+    onFastPathFallback: (path, reason) => {
+      metrics.fastPathFallback.labels(path).set(1);
+      logger.warn({ path, reason }, 'fast path off: embedded statements run unnamed (planned on every call)');
+    },
     onConnectionError: (error) => logger.warn({ err: error }, 'database connection lost; reconnecting on next query'),
     onEmbeddedCreated: (created) => {
       if (created.from === 'template') {
@@ -60,24 +79,38 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
       }
     },
   });
-  try {
-    const results = await migrateToLatest(database.db);
-    for (const result of results) logger.info({ migration: result.migrationName, status: result.status }, 'migration');
-  } catch (error) {
-    await database.close();
+  const lifecycle = createLifecycle({
+    onStopError: (part, error) => logger.warn({ err: error, part }, 'stopping a part failed'),
+  });
+  // Whatever fails from here on (a part's start, or wiring between starts) closes what was made.
+  return assemble(config, logger, { consoleAssets, metrics, database, lifecycle }).catch(async (error: unknown) => {
+    await lifecycle.stop().catch(() => {});
     throw error;
-  }
-  // Webhook signing secrets are sealed under this keyring (docs/operations.md, "Webhook encryption keys"): rows
-  // still in plaintext are sealed now, and a keyring that does not open what is stored stops the start.
-  let keyring: EncryptionKeyring;
-  try {
-    keyring = config.webhooks.encryptionKeys ?? loadOrCreateDevEncryptionKeys(config.dataDir);
-    const { sealed } = await prepareWebhookSecrets(database.db, keyring);
-    if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
-  } catch (error) {
-    await database.close();
-    throw error;
-  }
+  });
+}
+
+/** The parts after the database, registered in start order; the first ones are started. */
+async function assemble(
+  config: ApiConfig,
+  logger: Logger,
+  made: {
+    consoleAssets: ConsoleAssets | undefined;
+    metrics: ApiMetrics;
+    database: HeraldDatabase;
+    lifecycle: Lifecycle;
+  },
+): Promise<HeraldApp> {
+  const { consoleAssets, metrics, database, lifecycle } = made;
+  lifecycle.add(databasePart(database, logger));
+  const secrets = lifecycle.add(
+    webhookSecretsPart(
+      database,
+      () => config.webhooks.encryptionKeys ?? loadOrCreateDevEncryptionKeys(config.dataDir),
+      logger,
+    ),
+  );
+  await lifecycle.start();
+  const keyring = secrets.keyring;
 
   let devSecret: string | undefined;
   let key: TokenKeySource | undefined = config.auth.key;
@@ -91,12 +124,11 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     audience: config.auth.audience,
     onKeySourceError: (error) => logger.warn({ err: error }, 'JWT_JWKS_URL unreachable: answering AUTH_UNAVAILABLE'),
   });
-  const metrics = createApiMetrics();
   // --- webhooks -----------------------------------------------------------------------------------
   // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
   // runs in this process on the database-backed queue (embedded and single mode, README "Modes"). With Redis, separate
-  // dispatcher processes deliver and this process only writes the outbox. Made here, started below:
-  // publishes wake it in process (`wakeWebhookDispatcher`).
+  // dispatcher processes deliver and this process only writes the outbox. Publishes wake it in process
+  // (`wakeWebhookDispatcher`).
   const webhookDispatcher = config.redisUrl
     ? undefined
     : createEmbeddedDispatcher({
@@ -107,6 +139,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
         databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
         keyring,
       });
+  if (webhookDispatcher) lifecycle.add(webhookDispatcherPart(webhookDispatcher));
   // --- end webhooks -------------------------------------------------------------------------------
   const pubsub = createPubSubService({
     redisUrl: config.redisUrl,
@@ -118,16 +151,10 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     logger,
     metrics,
   });
-  try {
-    await pubsub.ready(REDIS_CONNECT_TIMEOUT_MS);
-  } catch (error) {
-    await Promise.all([pubsub.close(), database.close()]);
-    throw error;
-  }
+  lifecycle.add(pubsubPart(pubsub));
   const quotas = createQuotas(config, database, metrics, logger);
-  quotas.start();
-  // Its Redis connection, so the first requests are counted cluster-wide (meanwhile: this pod's share).
-  await quotas.connected(REDIS_CONNECT_TIMEOUT_MS);
+  lifecycle.add(quotasPart(quotas));
+  await lifecycle.start();
   const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
   const server = createServer({
     config: { ...config, webhooks: { ...config.webhooks, encryptionKeys: keyring } },
@@ -140,42 +167,18 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     // The console pre-fills the development token only in development: a production server never hands
     // out a token, even one it generated itself.
     console: { assets: consoleAssets, devToken: config.env === 'development' ? devToken : undefined },
+    readiness: () => lifecycle.readiness(),
   });
-  const { httpServer } = server;
-
-  await webhookDispatcher?.start(); // webhooks, see above
-
-  // Cluster mode: even out sockets across pods (see realtime/socket-rebalancer.ts and docs/scaling.md).
-  let rebalancer: SocketRebalancer | undefined;
+  // Started by `listen()`; stopped (in reverse: drain first) by `stop()` whether or not it listened.
+  const http = lifecycle.add(httpPart(server, config.http, logger));
   if (config.redisUrl && config.ws.rebalance) {
-    const redis = createRedisClient(config.redisUrl, {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      connectionName: 'herald-api-rebalance',
-    });
-    redis.on('error', (error: Error) => logger.debug({ err: error }, 'rebalance redis connection error'));
-    const rebalancing = createSocketRebalancer({
-      redis,
-      prefix: config.redisPrefix,
-      podId: `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
-      openSockets: () => server.webSockets.size,
-      shed: (count) => server.webSockets.shed(count),
-      logger,
-    });
-    rebalancer = {
-      ...rebalancing,
-      async stop() {
-        await rebalancing.stop();
-        redis.disconnect();
-      },
-    };
-    rebalancer.start();
+    lifecycle.add(socketRebalancerPart({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix }, server, logger));
   }
+  lifecycle.add(drainPart(server, config.http.drainDelayMs, logger));
 
-  let stopping: Promise<void> | undefined;
   return {
     yoga: server.yoga,
-    httpServer,
+    httpServer: server.httpServer,
     webSockets: server.webSockets,
     drain: server.drain,
     get draining() {
@@ -187,44 +190,12 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     quotas,
     devSecret,
     devToken,
-    listen() {
-      return new Promise((resolve, reject) => {
-        httpServer.once('error', reject);
-        httpServer.listen(config.http.port, config.http.host, () => {
-          httpServer.off('error', reject);
-          resolve(httpServer.address() as AddressInfo);
-        });
-      });
+    lifecycle,
+    async listen() {
+      await lifecycle.start();
+      return http.address as AddressInfo;
     },
-    stop() {
-      stopping ??= (async () => {
-        server.drain();
-        if (config.http.drainDelayMs > 0) {
-          logger.info({ drainDelayMs: config.http.drainDelayMs }, 'draining: /readiness answers 503, still serving');
-          await new Promise((resolve) => setTimeout(resolve, config.http.drainDelayMs));
-        }
-        await rebalancer?.stop();
-        const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
-        // Keep-alive connections become idle as their in-flight request finishes: close them as they do.
-        httpServer.closeIdleConnections();
-        const sweep = setInterval(() => httpServer.closeIdleConnections(), IDLE_SWEEP_INTERVAL_MS);
-        const timer = setTimeout(() => {
-          logger.warn('shutdown grace period over: cutting remaining connections');
-          httpServer.closeAllConnections();
-          server.webSockets.terminate();
-        }, config.http.shutdownGraceMs);
-        timer.unref();
-        await server.webSockets.close();
-        await closed;
-        clearInterval(sweep);
-        clearTimeout(timer);
-        await quotas.stop();
-        await pubsub.close();
-        await webhookDispatcher?.stop(); // webhooks: attempts in flight finish before the database closes
-        await database.close();
-      })();
-      return stopping;
-    },
+    stop: () => lifecycle.stop(),
   };
 }
 

@@ -8,6 +8,7 @@ import {
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga';
+import { LRUCache } from 'lru-cache';
 import type { Counter } from 'prom-client';
 import type { Context } from './context.js';
 import type { Logger } from './logger.js';
@@ -346,7 +347,11 @@ function isEligible(req: IncomingMessage, path: string, maxBodyBytes: number): b
   return contentLength !== undefined && CONTENT_LENGTH.test(contentLength) && Number(contentLength) <= maxBodyBytes;
 }
 
-const acceptVerdicts = new Map<string, boolean>();
+/**
+ * `Accept` value → verdict, least recently used dropped past the bound. A hit costs 13 ns of CPU here
+ * against 7 ns on a plain Map (`node --import tsx bench/cache-micro.ts`), once per request of tens of µs.
+ */
+const acceptVerdicts = new LRUCache<string, boolean>({ max: MAX_REMEMBERED_ACCEPTS });
 
 /**
  * Whether Yoga answers a (non-streamed) result to this `Accept` with `application/json`: its result
@@ -370,7 +375,7 @@ function acceptsJson(accept: string): boolean {
         break;
       }
     }
-    if (acceptVerdicts.size < MAX_REMEMBERED_ACCEPTS) acceptVerdicts.set(accept, verdict);
+    acceptVerdicts.set(accept, verdict);
   }
   return verdict;
 }

@@ -36,7 +36,16 @@ export interface ApiMetrics {
    * the code that built it), by event type: `herald_webhook_events_invalid_total{type}`.
    */
   webhookEventsInvalid: Counter<'type'>;
+  /**
+   * 1 when a fast path that reaches past a dependency's public API is off because the dependency's
+   * internals are not what it was written for (`path`: ws_frames, pglite_statements); 0 otherwise.
+   * See docs/development.md, "Upgrading dependencies".
+   */
+  fastPathFallback: Gauge<'path'>;
 }
+
+/** The `path` label values of `herald_fast_path_fallback`. */
+export const FAST_PATHS = ['ws_frames', 'pglite_statements'] as const;
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
 export const DELIVERY_ERROR_REASONS = ['publish_failed', 'send_failed'] as const;
@@ -61,6 +70,13 @@ export function createApiMetrics(): ApiMetrics {
     registers: [registry],
   });
   for (const type of WEBHOOK_EVENT_TYPES) webhookEventsInvalid.inc({ type }, 0);
+  const fastPathFallback = new Gauge({
+    name: 'herald_fast_path_fallback',
+    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements)",
+    labelNames: ['path'],
+    registers: [registry],
+  });
+  for (const path of FAST_PATHS) fastPathFallback.set({ path }, 0);
   return {
     registry,
     openSockets: new Gauge({
@@ -123,5 +139,6 @@ export function createApiMetrics(): ApiMetrics {
       registers: [registry],
     }),
     webhookEventsInvalid,
+    fastPathFallback,
   };
 }

@@ -1,6 +1,7 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import type { TokenVerifier } from '@herald/auth';
+import { notReady, type Readiness } from '@herald/config';
 import type { HeraldDatabase } from '@herald/db';
 import {
   createYoga,
@@ -9,6 +10,7 @@ import {
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga';
+import { databaseReadiness, pubsubReadiness } from './app-parts.js';
 import type { ConsoleAssets } from './console-assets.js';
 import { type Context, createContextBuilder, type TransportContext } from './context.js';
 import type { ApiConfig } from './env.js';
@@ -52,6 +54,12 @@ export interface ServerDeps {
   quotas: TenantQuotas;
   /** The operators' console at /console: its built files, and the token to pre-fill in development. */
   console?: { assets: ConsoleAssets | undefined; devToken?: string | undefined };
+  /**
+   * What `/readiness` answers: 200 when ready, else 503 with the reason. The app passes its lifecycle's
+   * readiness (app-parts.ts). Must not throw.
+   * @default draining, then Redis (`pubsub.readiness`), then a database ping
+   */
+  readiness?: () => Promise<Readiness>;
 }
 
 export interface HeraldServer {
@@ -74,6 +82,13 @@ export interface HeraldServer {
 export function createServer(deps: ServerDeps): HeraldServer {
   const { config, database, logger } = deps;
   let draining = false;
+  const readiness =
+    deps.readiness ??
+    (async (): Promise<Readiness> => {
+      if (draining) return notReady('draining');
+      const redis = pubsubReadiness(deps.pubsub);
+      return redis.ready ? databaseReadiness(database, logger) : redis;
+    });
   const buildContext = createContextBuilder({
     verifier: deps.verifier,
     db: database.db,
@@ -99,15 +114,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
         // 503 while draining, while PostgreSQL does not answer (bounded by the ping's timeout) and while
         // Redis is reconnecting: a load balancer then sends new work to a pod that can do it.
         check: async () => {
-          if (draining) return unready('draining');
-          if (!deps.pubsub.readiness) return unready('redis unreachable');
-          try {
-            await database.ping();
-            return true;
-          } catch (error) {
-            logger.warn({ err: error }, 'readiness: database unreachable');
-            return unready('database unreachable');
-          }
+          const answer = await readiness();
+          return answer.ready ? true : unready(answer.reason);
         },
       }),
     ),

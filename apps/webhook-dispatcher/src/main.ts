@@ -1,4 +1,3 @@
-import type { AddressInfo } from 'node:net';
 import {
   exitWithLines,
   handleShutdownSignals,
@@ -8,12 +7,9 @@ import {
   stdoutLogOutput,
 } from '@herald/config';
 import { registerLogDropMetric } from '@herald/config/log-output-metric';
-import { webhookRedisKeys } from '@herald/contracts';
-import { createDatabase, migrateToLatest } from '@herald/db';
-import { createDispatcher, createOutboxWakeListener, createRedisStreamQueue } from '@herald/webhook-engine';
+import { startDispatcherApp } from './app.js';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
-import { createOpsServer } from './ops-server.js';
 
 // Logs never block or throw, whatever their reader does (see log-output.ts in @herald/config).
 const logs = stdoutLogOutput();
@@ -27,75 +23,24 @@ const config = await Promise.resolve()
   });
 
 const logger = createLogger(config.logLevel, logs);
-// Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
-const database = await createDatabase({
-  kind: 'postgres',
-  url: config.databaseUrl,
-  poolMax: config.databasePoolMax,
-  preparedStatements: config.databasePreparedStatements,
-});
-try {
-  // Safe beside API pods doing the same: Kysely's migrator takes a lock. The dispatcher may start first.
-  await migrateToLatest(database.db);
-} catch (error) {
-  logger.fatal({ err: error }, 'database migration failed');
-  await exitWithLines([]);
-}
-const keys = webhookRedisKeys(config.redisPrefix);
-const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
-const dispatcher = createDispatcher({
-  db: database.db,
-  databaseUrl: config.databaseUrl,
-  queue,
-  logger,
-  settings: config.webhooks,
-  keyring: config.encryptionKeys,
+// Each part that fails to start has logged what failed, and what had started is closed.
+const app = await startDispatcherApp(config, logger, {
   onStep: (step) => {
     if (step === config.testCrashAt) process.kill(process.pid, 'SIGKILL');
   },
-});
-await dispatcher.start().catch((error: unknown) => {
-  logger.fatal({ err: error }, 'webhook dispatcher could not start');
-  return exitWithLines([]);
-});
-// API pods announce their publishPost commits on Redis (no NOTIFY there, see outbox-wake.ts).
-const wake = createOutboxWakeListener({
-  redisUrl: config.redisUrl,
-  channel: keys.outboxWakeChannel,
-  logger,
-  onWake: () => dispatcher.notifyOutbox(),
-});
-await wake.start().catch((error: unknown) => {
-  logger.fatal({ err: error }, 'could not subscribe to the outbox wake-up channel');
-  return exitWithLines([]);
-});
-
-registerLogDropMetric(dispatcher.metrics.registry, [logs, errors]);
-const ops = createOpsServer({ registry: dispatcher.metrics.registry, readiness: () => dispatcher.readiness() });
-await new Promise<void>((resolve, reject) => {
-  ops.once('error', reject);
-  ops.listen(config.http.port, config.http.host, () => resolve());
-}).catch((error: unknown) => {
-  logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
-  return exitWithLines([]);
-});
+}).catch(() => exitWithLines([]));
+registerLogDropMetric(app.registry, [logs, errors]);
 // Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
 // Installed before the ready line: whoever reads that line may signal at once, and a signal that comes
 // before a handler is installed ends the process on the spot.
 handleShutdownSignals({
-  stop: async () => {
-    ops.close();
-    await wake.stop();
-    await dispatcher.stop();
-    await queue.close();
-    await database.close();
-  },
+  stop: () => app.stop(),
   hardExitMs: config.http.shutdownGraceMs,
   beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), errors.flush(timeoutMs)]).then(() => {}),
   onEvent: shutdownEventLogger(logger),
 });
 
-const address = ops.address() as AddressInfo;
+const { address } = app;
 logger.info(
   { address: address.address, port: address.port, redisPrefix: config.redisPrefix },
   'herald webhook dispatcher ready',

@@ -1,5 +1,6 @@
 export * from './duration.js';
 export * from './encryption-keys.js';
+export * from './lifecycle.js';
 export * from './log-output.js';
 export * from './parse-env.js';
 export * from './redis-url.js';

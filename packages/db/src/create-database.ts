@@ -84,6 +84,12 @@ export interface DatabaseOptions {
    * @default nothing
    */
   onEmbeddedCreated?: (created: EmbeddedCreation) => void;
+  /**
+   * Called once when the embedded database's prepared statements are off because PGlite's internals are
+   * not what pglite-prepared-statements.ts was written for (statements then run unnamed, as PGlite's
+   * own `query` runs them). @default nothing
+   */
+  onFastPathFallback?: (path: 'pglite_statements', reason: string) => void;
 }
 
 /** How a new embedded data directory came to be, and how long that took (migrations excluded). */
@@ -124,7 +130,9 @@ export async function createDatabase(config: DatabaseConfig, options: DatabaseOp
   try {
     embedded =
       config.kind === 'embedded'
-        ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated))
+        ? withPglitePreparedStatements(await openEmbedded(config, options.onEmbeddedCreated), {
+            onFallback: (reason) => options.onFastPathFallback?.('pglite_statements', reason),
+          })
         : undefined;
   } catch (error) {
     lock?.release();

@@ -1,6 +1,13 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_PGLITE_PREPARED_STATEMENTS, withPglitePreparedStatements } from './pglite-prepared-statements.js';
+import {
+  checkPgliteInternals,
+  MAX_PGLITE_PREPARED_STATEMENTS,
+  PGLITE_VERSION,
+  withPglitePreparedStatements,
+} from './pglite-prepared-statements.js';
 
 let pglite: PGlite;
 
@@ -69,5 +76,46 @@ describe('PGlite prepared statements', () => {
     expect(statements).not.toContain(star);
     expect(statements.some((text) => text.includes('nope'))).toBe(false);
     expect(statements.length).toBeLessThanOrEqual(MAX_PGLITE_PREPARED_STATEMENTS);
+  });
+});
+
+describe("PGlite's internals", () => {
+  it('the installed PGlite is the version the prepared path was written for', () => {
+    const require = createRequire(import.meta.url);
+    // The package's `exports` hide package.json: found beside its resolved entry point.
+    const entry = require.resolve('@electric-sql/pglite');
+    const manifestPath = `${entry.slice(0, entry.lastIndexOf('/node_modules/@electric-sql/pglite/'))}/node_modules/@electric-sql/pglite/package.json`;
+    const manifest = JSON.parse(readFileSync(manifestPath, 'utf8')) as { name: string; version: string };
+    expect(manifest).toMatchObject({ name: '@electric-sql/pglite', version: PGLITE_VERSION });
+    const declared = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+    expect(declared.dependencies['@electric-sql/pglite']).toBe(PGLITE_VERSION);
+  });
+
+  it('finds what the prepared path calls, and names what is missing', () => {
+    expect(checkPgliteInternals(pglite)).toBeUndefined();
+    // As after an upgrade that renamed the lock.
+    const renamed = new Proxy(pglite, {
+      get: (target, key, receiver) => (key === '_runExclusiveQuery' ? undefined : Reflect.get(target, key, receiver)),
+    });
+    expect(checkPgliteInternals(renamed)).toBe('PGlite has no _runExclusiveQuery()');
+  });
+
+  it('when one is missing: says why once, and leaves PGlite to run every statement unnamed', async () => {
+    const plain = await PGlite.create('memory://');
+    try {
+      const reasons: string[] = [];
+      const wrapped = withPglitePreparedStatements(plain, {
+        check: () => 'PGlite has no _runExclusiveQuery()',
+        onFallback: (reason) => reasons.push(reason),
+      });
+      expect(reasons).toEqual(['PGlite has no _runExclusiveQuery()']);
+      await wrapped.exec('create table t (id int primary key)');
+      await wrapped.query('insert into t (id) values ($1)', [1]);
+      expect((await wrapped.query('select id from t where id = $1', [1])).rows).toEqual([{ id: 1 }]);
+      const statements = await wrapped.query('select statement from pg_prepared_statements');
+      expect(statements.rows).toEqual([]);
+    } finally {
+      await plain.close();
+    }
   });
 });

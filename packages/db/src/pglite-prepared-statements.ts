@@ -4,6 +4,57 @@ import { SELECTS_ALL_COLUMNS } from './prepared-statements.js';
 /** Distinct statements prepared per PGlite instance; later ones run unnamed, as every statement did before. */
 export const MAX_PGLITE_PREPARED_STATEMENTS = 200;
 
+/**
+ * The `@electric-sql/pglite` version this module was written and tested against (package.json pins it
+ * exactly). Besides the public protocol API it calls PGlite's `_checkReady`, `_runExclusiveTransaction`
+ * and `_runExclusiveQuery` (the locks its own `query` takes): an upgrade re-runs the tests named in
+ * docs/development.md, "Upgrading dependencies".
+ */
+export const PGLITE_VERSION = '0.4.6';
+
+/** What the prepared path calls on a PGlite instance, beyond its declared API. */
+interface PgliteInternals {
+  _checkReady(): Promise<void>;
+  _runExclusiveTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  _runExclusiveQuery<T>(fn: () => Promise<T>): Promise<T>;
+}
+
+/**
+ * Checks that `pglite` and PGlite's protocol helpers have everything the prepared path calls.
+ * @returns undefined when all is there, else what is missing
+ */
+export function checkPgliteInternals(pglite: PGlite): string | undefined {
+  const instance = pglite as unknown as Record<string, unknown>;
+  for (const method of [
+    '_checkReady',
+    '_runExclusiveTransaction',
+    '_runExclusiveQuery',
+    'execProtocolStream',
+    'isInTransaction',
+    'syncToFs',
+  ]) {
+    if (typeof instance[method] !== 'function') return `PGlite has no ${method}()`;
+  }
+  if (typeof instance.serializers !== 'object' || typeof instance.parsers !== 'object')
+    return 'PGlite has no serializers/parsers';
+  for (const step of ['parse', 'describe', 'bind', 'execute', 'sync'] as const) {
+    if (typeof protocol.serialize[step] !== 'function') return `PGlite's protocol.serialize has no ${step}()`;
+  }
+  if (typeof parse.parseDescribeStatementResults !== 'function' || typeof parse.parseResults !== 'function')
+    return "PGlite's parse has no parseDescribeStatementResults()/parseResults()";
+  return undefined;
+}
+
+export interface PglitePreparedStatementsOptions {
+  /**
+   * Told when PGlite's internals are not what this module needs: `query` is then left as PGlite's own
+   * (every statement unnamed, planned on each call). @default nothing
+   */
+  onFallback?: (reason: string) => void;
+  /** The internals check; tests replace it. @default {@link checkPgliteInternals} */
+  check?: (pglite: PGlite) => string | undefined;
+}
+
 interface Prepared {
   /** The statement's name in the embedded backend. */
   name: string;
@@ -28,9 +79,19 @@ interface Prepared {
  * options, statements selecting `*` (their result shape follows the table's; see prepared-statements.ts),
  * statements PGlite could not prepare (the unnamed call then raises the error), and every statement past the
  * first {@link MAX_PGLITE_PREPARED_STATEMENTS} distinct texts.
- * @returns the same instance, its `query` replaced
+ *
+ * This is the one module that reaches into PGlite: when {@link checkPgliteInternals} finds something
+ * missing, `query` is left alone and `onFallback` is told why (the API logs one warning and sets
+ * `herald_fast_path_fallback{path="pglite_statements"}` to 1).
+ * @returns the same instance, its `query` replaced (or untouched, on a fallback)
  */
-export function withPglitePreparedStatements(pglite: PGlite): PGlite {
+export function withPglitePreparedStatements(pglite: PGlite, options: PglitePreparedStatementsOptions = {}): PGlite {
+  const missing = (options.check ?? checkPgliteInternals)(pglite);
+  if (missing !== undefined) {
+    options.onFallback?.(missing);
+    return pglite;
+  }
+  const internals = pglite as unknown as PgliteInternals;
   const unnamed = pglite.query.bind(pglite) as PGlite['query'];
   /** Text → its prepared statement, or null when it is to run unnamed. */
   const statements = new Map<string, Prepared | null>();
@@ -75,9 +136,9 @@ export function withPglitePreparedStatements(pglite: PGlite): PGlite {
   const query = async <T>(text: string, params?: unknown[], options?: QueryOptions): Promise<Results<T>> => {
     if (!params || params.length === 0 || options !== undefined || statements.get(text) === null)
       return unnamed<T>(text, params, options);
-    await pglite._checkReady();
-    const result = await pglite._runExclusiveTransaction(() =>
-      pglite._runExclusiveQuery(async () => {
+    await internals._checkReady();
+    const result = await internals._runExclusiveTransaction(() =>
+      internals._runExclusiveQuery(async () => {
         let statement = statements.get(text);
         if (statement === undefined) {
           statement = await prepare(text);

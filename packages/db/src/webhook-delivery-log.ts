@@ -1,5 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { WEBHOOK_DELIVERY_ID_PREFIX, WEBHOOK_EVENT_ID_PREFIX, WEBHOOK_TEST_EVENT } from '@herald/contracts';
+import { newDeliveryId, newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { assertValidWebhookEvent } from './webhook-event-check.js';
@@ -85,7 +84,7 @@ export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpoint
 export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookEndpoint): Promise<WebhookDelivery> {
   return db.transaction().execute(async (trx) => {
     const created = new Date();
-    const eventId = `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
+    const eventId = newEventId();
     const body = JSON.stringify({
       id: eventId,
       type: WEBHOOK_TEST_EVENT,
@@ -114,7 +113,7 @@ export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookE
     return trx
       .insertInto('webhook_deliveries')
       .values({
-        id: `${WEBHOOK_DELIVERY_ID_PREFIX}${randomUUID().replaceAll('-', '')}`,
+        id: newDeliveryId(),
         event_id: eventId,
         endpoint_id: endpoint.id,
         org_id: endpoint.org_id,

@@ -1,5 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { WEBHOOK_ENDPOINT_DISABLED_EVENT, WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
+import { newEventId, WEBHOOK_ENDPOINT_DISABLED_EVENT } from '@herald/contracts';
 import DataLoader from 'dataloader';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
@@ -61,7 +60,7 @@ export async function disableWebhookEndpoint(
         .executeTakeFirst();
     }
     const disabledAt = disabled.disabled_at ?? new Date();
-    const id = `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
+    const id = newEventId();
     const body = JSON.stringify({
       id,
       type: WEBHOOK_ENDPOINT_DISABLED_EVENT,

@@ -1,14 +1,10 @@
-import { randomUUID } from 'node:crypto';
-import { WEBHOOK_EVENT_ID_PREFIX } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { assertValidWebhookEvent } from './webhook-event-check.js';
 import type { WebhookOutboxEvent } from './webhook-tables.js';
 
-/** A fresh event id, `evt_` and 32 hex digits. */
-export function newWebhookEventId(): string {
-  return `${WEBHOOK_EVENT_ID_PREFIX}${randomUUID().replaceAll('-', '')}`;
-}
+/** A fresh event id, `evt_` and 32 hex digits (@herald/contracts' generator, under its former name). */
+export { newEventId as newWebhookEventId } from '@herald/contracts';
 
 /**
  * The NOTIFY channel of outbox commits; the payload is the writer's `current_schema()`, so dispatchers

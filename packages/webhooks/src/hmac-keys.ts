@@ -1,4 +1,5 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import { standardWebhookKey } from './webhook-secret.js';
 
 /** Secrets whose keys are kept at most; past this, the least recently used is dropped. */
@@ -17,13 +18,24 @@ export interface HmacKeys {
   standard: KeyObject;
 }
 
-interface Cached {
-  keys: HmacKeys;
-  usedAt: number;
-}
+/** The clock of the call being served: `hmacKeysOf`'s `now`, read by the cache for its idle limit. */
+let clock = 0;
 
-/** In order of last use, least recent first (a hit moves its entry to the end). */
-const cache = new Map<string, Cached>();
+/**
+ * A hit refreshes both its recency and its idle time. `allowStale`, so that `rkeys()` yields the least
+ * recently used entry even when it is idle (lookups ask for fresh entries only, {@link FRESH_ONLY}).
+ * `ttlResolution: 0`: lru-cache would otherwise arm a timer on every lookup to cache the clock.
+ */
+const cache = new LRUCache<string, HmacKeys>({
+  max: MAX_CACHED_SECRETS,
+  ttl: CACHED_SECRET_IDLE_MS,
+  updateAgeOnGet: true,
+  allowStale: true,
+  ttlResolution: 0,
+  perf: { now: () => clock },
+});
+/** A secret idle past the limit is derived again when asked for (and its old entry dropped). */
+const FRESH_ONLY = { allowStale: false } as const;
 
 /**
  * The HMAC keys of a symmetric secret, derived once and kept while in use: a sender signs every
@@ -31,32 +43,27 @@ const cache = new Map<string, Cached>();
  * keys for each signature costs more than the HMACs of a small body. At most {@link MAX_CACHED_SECRETS}
  * secrets are kept, least recently used dropped first, and one unused for {@link CACHED_SECRET_IDLE_MS} is
  * dropped by a later call (for any secret: an idle process keeps what it has).
+ * A lookup costs 175 ns of CPU on lru-cache against 105 ns hand-made on a Map (`node --import tsx
+ * bench/cache-micro.ts`), next to microseconds for the HMACs it serves.
  * @param now the clock, for tests
  * @throws TypeError as {@link standardWebhookKey} (an empty secret, a `whsk_` signing key)
  */
 export function hmacKeysOf(secret: string, now = performance.now()): HmacKeys {
+  clock = now;
   // One look at the least recently used entry per call: idle ones drain while signing goes on.
-  const oldestSecret = cache.keys().next().value;
-  if (oldestSecret !== undefined && oldestSecret !== secret) {
-    const oldest = cache.get(oldestSecret);
-    if (oldest && now - oldest.usedAt > CACHED_SECRET_IDLE_MS) cache.delete(oldestSecret);
+  for (const oldest of cache.rkeys()) {
+    if (oldest !== secret && cache.getRemainingTTL(oldest) < 0) cache.delete(oldest);
+    break;
   }
-  let cached = cache.get(secret);
-  if (cached) {
-    cache.delete(secret);
-    cached.usedAt = now;
-  } else {
-    cached = {
-      keys: {
-        standard: createSecretKey(standardWebhookKey(secret)),
-        stripe: createSecretKey(Buffer.from(secret, 'utf8')),
-      },
-      usedAt: now,
+  let keys = cache.get(secret, FRESH_ONLY);
+  if (!keys) {
+    keys = {
+      standard: createSecretKey(standardWebhookKey(secret)),
+      stripe: createSecretKey(Buffer.from(secret, 'utf8')),
     };
-    if (cache.size >= MAX_CACHED_SECRETS) cache.delete(cache.keys().next().value as string);
+    cache.set(secret, keys);
   }
-  cache.set(secret, cached);
-  return cached.keys;
+  return keys;
 }
 
 /** Secrets whose keys are kept right now (tests, diagnostics). */

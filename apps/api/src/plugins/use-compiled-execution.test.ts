@@ -1,5 +1,7 @@
+import { createSchema, createYoga } from 'graphql-yoga';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
+import { createCompiledExecution } from './use-compiled-execution.js';
 
 let api: TestApi;
 let token: string;
@@ -27,4 +29,27 @@ it('runs the operation named, in a document holding several (one compilation per
   expect(await run(document, 'B')).toEqual({ data: { me: { name: 'Alice' } } });
   expect(await run(document, 'A')).toEqual({ data: { me: { id: 'alice' } } });
   expect(await run(document, 'B')).toEqual({ data: { me: { name: 'Alice' } } });
+});
+
+it('remembers at most `maxAccepted` documents, forgetting the least recently used first', async () => {
+  const compiled = createCompiledExecution({ maxAccepted: 2 });
+  const yoga = createYoga({
+    schema: createSchema({ typeDefs: 'type Query { a: Int, b: Int, c: Int }', resolvers: {} }),
+    plugins: [compiled.plugin],
+    logging: false,
+  });
+  const post = (query: string) =>
+    yoga.fetch('http://yoga/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query }),
+    });
+  const [a, b, c] = ['{ a }', '{ b }', '{ c }'];
+  await post(a);
+  await post(b);
+  expect(compiled.accepted(a, undefined)).toBeDefined(); // `a` is now the most recently used
+  await post(c);
+  expect(compiled.accepted(b, undefined)).toBeUndefined();
+  expect(compiled.accepted(a, undefined)).toBeDefined();
+  expect(compiled.accepted(c, undefined)).toBeDefined();
 });

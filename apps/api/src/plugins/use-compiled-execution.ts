@@ -2,9 +2,10 @@ import { makeExecute } from '@envelop/core';
 import type { DocumentNode, ExecutionArgs, ExecutionResult, GraphQLSchema, OperationDefinitionNode } from 'graphql';
 import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit';
 import type { Plugin } from 'graphql-yoga';
+import { LRUCache } from 'lru-cache';
 import type { TransportContext } from '../context.js';
 
-/** Documents the HTTP fast path may run without Yoga; past this the oldest is forgotten. */
+/** Documents the HTTP fast path may run without Yoga; past this the least recently used is forgotten. */
 export const MAX_ACCEPTED_QUERIES = 500;
 
 /** A document Yoga parsed and validated with every rule, ready to run compiled. */
@@ -38,7 +39,9 @@ export interface AcceptedQuery {
 export function createCompiledExecution(options: { maxAccepted?: number } = {}) {
   const maxAccepted = options.maxAccepted ?? MAX_ACCEPTED_QUERIES;
   const compilations = new WeakMap<DocumentNode, Map<string | undefined, CompiledQuery | null>>();
-  const accepted = new Map<string, AcceptedQuery>();
+  // A hit costs 19 ns of CPU here against 10 ns on a plain Map (`node --import tsx bench/cache-micro.ts`),
+  // once per fast-path request of tens of µs; in exchange the documents in use stay.
+  const accepted = new LRUCache<string, AcceptedQuery>({ max: maxAccepted });
   const finished = new WeakMap<object, ExecutionResult>();
 
   const compiledFor = (schema: GraphQLSchema, document: DocumentNode, operationName: string | undefined) => {
@@ -70,7 +73,6 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
     if (operations.length !== 1) return;
     const operation = operations[0] as OperationDefinitionNode;
     if (operation.operation === 'subscription') return;
-    if (accepted.size >= maxAccepted) accepted.delete(accepted.keys().next().value!);
     accepted.set(query, { document, operationName: operation.name?.value, compiled });
   };
 

@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
-import { DEFAULT_REDIS_PREFIX, webhookRedisKeys } from '@herald/contracts';
+import { DEFAULT_REDIS_PREFIX, newEventId, webhookRedisKeys } from '@herald/contracts';
 import { type Database, handPostEventToRelay, type Post } from '@herald/db';
 import { createOutboxWakePublisher, type OutboxWakePublisher } from '@herald/webhook-engine';
 import type { Kysely } from 'kysely';
@@ -274,7 +273,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       }
       if (!closed) await waitForRelay();
     },
-    async publishPostPublished(post, eventId = `evt_${randomUUID().replaceAll('-', '')}`) {
+    async publishPostPublished(post, eventId = newEventId()) {
       const [outcome] = await history.append([toPostPublishedEvent(post, eventId)]);
       if (!outcome) throw new Error('unreachable: one outcome per event');
       if (outcome.ok) metrics.eventsPublished.inc();

@@ -1,10 +1,11 @@
-import type { Socket } from 'node:net';
 import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
 import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
 import type { WebSocket } from 'ws';
 import type { Context } from '../context.js';
 import { SubscriptionInterruptedError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import { createDirectFrames, type DirectFrames } from './ws-direct-frames.js';
 
 /**
  * Shared execution for subscriptions whose results cannot differ between subscribers.
@@ -55,6 +56,8 @@ interface Position {
 }
 
 export interface SubscriptionGroups {
+  /** Frames written straight to a TCP socket (ws-direct-frames.ts), not through `ws.send`: read by tests. */
+  readonly directFrames: number;
   /**
    * The key under which `document` + `variables` may share execution, or undefined when the selection
    * touches anything viewer-dependent (then the caller uses the stock path). Leave a resume cursor out
@@ -102,10 +105,9 @@ interface Registry {
   metrics: ApiMetrics;
   maxBufferedBytes: number;
   onSendError: (error?: Error | null) => void;
+  /** Writes each member's frame (ws-direct-frames.ts: straight to the TCP socket when ws allows). */
+  frames: DirectFrames;
 }
-
-/** ws send options of a `next` frame ws frames itself: a text frame (UTF-8 JSON), not compressed. */
-const TEXT_FRAME = { binary: false, compress: false } as const;
 
 /** One function for every frame (called only on a failed write): no closure per send. */
 function countSendError(this: ApiMetrics, error?: Error | null) {
@@ -334,7 +336,7 @@ async function pump(registry: Registry, group: Group) {
  * corked two-buffer writev (bench/results/PROFILE.md).
  */
 function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
-  const { metrics, maxBufferedBytes, onSendError } = registry;
+  const { metrics, maxBufferedBytes, onSendError, frames } = registry;
   const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
   const event = group.context.event;
   group.context.event = undefined;
@@ -353,7 +355,7 @@ function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
       socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
       continue;
     }
-    sendNext(socket, member.head, member.headBytes, suffix, onSendError);
+    frames.send(socket, member.head, member.headBytes, suffix, onSendError);
     sent += 1;
   }
   group.last = position;
@@ -361,69 +363,24 @@ function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
   if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
 }
 
-/** The parts of a server-side `ws` WebSocket that a frame written past `send` must respect. */
-interface WsInternals {
-  _socket?: Socket | null;
-  _sender?: { _state: number; _queue: unknown[]; _firstFragment: boolean } | null;
-}
-
-/** ws's Sender state when nothing is queued behind a compression or a Blob read. */
-const SENDER_IDLE = 0;
-/** First byte of an unmasked, unfragmented WebSocket text frame: FIN + opcode 1 (RFC 6455 §5.2). */
-const FIN_TEXT = 0x81;
-
-/**
- * Sends the text message `head` + `suffix` (`headBytes`: head's UTF-8 length). When ws's sender is idle
- * (no compression or Blob read queued, not inside a fragmented message), the complete frame is written
- * to the TCP socket directly, byte for byte what `ws.send(data, { binary: false, compress: false })`
- * would write; otherwise (and for anything that is not a real `ws` socket) through `ws.send`, so frames
- * never overtake each other.
- */
-function sendNext(
-  socket: WebSocket,
-  head: string,
-  headBytes: number,
-  suffix: Buffer,
-  onSendError: (error?: Error | null) => void,
-) {
-  const length = headBytes + suffix.length;
-  const internals = socket as unknown as WsInternals;
-  const tcp = internals._socket;
-  const sender = internals._sender;
-  if (!tcp || !sender || sender._state !== SENDER_IDLE || sender._queue.length > 0 || !sender._firstFragment) {
-    const data = Buffer.allocUnsafe(length);
-    data.write(head, 0, 'utf8');
-    data.set(suffix, headBytes);
-    socket.send(data, TEXT_FRAME, onSendError);
-    return;
-  }
-  const headerBytes = length < 126 ? 2 : length < 65_536 ? 4 : 10;
-  const frame = Buffer.allocUnsafe(headerBytes + length);
-  frame[0] = FIN_TEXT;
-  if (headerBytes === 2) frame[1] = length;
-  else if (headerBytes === 4) {
-    frame[1] = 126;
-    frame.writeUInt16BE(length, 2);
-  } else {
-    frame[1] = 127;
-    frame.writeUInt32BE(Math.floor(length / 2 ** 32), 2);
-    frame.writeUInt32BE(length >>> 0, 6);
-  }
-  frame.write(head, headerBytes, 'utf8');
-  frame.set(suffix, headerBytes + headBytes);
-  tcp.write(frame, onSendError);
-}
-
 export function createSubscriptionGroups(deps: {
   schema: GraphQLSchema;
   metrics: ApiMetrics;
   maxBufferedBytes: number;
+  /** Told, once, when frames cannot be written past `ws.send` (ws-direct-frames.ts). @default nothing logged */
+  logger?: Pick<Logger, 'warn'>;
 }): SubscriptionGroups {
   const registry: Registry = {
     groups: new Map(),
     metrics: deps.metrics,
     maxBufferedBytes: deps.maxBufferedBytes,
     onSendError: countSendError.bind(deps.metrics),
+    frames: createDirectFrames({
+      onFallback: (reason) => {
+        deps.metrics.fastPathFallback.labels('ws_frames').set(1);
+        deps.logger?.warn({ path: 'ws_frames', reason }, 'fast path off: subscription frames go through ws.send');
+      },
+    }),
   };
   const shareable = new WeakMap<DocumentNode, boolean>();
 
@@ -437,6 +394,9 @@ export function createSubscriptionGroups(deps: {
   }
 
   return {
+    get directFrames() {
+      return registry.frames.directFrames;
+    },
     keyFor(document, operationName, query, variables) {
       if (!isShareable(document)) return undefined;
       return `${operationName ?? ''}\u0000${query}\u0000${JSON.stringify(variables ?? {})}`;

@@ -325,6 +325,7 @@ describe('postPublished delivery (real graphql-ws client)', () => {
     const tagged = subscribe(alice, { orgId: 'org-a', tags: ['a', 'b'] });
     const other = subscribe(bob, { orgId: 'org-b' });
     await waitForActiveSubscriptions(3);
+    const directBefore = api.app.webSockets.directFrames;
 
     await publish(alice, 'org-a', 'untagged');
     await publish(alice, 'org-a', 'tagged c', ['c']);
@@ -340,6 +341,8 @@ describe('postPublished delivery (real graphql-ws client)', () => {
     });
     expect((await tagged.next()).data.postPublished.title).toBe('tagged b');
     expect((await other.next()).data.postPublished.title).toBe('bob news');
+    // Each of the five frames took the direct path (ws-direct-frames.ts), not ws.send.
+    expect(api.app.webSockets.directFrames - directBefore).toBe(5);
   });
 
   it('runs each event as a fresh execution: an author renamed between events shows the new name', async () => {

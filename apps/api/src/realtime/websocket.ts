@@ -69,6 +69,8 @@ export interface HeraldWebSocketServer {
   readonly size: number;
   /** Groups of subscriptions currently sharing execution. */
   readonly sharedGroups: number;
+  /** Shared-execution frames written straight to the TCP socket (ws-direct-frames.ts): read by tests. */
+  readonly directFrames: number;
 }
 
 /**
@@ -89,6 +91,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     schema: yoga.getEnveloped().schema,
     metrics,
     maxBufferedBytes: MAX_BUFFERED_BYTES,
+    logger,
   });
   // Herald's own socket class carries the per-socket state (graphql-ws-adapter.ts).
   const wss = new WebSocketServer({
@@ -345,6 +348,9 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
     },
     get sharedGroups() {
       return groups.size;
+    },
+    get directFrames() {
+      return groups.directFrames;
     },
   };
 }

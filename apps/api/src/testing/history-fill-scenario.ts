@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createRedisClient } from '@herald/config/redis';
-import { type HistoryEntry, type PostPublishedEventV1, subscriptionRedisKeys } from '@herald/contracts';
+import { type HistoryEntry, newEventId, type PostPublishedEventV1, subscriptionRedisKeys } from '@herald/contracts';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { pino } from 'pino';
 import { createRedisHistory } from '../realtime/redis-history.js';
@@ -25,7 +25,7 @@ async function until(what: string, check: () => boolean): Promise<void> {
 const event = (n: number): PostPublishedEventV1 =>
   ({
     v: 1,
-    eventId: `evt_${randomUUID()}`,
+    eventId: newEventId(),
     orgId,
     post: {
       id: `post-${n}`,

@@ -1,0 +1,135 @@
+import type { AddressInfo } from 'node:net';
+import { createLifecycle, type Lifecycle, type LifecyclePart, notReady, READY } from '@herald/config';
+import { webhookRedisKeys } from '@herald/contracts';
+import { createDatabase, migrateToLatest } from '@herald/db';
+import {
+  createDispatcher,
+  createOutboxWakeListener,
+  createRedisStreamQueue,
+  type DispatcherStep,
+} from '@herald/webhook-engine';
+import type { Registry } from 'prom-client';
+import type { DispatcherConfig } from './env.js';
+import type { Logger } from './logger.js';
+import { createOpsServer } from './ops-server.js';
+
+export interface DispatcherApp {
+  /** The parts, in start order: database, queue, dispatcher, outbox-wake, ops-http. */
+  lifecycle: Lifecycle;
+  /** The dispatcher's metrics, served on `/metrics`. */
+  registry: Registry;
+  /** Where the ops server listens. */
+  address: AddressInfo;
+  /** Stops the parts in reverse order (the ops server first, the database last). Idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the webhook dispatcher app: migrates the database, starts the dispatcher on the Redis stream,
+ * listens for the API pods' outbox wake-ups, and serves `/health`, `/readiness` and `/metrics`.
+ * Each part that fails to start logs one fatal line naming what failed; everything already opened is
+ * closed before the error is rethrown.
+ */
+export async function startDispatcherApp(
+  config: DispatcherConfig,
+  logger: Logger,
+  options: { onStep?: (step: DispatcherStep) => void } = {},
+): Promise<DispatcherApp> {
+  const lifecycle = createLifecycle({
+    onStopError: (part, error) => logger.warn({ err: error, part }, 'stopping a part failed'),
+  });
+  /** Adds `part` and starts it; a failure is logged as `failure` and rethrown (everything released). */
+  const start = async (part: LifecyclePart, failure: string) => {
+    lifecycle.add(part);
+    await lifecycle.start().catch((error: unknown) => {
+      logger.fatal({ err: error }, failure);
+      throw error;
+    });
+  };
+
+  // Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
+  const database = await createDatabase({
+    kind: 'postgres',
+    url: config.databaseUrl,
+    poolMax: config.databasePoolMax,
+    preparedStatements: config.databasePreparedStatements,
+  }).catch((error: unknown) => {
+    logger.fatal({ err: error }, 'database could not be opened');
+    throw error;
+  });
+  await start(
+    {
+      name: 'database',
+      // Safe beside API pods doing the same: Kysely's migrator takes a lock. The dispatcher may start first.
+      start: async () => void (await migrateToLatest(database.db)),
+      stop: () => database.close(),
+      // The dispatcher's readiness pings it.
+      readiness: () => READY,
+    },
+    'database migration failed',
+  );
+
+  const keys = webhookRedisKeys(config.redisPrefix);
+  const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
+  lifecycle.add({ name: 'queue', start() {}, stop: () => queue.close(), readiness: () => READY });
+  const dispatcher = createDispatcher({
+    db: database.db,
+    databaseUrl: config.databaseUrl,
+    queue,
+    logger,
+    settings: config.webhooks,
+    keyring: config.encryptionKeys,
+    onStep: options.onStep,
+  });
+  await start(
+    {
+      name: 'dispatcher',
+      start: () => dispatcher.start(),
+      stop: () => dispatcher.stop(),
+      // Running, not stopping, and the database and the queue answer.
+      readiness: async () => ((await dispatcher.readiness()) ? READY : notReady('dispatcher not ready')),
+    },
+    'webhook dispatcher could not start',
+  );
+
+  // API pods announce their publishPost commits on Redis (no NOTIFY there, see outbox-wake.ts).
+  const wake = createOutboxWakeListener({
+    redisUrl: config.redisUrl,
+    channel: keys.outboxWakeChannel,
+    logger,
+    onWake: () => dispatcher.notifyOutbox(),
+  });
+  await start(
+    { name: 'outbox-wake', start: () => wake.start(), stop: () => wake.stop(), readiness: () => READY },
+    'could not subscribe to the outbox wake-up channel',
+  );
+
+  const ops = createOpsServer({
+    registry: dispatcher.metrics.registry,
+    readiness: async () => (await lifecycle.readiness()).ready,
+  });
+  await start(
+    {
+      name: 'ops-http',
+      start: () =>
+        new Promise<void>((resolve, reject) => {
+          ops.once('error', reject);
+          ops.listen(config.http.port, config.http.host, () => {
+            ops.off('error', reject);
+            resolve();
+          });
+        }),
+      // Stops accepting; open probe connections are not waited for (as before: a probe is short).
+      stop: () => void ops.close(),
+      readiness: () => READY,
+    },
+    `cannot listen on ${config.http.host}:${config.http.port}`,
+  );
+
+  return {
+    lifecycle,
+    registry: dispatcher.metrics.registry,
+    address: ops.address() as AddressInfo,
+    stop: () => lifecycle.stop(),
+  };
+}

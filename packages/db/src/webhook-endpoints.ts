@@ -13,6 +13,8 @@ export interface NewWebhookEndpointInput {
   secret: string;
   /** Seals the secret (its first key); the plaintext never reaches the database. */
   keyring: SecretKeyring;
+  /** Attempts per second at most, across every dispatcher. @default null (no limit) */
+  rateLimitPerSecond?: number | null;
 }
 
 /** Registers an endpoint with its first signing secret (sealed), atomically. */
@@ -28,6 +30,7 @@ export async function insertWebhookEndpoint(
         org_id: input.orgId,
         url: input.url,
         event_types: [...new Set(input.eventTypes)],
+        rate_limit_per_second: input.rateLimitPerSecond ?? null,
       })
       .returningAll()
       .executeTakeFirstOrThrow();
@@ -81,6 +84,27 @@ export async function deleteWebhookEndpoint(
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
   return result.numUpdatedRows > 0n;
+}
+
+/**
+ * Sets (or, with null, clears) an endpoint's rate limit; dispatchers apply it from their next claim or
+ * record of the endpoint.
+ * @param orgIds the organisations the caller may act on; an endpoint outside them is treated as absent
+ * @returns the endpoint, or undefined when there is none
+ */
+export async function setWebhookEndpointRateLimit(
+  db: Kysely<Database>,
+  input: { id: string; orgIds: readonly string[]; rateLimitPerSecond: number | null },
+): Promise<WebhookEndpoint | undefined> {
+  if (input.orgIds.length === 0) return undefined;
+  return db
+    .updateTable('webhook_endpoints')
+    .set({ rate_limit_per_second: input.rateLimitPerSecond })
+    .where('id', '=', input.id)
+    .where('org_id', 'in', [...input.orgIds])
+    .where('deleted_at', 'is', null)
+    .returningAll()
+    .executeTakeFirst();
 }
 
 export interface RotateSecretInput {

@@ -18,6 +18,8 @@ export interface WebhookEndpointsTable {
   paused_until: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** Set when the endpoint was deleted; its rows are purged in bounded batches in the background. */
   deleted_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** Attempts per second at most, across every dispatcher; null: no limit. */
+  rate_limit_per_second: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';

@@ -8,6 +8,7 @@ import {
   stdoutLogOutput,
 } from '@herald/config';
 import { registerLogDropMetric } from '@herald/config/log-output-metric';
+import { createRedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
 import { createDispatcher, createOutboxWakeListener, createRedisStreamQueue } from '@herald/webhook-engine';
@@ -43,8 +44,14 @@ try {
 }
 const keys = webhookRedisKeys(config.redisPrefix);
 const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
+// The throttles shared by every dispatcher (endpoints' rate limits, organisations' attempts in flight)
+// get a client of their own, with the offline queue off: while Redis is away a throttle answers from
+// this dispatcher's local share at once instead of waiting behind a queue of retried commands.
+const throttlesRedis = createRedisClient(config.redisUrl, { enableOfflineQueue: false });
+throttlesRedis.on('error', (error) => logger.warn({ err: error }, 'redis connection error (webhook throttles)'));
 const dispatcher = createDispatcher({
   db: database.db,
+  throttles: { redis: throttlesRedis, keys },
   databaseUrl: config.databaseUrl,
   queue,
   logger,
@@ -88,6 +95,7 @@ handleShutdownSignals({
     await wake.stop();
     await dispatcher.stop();
     await queue.close();
+    throttlesRedis.disconnect();
     await database.close();
   },
   hardExitMs: config.http.shutdownGraceMs,

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import type { RedisClient } from '@herald/config/redis';
+import type { WebhookRedisKeys } from '@herald/contracts';
 import { countRetryBacklog, type Database, prepareWebhookSecrets, type SecretKeyring } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
@@ -8,7 +10,9 @@ import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
 import { createAttemptGate } from './attempt-gate.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
+import { createDispatcherPresence } from './dispatcher-presence.js';
 import { createEndpointLanes, type EndpointLanes } from './endpoint-lanes.js';
+import { createEndpointRate } from './endpoint-rate.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
 import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
@@ -80,6 +84,13 @@ export interface DispatcherDeps {
    * holding plaintext and rejects (naming the variable) when the keyring does not open what is stored.
    */
   keyring: SecretKeyring;
+  /**
+   * Cluster mode: where the throttles shared by every dispatcher live (endpoints' rate limits,
+   * organisations' attempts in flight). A client of its own is best, with the offline queue off so a
+   * throttle answers from its local share at once while Redis is away. @default none: every throttle
+   * counts in this process only (embedded mode: the only dispatcher)
+   */
+  throttles?: { redis: RedisClient; keys: WebhookRedisKeys };
   /** The name in the consumer group. @default `<hostname>-<pid>-<random>` */
   consumerName?: string;
   /** Where the metrics are registered. @default a new registry */
@@ -168,6 +179,21 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     deps.registry,
   );
+  const presence = deps.throttles
+    ? createDispatcherPresence({
+        redis: deps.throttles.redis,
+        key: deps.throttles.keys.dispatchers,
+        consumerName,
+        logger,
+      })
+    : undefined;
+  const rate = createEndpointRate({
+    redis: deps.throttles?.redis,
+    keys: deps.throttles?.keys,
+    dispatchers: () => presence?.count() ?? 1,
+    onThrottled: () => metrics.throttled.inc({ reason: 'endpoint_rate' }),
+    logger,
+  });
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;
@@ -229,6 +255,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       const { sealed } = await prepareWebhookSecrets(db, deps.keyring);
       if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
       await queue.init();
+      await presence?.start();
       deliverer = createDeliverer({
         timeoutMs: settings.timeoutMs,
         policy: { allowPrivateUrls: settings.allowPrivateUrls },
@@ -252,6 +279,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       lanes = createEndpointLanes({
         attempter,
         gate,
+        rate,
         running: () => state === 'running',
         endpointCap: endpointConcurrency,
         leaseMs,
@@ -284,6 +312,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         // Lanes end once their POSTs in flight are recorded; those records settle (durable, dead letters
         // streamed) here.
         await lanes?.drain();
+        // After the lanes: one held back by a rate limit winds down on its next wake-up.
+        rate.stop();
+        await presence?.stop();
         await attempter?.drain();
         await deliverer?.close();
         secrets.clear();

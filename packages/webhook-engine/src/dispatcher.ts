@@ -7,13 +7,15 @@ import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
-import { createAttemptGate } from './attempt-gate.js';
+import { type AttemptGate, createAttemptGate } from './attempt-gate.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
 import { createDispatcherPresence } from './dispatcher-presence.js';
 import { createEndpointLanes, type EndpointLanes } from './endpoint-lanes.js';
 import { createEndpointRate } from './endpoint-rate.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
+import { createOrgCaps } from './org-caps.js';
+import { createOrgPermits } from './org-permits.js';
 import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
@@ -52,8 +54,9 @@ export interface DispatcherSettings {
    */
   concurrency?: number;
   /**
-   * Attempts in flight at once for one organisation in this dispatcher
-   * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); 0: no cap. @default 100
+   * Attempts in flight at once for one organisation, across all dispatchers sharing `throttles` (in this
+   * dispatcher alone without them) (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); an organisation's override in
+   * `organization_limits` replaces it; 0: no cap. @default 100
    */
   orgConcurrency?: number;
   /** Attempts in flight per endpoint at once, across all dispatchers (enforced at the claim). @default 10 */
@@ -148,8 +151,6 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const logger = deps.logger.child({ consumer: consumerName });
   const concurrency = settings.concurrency ?? 200;
   const endpointConcurrency = settings.endpointConcurrency ?? 10;
-  // Every lane's POSTs take permits here: the dispatcher's cap holds, and organisations take turns.
-  const gate = createAttemptGate({ concurrency, orgConcurrency: settings.orgConcurrency ?? 100 });
   const pollIntervalMs = settings.pollIntervalMs ?? 500;
   const batchSize = settings.batchSize ?? 200;
   // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
@@ -187,6 +188,37 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         logger,
       })
     : undefined;
+  // Every lane's POSTs take permits here: the dispatcher's cap holds, organisations take turns, and
+  // each organisation's own cap holds across dispatchers through the permits it holds in Redis.
+  const orgCaps = createOrgCaps({
+    db,
+    defaultCap: settings.orgConcurrency ?? 100,
+    onChange: () => gate.refresh(),
+    logger,
+  });
+  const permits = createOrgPermits({
+    redis: deps.throttles?.redis,
+    keys: deps.throttles?.keys,
+    consumerName,
+    leaseMs,
+    capOf: (orgId) => orgCaps.capOf(orgId),
+    onChange: () => gate.refresh(),
+    dispatchers: () => presence?.count() ?? 1,
+    inUse: (orgId) => gate.inFlight(orgId),
+    waiting: (orgId) => gate.waiting(orgId),
+    logger,
+  });
+  const gate: AttemptGate = createAttemptGate({
+    concurrency,
+    orgConcurrency: 0,
+    orgLimit: (orgId) => permits.limit(orgId),
+    onOrgShort: (orgId, demand) => permits.want(orgId, demand),
+    onOrgRelease: (orgId) => permits.released(orgId),
+    // Not while its cap is first read (a database round trip): that is no throttle.
+    onOrgThrottled: (orgId) => {
+      if (orgCaps.capOf(orgId) !== undefined) metrics.throttled.inc({ reason: 'org_in_flight' });
+    },
+  });
   const rate = createEndpointRate({
     redis: deps.throttles?.redis,
     keys: deps.throttles?.keys,
@@ -256,6 +288,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
       await queue.init();
       await presence?.start();
+      permits.start();
       deliverer = createDeliverer({
         timeoutMs: settings.timeoutMs,
         policy: { allowPrivateUrls: settings.allowPrivateUrls },
@@ -314,6 +347,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         await lanes?.drain();
         // After the lanes: one held back by a rate limit winds down on its next wake-up.
         rate.stop();
+        await permits.stop();
         await presence?.stop();
         await attempter?.drain();
         await deliverer?.close();

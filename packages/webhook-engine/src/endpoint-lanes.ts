@@ -64,6 +64,11 @@ interface Lane {
   rate: number | null;
   /** Over its rate limit: waits for the limiter's wake-up, starts nothing meanwhile. */
   rateHeld: boolean;
+  /**
+   * A send taken from the rate limiter and not used yet (the gate had no permit). At most one per
+   * lane: a 10 s window may see one more per lane than the limiter granted in it.
+   */
+  sendTaken: boolean;
   waiting: Waiting[];
   /** Held, not started. */
   ready: ClaimedDelivery[];
@@ -196,13 +201,13 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       // organisation's line and is pumped again when one is reserved for it.
       // An endpoint with a rate limit also takes a send from its limiter first; refused, the lane holds
       // what it has (its records keep renewing the leases) and is pumped again when a send may be free.
-      while (
-        lane.ready.length > 0 &&
-        lane.flight.size < lane.slots &&
-        !lane.rateHeld &&
-        withinRate(lane) &&
-        gate.tryAcquire(lane.gate)
-      ) {
+      // A send taken while the gate has no permit is kept for the lane's next start: given up, the two
+      // waits (both may need a round trip to Redis) could keep missing each other.
+      while (lane.ready.length > 0 && lane.flight.size < lane.slots && !lane.rateHeld) {
+        if (!lane.sendTaken && !withinRate(lane)) break;
+        lane.sendTaken = true;
+        if (!gate.tryAcquire(lane.gate)) break;
+        lane.sendTaken = false;
         start(lane, lane.ready.shift()!);
       }
     }
@@ -241,8 +246,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   }
 
   /**
-   * Whether the lane's endpoint may take one more send now. A send taken here and then not used (the
-   * gate had no permit) is lost to the endpoint's rate: less throughput, never more than the limit.
+   * Whether the lane's endpoint may take one more send now (always, without a rate limit).
    */
   function withinRate(lane: Lane): boolean {
     if (!rate || lane.rate === null) return true;
@@ -366,6 +370,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.slots = claimed.length;
     lane.url = claimed[0]?.url;
     lane.rate = claimed[0]?.rateLimitPerSecond ?? null;
+    // A send kept from an earlier run would be late now: given up (less throughput, never more).
+    lane.sendTaken = false;
     // An endpoint belongs to one organisation.
     if (claimed[0]) lane.gate.orgId = claimed[0].orgId;
     lane.renewedAt = claimedAt;
@@ -450,6 +456,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           url: undefined,
           rate: null,
           rateHeld: false,
+          sendTaken: false,
           waiting: [{ item, done, failed }],
           ready: [],
           flight: new Set(),

@@ -81,9 +81,11 @@
  * Throttles. An endpoint's rate limit (endpoint-rate.ts) and its organisation's attempts in flight
  * across dispatchers (org-permits.ts) are checked by the lane right before each POST, like the slots.
  * A lane held back by either starts nothing and keeps what it holds: its records go on renewing the
- * a-leases (it is woken at least once a second to do so), so a wait changes no row, counts no attempt
- * and never fails or kills a delivery; a dispatcher that dies while holding them leaves them to expire
- * and come back through step 2, as with any crash. No statement here knows about either throttle.
+ * a-leases (held back by a rate, it is woken at least once a second; waiting for a permit, when one is
+ * handed to it, and its renewal then finds out whatever lapsed meanwhile), so a wait changes no row,
+ * counts no attempt and never fails or kills a delivery; a lease that lapsed while it waited, or a
+ * dispatcher that dies, leaves the deliveries to come back through step 2, as with any crash. No
+ * statement here knows about either throttle.
  *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are

@@ -4,8 +4,9 @@ import { hostname } from 'node:os';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import type { EncryptionKeyring } from '@herald/config';
 import { createRedisClient } from '@herald/config/redis';
+import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, type HeraldDatabase, migrateToLatest, prepareWebhookSecrets } from '@herald/db';
-import { createEmbeddedDispatcher } from '@herald/webhook-engine';
+import { countOrgPermits, createEmbeddedDispatcher, type Dispatcher } from '@herald/webhook-engine';
 import { type ConsoleAssets, findConsoleDir, loadConsoleAssets } from './console-assets.js';
 import { loadOrCreateDevEncryptionKeys, loadOrCreateDevSecret, signDevToken } from './dev-credentials.js';
 import type { ApiConfig } from './env.js';
@@ -124,7 +125,7 @@ export async function createApp(config: ApiConfig, logger: Logger): Promise<Hera
     await Promise.all([pubsub.close(), database.close()]);
     throw error;
   }
-  const quotas = createQuotas(config, database, metrics, logger);
+  const quotas = createQuotas(config, database, metrics, logger, webhookDispatcher);
   quotas.start();
   // Its Redis connection, so the first requests are counted cluster-wide (meanwhile: this pod's share).
   await quotas.connected(REDIS_CONNECT_TIMEOUT_MS);
@@ -240,6 +241,7 @@ function createQuotas(
   database: HeraldDatabase,
   metrics: ApiMetrics,
   logger: Logger,
+  webhookDispatcher: Dispatcher | undefined,
 ): TenantQuotas & { connected(timeoutMs: number): Promise<void> } {
   let redis: ReturnType<typeof createRedisClient> | undefined;
   if (config.redisUrl) {
@@ -260,6 +262,12 @@ function createQuotas(
     logger,
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
+    // The in-process dispatcher counts its own; with Redis, the permits the dispatcher processes hold.
+    webhookAttemptsInFlight: webhookDispatcher
+      ? (orgId) => webhookDispatcher.attemptsInFlight(orgId)
+      : redis
+        ? (orgId) => countOrgPermits(redis, webhookRedisKeys(config.redisPrefix), orgId)
+        : undefined,
   });
   const stop = quotas.stop;
   // The quotas' own Redis connection closes with them.

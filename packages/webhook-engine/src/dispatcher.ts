@@ -133,6 +133,11 @@ export interface Dispatcher {
   notifyOutbox(): void;
   /** Runs one retention pass now (tests, operators). */
   runRetention(): ReturnType<Retention['runOnce']>;
+  /**
+   * An organisation's webhook attempts in flight: the permits all dispatchers hold for it (with
+   * `throttles`), else this dispatcher's own count.
+   */
+  attemptsInFlight(orgId: string): Promise<number>;
 }
 
 /**
@@ -282,6 +287,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     consumerName,
     notifyOutbox: () => relay.wake(),
     runRetention: () => retention.runOnce(),
+    attemptsInFlight: (orgId) => permits.inFlight(orgId),
     async start() {
       if (state !== 'idle') return;
       const { sealed } = await prepareWebhookSecrets(db, deps.keyring);

@@ -356,6 +356,14 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
   };
 }
 
+/**
+ * An organisation's webhook permits held by all live dispatchers now (at least its attempts in flight,
+ * at most its cap), for `organizationUsage`: one script on the organisation's hash.
+ */
+export async function countOrgPermits(redis: RedisClient, keys: WebhookRedisKeys, orgId: string): Promise<number> {
+  return Number(await scripted(redis).heraldWebhookPermitsCount(keys.orgInFlight(orgId)));
+}
+
 /** Defines the scripts once per client (ioredis: EVALSHA, loading the script when a node lacks it). */
 function scripted(redis: RedisClient): RedisClient & ScriptedRedis {
   const client = redis as RedisClient & Partial<ScriptedRedis>;

@@ -4,7 +4,7 @@
  *
  * Every POST a lane starts takes a permit and gives it back when the attempt ends. At most `concurrency`
  * permits are out (`WEBHOOK_CONCURRENCY`), and at most `orgConcurrency` for one organisation
- * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`, counted in this dispatcher). A lane that finds the gate full
+ * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`: what this dispatcher holds of it, see below). A lane that finds the gate full
  * waits in its organisation's line; a permit given back goes to the organisations that wait in turn
  * (round robin), and within one to its lanes in turn. So an organisation with a backlog on many slow
  * endpoints takes at most its share, and another organisation's new delivery is started with the next

@@ -85,6 +85,19 @@ describe('rateLimitPerSecond across two dispatchers', () => {
     await Promise.all([first.stop(), second.stop()]);
   }, 120_000);
 
+  it('without Redis (one dispatcher, as embedded), is kept in memory', async () => {
+    const { orgId, endpointId } = await rateLimitedEndpoint('/rate-alone');
+    const alone = await harness.startDispatcher({ endpointConcurrency: 10 }, undefined, { throttlesRedisUrl: null });
+    await harness.publish(orgId, 60);
+    await receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-alone').length >= 60, 30_000);
+    const arrivals = receiver.requestsTo('/rate-alone').map((request) => request.receivedAt);
+    expect(mostInWindow(arrivals, 1_000)).toBeLessThanOrEqual(RATE_PER_SECOND * 1.5);
+    expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(2_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await expectAllSucceededOnce(endpointId, 60);
+    await alone.stop();
+  }, 60_000);
+
   it('with Redis cut from one dispatcher mid-run, keeps going on its share: nothing lost, the rate bounded', async () => {
     const { orgId, endpointId } = await rateLimitedEndpoint('/rate-cut');
     const proxy = await startCuttableProxy(new URL(harness.redisUrl));

@@ -139,6 +139,17 @@ describe("an organisation's attempts in flight across two dispatchers", () => {
     await dispatcher.stop();
   }, 60_000);
 
+  it('without Redis (one dispatcher, as embedded), holds the override in that dispatcher', async () => {
+    const org = await organisation('alone', 4, 5, 2);
+    const alone = await harness.startDispatcher({ endpointConcurrency: 10, orgConcurrency: 100 }, undefined, {
+      throttlesRedisUrl: null,
+    });
+    await org.publish();
+    await until('every delivery', () => receiver.received('alone').length === 20);
+    expect(receiver.maxInFlight('alone')).toBe(2);
+    await alone.stop();
+  }, 60_000);
+
   it('with Redis cut from one dispatcher mid-run, both go on at their shares: nothing lost', async () => {
     const org = await organisation('cut', 4, 10, 4);
     const proxy = await startCuttableProxy(new URL(harness.redisUrl));
@@ -155,7 +166,7 @@ describe("an organisation's attempts in flight across two dispatchers", () => {
       proxy.restore();
       await until('every delivery', () => receiver.received('cut').length === 40);
       // The cut one on its own share (2), the other within the cap it sees through Redis (4).
-      expect(receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
+    expect(receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
       await new Promise((resolve) => setTimeout(resolve, 300));
       await expectAllSucceededOnce(org.orgId, 40);
       expect(await cut.readiness()).toBe(true);

@@ -166,7 +166,7 @@ describe("an organisation's attempts in flight across two dispatchers", () => {
       proxy.restore();
       await until('every delivery', () => receiver.received('cut').length === 40);
       // The cut one on its own share (2), the other within the cap it sees through Redis (4).
-    expect(receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
+      expect(receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
       await new Promise((resolve) => setTimeout(resolve, 300));
       await expectAllSucceededOnce(org.orgId, 40);
       expect(await cut.readiness()).toBe(true);

@@ -43,6 +43,11 @@ import type { Logger } from 'pino';
 const RETRY_MIN_MS = 50;
 /** …doubling up to this. */
 const RETRY_MAX_MS = 1_000;
+/**
+ * A dispatcher holding more than an even share while its lanes still wait checks this often (on its
+ * releases) whether another dispatcher waits too; if one does, it gives back down to the even share.
+ */
+const SHARE_CHECK_MS = 100;
 /** A take with no answer within this long counts as Redis failing. */
 const ANSWER_TIMEOUT_MS = 1_000;
 
@@ -157,6 +162,8 @@ interface OrgState {
   retryMs: number;
   othersWaiting: boolean;
   share: number;
+  /** `Date.now()` of the last take sent. */
+  askedAt: number;
 }
 
 export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
@@ -179,6 +186,7 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
         retryMs: RETRY_MIN_MS,
         othersWaiting: false,
         share: Number.POSITIVE_INFINITY,
+        askedAt: 0,
       };
       states.set(orgId, state);
     }
@@ -221,6 +229,7 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
     const cap = options.capOf(orgId);
     if (state.asking || stopped || cap === undefined) return;
     state.asking = true;
+    state.askedAt = Date.now();
     let answered = false;
     const fallback = (error: unknown) => {
       if (answered) return;
@@ -293,7 +302,13 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
       states.delete(orgId);
       return;
     }
-    if (state.wanted > state.held && !state.retry) ask(orgId, state);
+    if (state.wanted > state.held && !state.retry) {
+      ask(orgId, state);
+      return;
+    }
+    // Busy beyond an even share: does another dispatcher wait? (It learns only from a take's answer.)
+    const even = Math.ceil((cap > 0 ? cap : state.held) / Math.max(1, options.dispatchers?.() ?? 1));
+    if (waiting > 0 && state.held > even && Date.now() - state.askedAt >= SHARE_CHECK_MS) ask(orgId, state);
   }
 
   return {

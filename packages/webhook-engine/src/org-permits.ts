@@ -16,8 +16,12 @@ import type { Logger } from 'pino';
  *   holding or wanting)`). Short still: asked again after a backoff (50 ms doubling to 1 s), never in a
  *   loop. A dispatcher also re-asks at once when its own releases leave it short.
  * - set: a dispatcher gives back what it no longer needs when a POST ends: all it does not use when no
- *   lane of the organisation waits here, else whatever is above its fair share when others wait. The
- *   same script renews every field it holds each third of the lease.
+ *   lane of the organisation waits here, else whatever is above its fair share when others wait (it
+ *   learns that from a take's answer: one holding more than an even share while its own lanes wait
+ *   sends a take on its releases, at most every 100 ms). The same script renews every field it holds
+ *   each third of the lease.
+ * Between concurrent updates of one dispatcher's field, order is kept by sending them on one
+ * connection and never writing while a take is on its way (its answer settles what was released).
  * A permit is never used by two dispatchers: a dispatcher starts a POST only within what the script
  * granted it, and gives back only what it does not use. A dispatcher that dies stops renewing: its
  * fields expire within the lease (`WEBHOOK_TIMEOUT_MS × 1.5`), after which the others may use them.

@@ -10,8 +10,10 @@ import type { Logger } from 'pino';
  * while `TAT ≤ now + τ`, and pushes TAT one interval (`1 s / rate`) on; `τ = (burst − 1) × interval`.
  * Every allowed send owns a distinct slot on the TAT line, slots one interval apart, none earlier than
  * its grant and none more than τ after it; so the sends granted in any window of T seconds number at
- * most `rate × T + burst`. With `burst = max(1, ⌊rate / 20⌋)` a 10 s window sees at most 10.05 × the
- * rate (at 20/s: 201 of 200), and a dispatcher asks Redis at most ~20 times a second per endpoint.
+ * most `rate × T + burst`. With `burst = max(1, ⌊rate / 20⌋)` a 10 s window sees at most ten seconds'
+ * worth plus one send (at 20/s: 201 of 200), or plus half a percent at higher rates, and a dispatcher
+ * asks Redis at most ~20 times a second per endpoint. A lane that took a send and then waits for its
+ * organisation's permit keeps it for its next start (endpoint-lanes.ts): one more per lane at most.
  *
  * Why not rate-limiter-flexible (which the API's quotas use): its limiters count fixed windows, so a
  * 10 s span that starts at the end of one 1 s window and ends at the start of the 11th sees 11 windows'
@@ -26,7 +28,9 @@ import type { Logger } from 'pino';
  *
  * Redis unreachable: each dispatcher enforces `ceil(rate / dispatchers)` locally (dispatchers: how
  * many were live when Redis last answered, see dispatcher-presence.ts), so the endpoint keeps getting
- * deliveries at about its rate and at most `rate + dispatchers − 1` per second; nothing is failed.
+ * deliveries at about its rate, and at most its rate plus one such share per dispatcher cut off from
+ * Redis while the others still reach it; nothing is failed. Once Redis answers (asked again a second
+ * after a failure), the shared line takes over.
  *
  * Waiting never fails a delivery: {@link EndpointRate.tryTake} only says "not yet", and arranges one
  * wake-up when a send may be free again (at most {@link MAX_WAIT_MS} later, so a waiting lane still

@@ -72,6 +72,7 @@ try {
     publishesPerSecond: 100,
     socketsPerUser: 100,
     subscriptions: MAX_QUOTA_VALUE,
+    webhookAttemptsInFlight: 100,
   };
   const viewer: Viewer = {
     id: 'bench',
@@ -103,6 +104,7 @@ try {
       publishesPerSecond: null,
       socketsPerUser: null,
       subscriptions: null,
+      webhookAttemptsInFlight: null,
     });
     let fallbacks = 0;
     const allowed = async () => {
@@ -153,7 +155,12 @@ try {
   const address = await app.listen();
   const orgs = { none: 'org-none', allowed: 'org-allowed', refused: 'org-refused' } as const;
   try {
-    const overrides = { publishesPerSecond: null, socketsPerUser: null, subscriptions: null };
+    const overrides = {
+      publishesPerSecond: null,
+      socketsPerUser: null,
+      subscriptions: null,
+      webhookAttemptsInFlight: null,
+    };
     await app.quotas.limits.save(orgs.none, { operationsPerSecond: 0, ...overrides });
     await app.quotas.limits.save(orgs.allowed, { operationsPerSecond: MAX_QUOTA_VALUE, ...overrides });
     await app.quotas.limits.save(orgs.refused, { operationsPerSecond: 1, ...overrides });

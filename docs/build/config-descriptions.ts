@@ -100,7 +100,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   WEBHOOK_CONCURRENCY:
     'Most delivery attempts in flight at once in this dispatcher, all endpoints together. When they are all taken, organisations waiting for one take turns.',
   TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT:
-    'Most delivery attempts in flight at once for one organisation in this dispatcher (0: no cap). Throttled deliveries wait; they never fail for it.',
+    'Most delivery attempts in flight at once for one organisation, across all dispatchers (0: no cap). Overridable per organisation. Throttled deliveries wait; they never fail for it.',
   WEBHOOK_ENDPOINT_CONCURRENCY:
     'Most requests to one endpoint in flight at once, across all dispatchers, so one slow receiver cannot take every slot (a dispatcher holds up to 20 × the slots it has of the endpoint’s deliveries leased ahead; those take no slot).',
   WEBHOOK_POLL_INTERVAL_MS: 'How often due retries and unrelayed outbox events are looked for.',

@@ -4,8 +4,9 @@ import { hostname } from 'node:os';
 import { createTokenVerifier, type TokenKeySource } from '@herald/auth';
 import { createLifecycle, type Lifecycle } from '@herald/config';
 import { createRedisClient } from '@herald/config/redis';
+import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, type HeraldDatabase } from '@herald/db';
-import { createEmbeddedDispatcher } from '@herald/webhook-engine';
+import { countOrgPermits, createEmbeddedDispatcher, type Dispatcher } from '@herald/webhook-engine';
 import {
   databasePart,
   drainPart,
@@ -152,7 +153,7 @@ async function assemble(
     metrics,
   });
   lifecycle.add(pubsubPart(pubsub));
-  const quotas = createQuotas(config, database, metrics, logger);
+  const quotas = createQuotas(config, database, metrics, logger, webhookDispatcher);
   lifecycle.add(quotasPart(quotas));
   await lifecycle.start();
   const devToken = devSecret ? await signDevToken(devSecret, config.auth.issuer, config.auth.audience) : undefined;
@@ -211,6 +212,7 @@ function createQuotas(
   database: HeraldDatabase,
   metrics: ApiMetrics,
   logger: Logger,
+  webhookDispatcher: Dispatcher | undefined,
 ): TenantQuotas & { connected(timeoutMs: number): Promise<void> } {
   let redis: ReturnType<typeof createRedisClient> | undefined;
   if (config.redisUrl) {
@@ -231,6 +233,12 @@ function createQuotas(
     logger,
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
+    // The in-process dispatcher counts its own; with Redis, the permits the dispatcher processes hold.
+    webhookAttemptsInFlight: webhookDispatcher
+      ? (orgId) => webhookDispatcher.attemptsInFlight(orgId)
+      : redis
+        ? (orgId) => countOrgPermits(redis, webhookRedisKeys(config.redisPrefix), orgId)
+        : undefined,
   });
   const stop = quotas.stop;
   // The quotas' own Redis connection closes with them.

@@ -191,6 +191,7 @@ describe('tenant quotas', () => {
       publishesPerSecond: 100,
       socketsPerUser: 100,
       subscriptions: 10_000,
+      webhookAttemptsInFlight: 100,
     });
     expect(loadApiConfig({ TENANT_OPERATIONS_PER_SECOND: '0' }).tenantLimits.operationsPerSecond).toBe(0);
   });

@@ -302,6 +302,7 @@ export function loadApiConfig(env: Record<string, string | undefined> = process.
       publishesPerSecond: parsed.TENANT_PUBLISHES_PER_SECOND,
       socketsPerUser: parsed.TENANT_SOCKETS_PER_USER,
       subscriptions: parsed.TENANT_SUBSCRIPTIONS,
+      webhookAttemptsInFlight: parsed.TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT,
     },
   };
 }

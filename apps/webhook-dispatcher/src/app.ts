@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { createLifecycle, type Lifecycle, type LifecyclePart, notReady, READY } from '@herald/config';
+import { createRedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
 import {
@@ -14,7 +15,7 @@ import type { Logger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
 
 export interface DispatcherApp {
-  /** The parts, in start order: database, queue, dispatcher, outbox-wake, ops-http. */
+  /** The parts, in start order: database, queue, throttles-redis, dispatcher, outbox-wake, ops-http. */
   lifecycle: Lifecycle;
   /** The dispatcher's metrics, served on `/metrics`. */
   registry: Registry;
@@ -72,8 +73,20 @@ export async function startDispatcherApp(
   const keys = webhookRedisKeys(config.redisPrefix);
   const queue = createRedisStreamQueue({ redisUrl: config.redisUrl, keys, logger });
   lifecycle.add({ name: 'queue', start() {}, stop: () => queue.close(), readiness: () => READY });
+  // The throttles shared by every dispatcher (endpoints' rate limits, organisations' attempts in flight)
+  // get a client of their own, with the offline queue off: while Redis is away a throttle answers from
+  // this dispatcher's local share at once instead of waiting behind a queue of retried commands.
+  const throttlesRedis = createRedisClient(config.redisUrl, { enableOfflineQueue: false });
+  throttlesRedis.on('error', (error) => logger.warn({ err: error }, 'redis connection error (webhook throttles)'));
+  lifecycle.add({
+    name: 'throttles-redis',
+    start() {},
+    stop: () => void throttlesRedis.disconnect(),
+    readiness: () => READY,
+  });
   const dispatcher = createDispatcher({
     db: database.db,
+    throttles: { redis: throttlesRedis, keys },
     databaseUrl: config.databaseUrl,
     queue,
     logger,

@@ -65,6 +65,25 @@ export const WEBHOOK_PARKED_STREAM = 'webhooks:parked';
  */
 export const WEBHOOK_OUTBOX_WAKE_CHANNEL = '{webhooks}:outbox-wake';
 
+/**
+ * Prefix (after the installation prefix) of the per-endpoint rate-limit keys: one string per endpoint,
+ * `…webhooks:rate:{<endpointId>}`, holding its next free send time (endpoint-rate.ts). The endpoint id
+ * is the key's hash tag, so endpoints spread over a Redis Cluster's slots.
+ */
+export const WEBHOOK_ENDPOINT_RATE_PREFIX = 'webhooks:rate:';
+
+/**
+ * Prefix of the per-organisation in-flight permit keys: one hash per organisation,
+ * `…webhooks:in-flight:{<orgId>}`, one field per dispatcher (org-permits.ts).
+ */
+export const WEBHOOK_ORG_IN_FLIGHT_PREFIX = 'webhooks:in-flight:';
+
+/**
+ * Sorted set of live dispatchers (member: consumer name, score: when its presence lapses, ms since
+ * epoch): how many dispatchers share a throttle while Redis is unreachable.
+ */
+export const WEBHOOK_DISPATCHERS_KEY = 'webhooks:dispatchers';
+
 /** Consumer group on {@link WEBHOOK_WORK_STREAM} shared by every dispatcher replica. */
 export const WEBHOOK_CONSUMER_GROUP = 'webhook-dispatchers';
 
@@ -83,6 +102,12 @@ export interface WebhookRedisKeys {
   consumerGroup: string;
   /** The relay wake-up channel, `<prefix>{webhooks}:outbox-wake` (see {@link WEBHOOK_OUTBOX_WAKE_CHANNEL}). */
   outboxWakeChannel: string;
+  /** The rate-limit key of one endpoint (see {@link WEBHOOK_ENDPOINT_RATE_PREFIX}). */
+  endpointRate(endpointId: string): string;
+  /** The in-flight permits hash of one organisation (see {@link WEBHOOK_ORG_IN_FLIGHT_PREFIX}). */
+  orgInFlight(orgId: string): string;
+  /** The live dispatchers, `<prefix>webhooks:dispatchers` (see {@link WEBHOOK_DISPATCHERS_KEY}). */
+  dispatchers: string;
 }
 
 /** The Redis keys for one installation. */
@@ -93,5 +118,8 @@ export function webhookRedisKeys(prefix: string = DEFAULT_REDIS_PREFIX): Webhook
     parkedStream: `${prefix}${WEBHOOK_PARKED_STREAM}`,
     consumerGroup: WEBHOOK_CONSUMER_GROUP,
     outboxWakeChannel: `${prefix}${WEBHOOK_OUTBOX_WAKE_CHANNEL}`,
+    endpointRate: (endpointId) => `${prefix}${WEBHOOK_ENDPOINT_RATE_PREFIX}{${endpointId}}`,
+    orgInFlight: (orgId) => `${prefix}${WEBHOOK_ORG_IN_FLIGHT_PREFIX}{${orgId}}`,
+    dispatchers: `${prefix}${WEBHOOK_DISPATCHERS_KEY}`,
   };
 }

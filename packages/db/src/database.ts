@@ -34,6 +34,8 @@ export interface OrganizationLimitsTable {
   sockets_per_user: number | null;
   subscriptions: number | null;
   updated_at: ColumnType<Date, Date | undefined, Date>;
+  /** Webhook attempts in flight across all dispatchers (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`). */
+  webhook_attempts_in_flight: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 /** A user as last seen in a token. Authors of posts are users. */

@@ -10,6 +10,8 @@ export interface OrganizationLimitOverrides {
   publishesPerSecond: number | null;
   socketsPerUser: number | null;
   subscriptions: number | null;
+  /** Webhook attempts in flight across all dispatchers; absent (an older caller) keeps what is stored. */
+  webhookAttemptsInFlight?: number | null;
 }
 
 /** The overrides of `orgIds` that have a row; organisations without one are absent from the map. */
@@ -21,7 +23,14 @@ export async function findOrganizationLimits(
   if (orgIds.length === 0) return found;
   const rows = await db
     .selectFrom('organization_limits')
-    .select(['org_id', 'operations_per_second', 'publishes_per_second', 'sockets_per_user', 'subscriptions'])
+    .select([
+      'org_id',
+      'operations_per_second',
+      'publishes_per_second',
+      'sockets_per_user',
+      'subscriptions',
+      'webhook_attempts_in_flight',
+    ])
     .where('org_id', 'in', orgIds)
     .execute();
   for (const row of rows) {
@@ -30,6 +39,7 @@ export async function findOrganizationLimits(
       publishesPerSecond: row.publishes_per_second,
       socketsPerUser: row.sockets_per_user,
       subscriptions: row.subscriptions,
+      webhookAttemptsInFlight: row.webhook_attempts_in_flight,
     });
   }
   return found;
@@ -49,6 +59,7 @@ export async function saveOrganizationLimits(
     publishes_per_second: limits.publishesPerSecond,
     sockets_per_user: limits.socketsPerUser,
     subscriptions: limits.subscriptions,
+    ...(limits.webhookAttemptsInFlight !== undefined && { webhook_attempts_in_flight: limits.webhookAttemptsInFlight }),
   };
   await db
     .insertInto('organization_limits')
@@ -56,4 +67,24 @@ export async function saveOrganizationLimits(
     .onConflict((oc) => oc.column('org_id').doUpdateSet({ ...values, updated_at: new Date() }))
     .execute();
   return { ...limits };
+}
+
+/**
+ * The webhook in-flight overrides of `orgIds` (the dispatchers' view of `organization_limits`):
+ * organisations without a row, or with a null value, are absent (the default applies).
+ */
+export async function findWebhookInFlightOverrides(
+  db: Kysely<Database>,
+  orgIds: readonly string[],
+): Promise<Map<string, number>> {
+  const found = new Map<string, number>();
+  if (orgIds.length === 0) return found;
+  const rows = await db
+    .selectFrom('organization_limits')
+    .select(['org_id', 'webhook_attempts_in_flight'])
+    .where('org_id', 'in', orgIds)
+    .where('webhook_attempts_in_flight', 'is not', null)
+    .execute();
+  for (const row of rows) found.set(row.org_id, row.webhook_attempts_in_flight ?? 0);
+  return found;
 }

@@ -15,6 +15,8 @@ export interface NewWebhookEndpointInput {
   keyring: SecretKeyring;
   /** A filter on the event body, checked by the caller (`parseWebhookEventFilter`). @default none */
   filter?: WebhookEventFilter | null;
+  /** Attempts per second at most, across every dispatcher. @default null (no limit) */
+  rateLimitPerSecond?: number | null;
 }
 
 /** Registers an endpoint with its first signing secret (sealed), atomically. */
@@ -31,6 +33,7 @@ export async function insertWebhookEndpoint(
         url: input.url,
         event_types: [...new Set(input.eventTypes)],
         filter: input.filter ? JSON.stringify(input.filter) : null,
+        rate_limit_per_second: input.rateLimitPerSecond ?? null,
       })
       .returningAll()
       .executeTakeFirstOrThrow();
@@ -84,6 +87,27 @@ export async function deleteWebhookEndpoint(
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
   return result.numUpdatedRows > 0n;
+}
+
+/**
+ * Sets (or, with null, clears) an endpoint's rate limit; dispatchers apply it from their next claim or
+ * record of the endpoint.
+ * @param orgIds the organisations the caller may act on; an endpoint outside them is treated as absent
+ * @returns the endpoint, or undefined when there is none
+ */
+export async function setWebhookEndpointRateLimit(
+  db: Kysely<Database>,
+  input: { id: string; orgIds: readonly string[]; rateLimitPerSecond: number | null },
+): Promise<WebhookEndpoint | undefined> {
+  if (input.orgIds.length === 0) return undefined;
+  return db
+    .updateTable('webhook_endpoints')
+    .set({ rate_limit_per_second: input.rateLimitPerSecond })
+    .where('id', '=', input.id)
+    .where('org_id', 'in', [...input.orgIds])
+    .where('deleted_at', 'is', null)
+    .returningAll()
+    .executeTakeFirst();
 }
 
 export interface RotateSecretInput {

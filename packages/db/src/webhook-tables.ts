@@ -23,6 +23,8 @@ export interface WebhookEndpointsTable {
    * filter. Written as JSON text, read back parsed. `webhook.test` sends ignore it.
    */
   filter: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+  /** Attempts per second at most, across every dispatcher; null: no limit. */
+  rate_limit_per_second: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';

@@ -89,3 +89,36 @@ describe('the attempt gate', () => {
     expect(gate.waiting()).toBe(0);
   });
 });
+
+describe('an attempt gate with a changing organisation limit (permits held across dispatchers)', () => {
+  it('says when an organisation is short and hands out what a raised limit frees, in turn', async () => {
+    const limits = new Map([['a', 1]]);
+    const short: Array<[string, number]> = [];
+    const released: string[] = [];
+    const gate = createAttemptGate({
+      concurrency: 10,
+      orgConcurrency: 0,
+      orgLimit: (orgId) => limits.get(orgId) ?? 0,
+      onOrgShort: (orgId, demand) => short.push([orgId, demand]),
+      onOrgRelease: (orgId) => released.push(orgId),
+    });
+    const first = lane('a');
+    const second = lane('a');
+    expect(gate.tryAcquire(first)).toBe(true);
+    expect(gate.tryAcquire(second)).toBe(false);
+    // One in flight and one waiting: it could use two.
+    expect(short).toEqual([['a', 2]]);
+    limits.set('a', 2);
+    gate.refresh();
+    await microtasks();
+    expect(second.woken).toBe(1);
+    expect(gate.tryAcquire(second)).toBe(true);
+    gate.release('a');
+    expect(released).toEqual(['a']);
+    expect(gate.inFlight('a')).toBe(1);
+    // Without a known limit (0) nothing starts, and the organisation says it is short.
+    expect(gate.tryAcquire(lane('b'))).toBe(false);
+    expect(short.at(-1)).toEqual(['b', 1]);
+    expect(gate.waiting('b')).toBe(1);
+  });
+});

@@ -4,7 +4,7 @@
  *
  * Every POST a lane starts takes a permit and gives it back when the attempt ends. At most `concurrency`
  * permits are out (`WEBHOOK_CONCURRENCY`), and at most `orgConcurrency` for one organisation
- * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`, counted in this dispatcher). A lane that finds the gate full
+ * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`: what this dispatcher holds of it, see below). A lane that finds the gate full
  * waits in its organisation's line; a permit given back goes to the organisations that wait in turn
  * (round robin), and within one to its lanes in turn. So an organisation with a backlog on many slow
  * endpoints takes at most its share, and another organisation's new delivery is started with the next
@@ -14,6 +14,12 @@
  * uses it on its next start, or gives it back ({@link AttemptGate.leave}) when it winds down without
  * starting. A lane checks the gate synchronously right before a POST, never awaits it: its leases must
  * outlive the attempt it starts, and only the lane knows when they were renewed (endpoint-lanes.ts).
+ *
+ * Across dispatchers, an organisation's cap is shared through permits held in Redis (org-permits.ts):
+ * the gate's limit for an organisation is then what this dispatcher holds ({@link AttemptGateOptions.orgLimit}),
+ * it says when it is short ({@link AttemptGateOptions.onOrgShort}) and when a permit came back
+ * ({@link AttemptGateOptions.onOrgRelease}), and {@link AttemptGate.refresh} hands out what a raised
+ * limit freed. The turns among organisations stay this gate's.
  */
 
 /** What the gate knows of a lane: its organisation, and how to wake it. */
@@ -35,8 +41,10 @@ export interface AttemptGate {
   leave(lane: GateLane): void;
   /** POSTs in flight (and permits reserved) now, in all and for one organisation. */
   inFlight(orgId?: string): number;
-  /** Lanes waiting in line now. */
-  waiting(): number;
+  /** Lanes waiting in line now, in all or for one organisation. */
+  waiting(orgId?: string): number;
+  /** An organisation's limit went up: hands out the permits it frees to lanes waiting. */
+  refresh(): void;
 }
 
 export interface AttemptGateOptions {
@@ -44,11 +52,23 @@ export interface AttemptGateOptions {
   concurrency: number;
   /** Permits per organisation (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); 0: unlimited. */
   orgConcurrency: number;
+  /**
+   * An organisation's permits now, instead of `orgConcurrency` (Infinity: unlimited); read at every
+   * check, so it may change at any time (org-permits.ts). @default `orgConcurrency` for every one
+   */
+  orgLimit?: (orgId: string) => number;
+  /** A lane of `orgId` waits because the organisation is at its limit; `demand`: permits it could use. */
+  onOrgShort?: (orgId: string, demand: number) => void;
+  /** A permit of `orgId` came back (counts already updated), before it is handed out again. */
+  onOrgRelease?: (orgId: string) => void;
+  /** A lane was refused a permit by its organisation's limit (a metric). */
+  onOrgThrottled?: (orgId: string) => void;
 }
 
 export function createAttemptGate(options: AttemptGateOptions): AttemptGate {
   const total = options.concurrency > 0 ? options.concurrency : Number.POSITIVE_INFINITY;
-  const perOrg = options.orgConcurrency > 0 ? options.orgConcurrency : Number.POSITIVE_INFINITY;
+  const fixedPerOrg = options.orgConcurrency > 0 ? options.orgConcurrency : Number.POSITIVE_INFINITY;
+  const perOrg = options.orgLimit ?? (() => fixedPerOrg);
   let out = 0;
   const outByOrg = new Map<string, number>();
   const reserved = new Map<GateLane, number>();
@@ -80,7 +100,10 @@ export function createAttemptGate(options: AttemptGateOptions): AttemptGate {
       served = false;
       for (const [orgId, line] of [...lines]) {
         if (out >= total) break;
-        if (orgOut(orgId) >= perOrg) continue;
+        if (orgOut(orgId) >= perOrg(orgId)) {
+          options.onOrgShort?.(orgId, orgOut(orgId) + line.length);
+          continue;
+        }
         const lane = line.shift()!;
         if (line.length === 0) lines.delete(orgId);
         else {
@@ -106,33 +129,49 @@ export function createAttemptGate(options: AttemptGateOptions): AttemptGate {
       }
       // Behind lanes of its own organisation already waiting; otherwise whoever finds room takes it
       // (lanes of other organisations wait only while the gate is full or they are at their own cap).
-      if (out < total && orgOut(lane.orgId) < perOrg && !lines.has(lane.orgId)) {
+      const limit = perOrg(lane.orgId);
+      if (out < total && orgOut(lane.orgId) < limit && !lines.has(lane.orgId)) {
         take(lane.orgId);
         return true;
       }
       wait(lane);
+      if (orgOut(lane.orgId) >= limit) {
+        options.onOrgThrottled?.(lane.orgId);
+        options.onOrgShort?.(lane.orgId, orgOut(lane.orgId) + (lines.get(lane.orgId)?.length ?? 0));
+      }
       return false;
     },
     release(orgId) {
       give(orgId);
+      options.onOrgRelease?.(orgId);
       handOut();
     },
     leave(lane) {
       const line = lines.get(lane.orgId);
+      let left = false;
       if (line) {
         const at = line.indexOf(lane);
-        if (at >= 0) line.splice(at, 1);
+        if (at >= 0) {
+          line.splice(at, 1);
+          left = true;
+        }
         if (line.length === 0) lines.delete(lane.orgId);
       }
       const held = reserved.get(lane) ?? 0;
       reserved.delete(lane);
       for (let i = 0; i < held; i++) give(lane.orgId);
+      // Fewer wait (or a reserved permit came back): the organisation may need fewer permits here.
+      if (held > 0 || left) options.onOrgRelease?.(lane.orgId);
       if (held > 0) handOut();
+    },
+    refresh() {
+      handOut();
     },
     inFlight(orgId) {
       return orgId === undefined ? out : orgOut(orgId);
     },
-    waiting() {
+    waiting(orgId) {
+      if (orgId !== undefined) return lines.get(orgId)?.length ?? 0;
       let count = 0;
       for (const line of lines.values()) count += line.length;
       return count;

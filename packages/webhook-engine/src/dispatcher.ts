@@ -1,15 +1,21 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import type { RedisClient } from '@herald/config/redis';
+import type { WebhookRedisKeys } from '@herald/contracts';
 import { countRetryBacklog, type Database, prepareWebhookSecrets, type SecretKeyring } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { type BatchAttempter, createBatchAttempter } from './attempt-batch.js';
-import { createAttemptGate } from './attempt-gate.js';
+import { type AttemptGate, createAttemptGate } from './attempt-gate.js';
 import { createConsumer } from './consumer.js';
 import { createDeliverer, type Deliverer } from './deliver.js';
+import { createDispatcherPresence } from './dispatcher-presence.js';
 import { createEndpointLanes, type EndpointLanes } from './endpoint-lanes.js';
+import { createEndpointRate } from './endpoint-rate.js';
 import { createDispatcherMetrics, type DispatcherMetrics } from './metrics.js';
+import { createOrgCaps } from './org-caps.js';
+import { createOrgPermits } from './org-permits.js';
 import { createOutboxListener, listenInProcess, type OutboxListener } from './outbox-listener.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
@@ -48,8 +54,9 @@ export interface DispatcherSettings {
    */
   concurrency?: number;
   /**
-   * Attempts in flight at once for one organisation in this dispatcher
-   * (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); 0: no cap. @default 100
+   * Attempts in flight at once for one organisation, across all dispatchers sharing `throttles` (in this
+   * dispatcher alone without them) (`TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`); an organisation's override in
+   * `organization_limits` replaces it; 0: no cap. @default 100
    */
   orgConcurrency?: number;
   /** Attempts in flight per endpoint at once, across all dispatchers (enforced at the claim). @default 10 */
@@ -80,6 +87,13 @@ export interface DispatcherDeps {
    * holding plaintext and rejects (naming the variable) when the keyring does not open what is stored.
    */
   keyring: SecretKeyring;
+  /**
+   * Cluster mode: where the throttles shared by every dispatcher live (endpoints' rate limits,
+   * organisations' attempts in flight). A client of its own is best, with the offline queue off so a
+   * throttle answers from its local share at once while Redis is away. @default none: every throttle
+   * counts in this process only (embedded mode: the only dispatcher)
+   */
+  throttles?: { redis: RedisClient; keys: WebhookRedisKeys };
   /** The name in the consumer group. @default `<hostname>-<pid>-<random>` */
   consumerName?: string;
   /** Where the metrics are registered. @default a new registry */
@@ -119,6 +133,11 @@ export interface Dispatcher {
   notifyOutbox(): void;
   /** Runs one retention pass now (tests, operators). */
   runRetention(): ReturnType<Retention['runOnce']>;
+  /**
+   * An organisation's webhook attempts in flight: the permits all dispatchers hold for it (with
+   * `throttles`), else this dispatcher's own count.
+   */
+  attemptsInFlight(orgId: string): Promise<number>;
 }
 
 /**
@@ -137,8 +156,6 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const logger = deps.logger.child({ consumer: consumerName });
   const concurrency = settings.concurrency ?? 200;
   const endpointConcurrency = settings.endpointConcurrency ?? 10;
-  // Every lane's POSTs take permits here: the dispatcher's cap holds, and organisations take turns.
-  const gate = createAttemptGate({ concurrency, orgConcurrency: settings.orgConcurrency ?? 100 });
   const pollIntervalMs = settings.pollIntervalMs ?? 500;
   const batchSize = settings.batchSize ?? 200;
   // An attempt takes at most the timeout plus two database writes; the margin covers the writes. Work
@@ -168,6 +185,52 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     deps.registry,
   );
+  const presence = deps.throttles
+    ? createDispatcherPresence({
+        redis: deps.throttles.redis,
+        key: deps.throttles.keys.dispatchers,
+        consumerName,
+        logger,
+      })
+    : undefined;
+  // Every lane's POSTs take permits here: the dispatcher's cap holds, organisations take turns, and
+  // each organisation's own cap holds across dispatchers through the permits it holds in Redis.
+  const orgCaps = createOrgCaps({
+    db,
+    defaultCap: settings.orgConcurrency ?? 100,
+    onChange: () => gate.refresh(),
+    logger,
+  });
+  const permits = createOrgPermits({
+    redis: deps.throttles?.redis,
+    keys: deps.throttles?.keys,
+    consumerName,
+    leaseMs,
+    capOf: (orgId) => orgCaps.capOf(orgId),
+    onChange: () => gate.refresh(),
+    dispatchers: () => presence?.count() ?? 1,
+    inUse: (orgId) => gate.inFlight(orgId),
+    waiting: (orgId) => gate.waiting(orgId),
+    logger,
+  });
+  const gate: AttemptGate = createAttemptGate({
+    concurrency,
+    orgConcurrency: 0,
+    orgLimit: (orgId) => permits.limit(orgId),
+    onOrgShort: (orgId, demand) => permits.want(orgId, demand),
+    onOrgRelease: (orgId) => permits.released(orgId),
+    // Not while its cap is first read (a database round trip): that is no throttle.
+    onOrgThrottled: (orgId) => {
+      if (orgCaps.capOf(orgId) !== undefined) metrics.throttled.inc({ reason: 'org_in_flight' });
+    },
+  });
+  const rate = createEndpointRate({
+    redis: deps.throttles?.redis,
+    keys: deps.throttles?.keys,
+    dispatchers: () => presence?.count() ?? 1,
+    onThrottled: () => metrics.throttled.inc({ reason: 'endpoint_rate' }),
+    logger,
+  });
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;
@@ -224,11 +287,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     consumerName,
     notifyOutbox: () => relay.wake(),
     runRetention: () => retention.runOnce(),
+    attemptsInFlight: (orgId) => permits.inFlight(orgId),
     async start() {
       if (state !== 'idle') return;
       const { sealed } = await prepareWebhookSecrets(db, deps.keyring);
       if (sealed > 0) logger.info({ sealed }, 'webhook signing secrets sealed under HERALD_ENCRYPTION_KEYS');
       await queue.init();
+      await presence?.start();
+      permits.start();
       deliverer = createDeliverer({
         timeoutMs: settings.timeoutMs,
         policy: { allowPrivateUrls: settings.allowPrivateUrls },
@@ -252,6 +318,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       lanes = createEndpointLanes({
         attempter,
         gate,
+        rate,
         running: () => state === 'running',
         endpointCap: endpointConcurrency,
         leaseMs,
@@ -284,6 +351,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         // Lanes end once their POSTs in flight are recorded; those records settle (durable, dead letters
         // streamed) here.
         await lanes?.drain();
+        // After the lanes: one held back by a rate limit winds down on its next wake-up.
+        rate.stop();
+        await permits.stop();
+        await presence?.stop();
         await attempter?.drain();
         await deliverer?.close();
         secrets.clear();

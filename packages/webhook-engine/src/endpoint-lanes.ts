@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { BatchAttempter } from './attempt-batch.js';
 import { type AttemptGate, createAttemptGate, type GateLane } from './attempt-gate.js';
+import type { EndpointRate } from './endpoint-rate.js';
 import {
   ATTEMPT_LEASE_PREFIX,
   type AttemptOutcome,
@@ -25,6 +26,11 @@ export interface EndpointLanesOptions {
    * (attempt-gate.ts). @default no limit
    */
   gate?: AttemptGate;
+  /**
+   * Endpoints' `rateLimitPerSecond`, shared by every dispatcher (endpoint-rate.ts). A lane over it holds
+   * its deliveries and starts nothing until woken. @default no rate limits
+   */
+  rate?: EndpointRate;
   logger: Logger;
 }
 
@@ -54,6 +60,15 @@ interface Lane {
   lease: string;
   /** The endpoint's URL as its claim found it. */
   url: string | undefined;
+  /** The endpoint's rate limit as its last claim or hand-over found it; null: none. */
+  rate: number | null;
+  /** Over its rate limit: waits for the limiter's wake-up, starts nothing meanwhile. */
+  rateHeld: boolean;
+  /**
+   * A send taken from the rate limiter and not used yet (the gate had no permit). At most one per
+   * lane: a 10 s window may see one more per lane than the limiter granted in it.
+   */
+  sendTaken: boolean;
   waiting: Waiting[];
   /** Held, not started. */
   ready: ClaimedDelivery[];
@@ -123,6 +138,7 @@ const GROW_INTERVAL_MAX_MS = 1_000;
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
   const { attempter, endpointCap, logger } = options;
   const gate = options.gate ?? createAttemptGate({ concurrency: 0, orgConcurrency: 0 });
+  const { rate } = options;
   const lanes = new Map<string, Lane>();
   const ended = new Set<Promise<void>>();
   // A POST may start only while the leases taken or renewed at `renewedAt` outlive it by a margin
@@ -183,12 +199,22 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     if (startable) {
       // Each POST also takes one of the dispatcher's permits; without one the lane waits in its
       // organisation's line and is pumped again when one is reserved for it.
-      while (lane.ready.length > 0 && lane.flight.size < lane.slots && gate.tryAcquire(lane.gate)) {
+      // An endpoint with a rate limit also takes a send from its limiter first; refused, the lane holds
+      // what it has (its records keep renewing the leases) and is pumped again when a send may be free.
+      // A send taken while the gate has no permit is kept for the lane's next start: given up, the two
+      // waits (both may need a round trip to Redis) could keep missing each other.
+      while (lane.ready.length > 0 && lane.flight.size < lane.slots && !lane.rateHeld) {
+        if (!lane.sendTaken && !withinRate(lane)) break;
+        lane.sendTaken = true;
+        if (!gate.tryAcquire(lane.gate)) break;
+        lane.sendTaken = false;
         start(lane, lane.ready.shift()!);
       }
     }
     // Nothing it could start now: out of the line, any permit reserved for it goes to another lane.
-    if (!startable || lane.ready.length === 0 || lane.flight.size >= lane.slots) gate.leave(lane.gate);
+    if (!startable || lane.rateHeld || lane.ready.length === 0 || lane.flight.size >= lane.slots) {
+      gate.leave(lane.gate);
+    }
     // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
     // (Recording first starved this: with work arriving every few ms a record is always due, and a
     // lane whose claim found one delivery ran one slot while its backlog grew.)
@@ -217,6 +243,22 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     ) {
       lane.finished?.();
     }
+  }
+
+  /**
+   * Whether the lane's endpoint may take one more send now (always, without a rate limit).
+   */
+  function withinRate(lane: Lane): boolean {
+    if (!rate || lane.rate === null) return true;
+    const want = Math.min(lane.ready.length, lane.slots - lane.flight.size);
+    if (rate.tryTake(lane.endpointId, lane.rate, want, () => wakeFromRate(lane))) return true;
+    lane.rateHeld = true;
+    return false;
+  }
+
+  function wakeFromRate(lane: Lane): void {
+    lane.rateHeld = false;
+    pump(lane);
   }
 
   function needsRecord(lane: Lane): boolean {
@@ -269,6 +311,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         lane.renewedAt = sentAt;
       }
       lane.ready.push(...result.handedOver);
+      if (result.handedOver[0]) lane.rate = result.handedOver[0].rateLimitPerSecond ?? null;
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
       // An entry that came meanwhile for a delivery it does not hold may name one this statement did
       // not see yet: not out of work.
@@ -326,6 +369,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     lane.done = [];
     lane.slots = claimed.length;
     lane.url = claimed[0]?.url;
+    lane.rate = claimed[0]?.rateLimitPerSecond ?? null;
+    // A send kept from an earlier run would be late now: given up (less throughput, never more).
+    lane.sendTaken = false;
     // An endpoint belongs to one organisation.
     if (claimed[0]) lane.gate.orgId = claimed[0].orgId;
     lane.renewedAt = claimedAt;
@@ -408,6 +454,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           gate: gateLane,
           lease: newLease(ATTEMPT_LEASE_PREFIX),
           url: undefined,
+          rate: null,
+          rateHeld: false,
+          sendTaken: false,
           waiting: [{ item, done, failed }],
           ready: [],
           flight: new Set(),

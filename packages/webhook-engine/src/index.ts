@@ -5,6 +5,7 @@ export * from './dispatcher.js';
 export * from './embedded.js';
 export * from './lease-protocol.js';
 export * from './metrics.js';
+export * from './org-permits.js';
 export * from './outbox-listener.js';
 export * from './outbox-wake.js';
 export * from './queue/database-queue.js';

@@ -81,6 +81,15 @@
  * rows go (lease cleared: the due scan, or a claim's chain, hands them out again) and records what
  * is in flight; a failing, paused or disabled endpoint thus goes through step 3 again.
  *
+ * Throttles. An endpoint's rate limit (endpoint-rate.ts) and its organisation's attempts in flight
+ * across dispatchers (org-permits.ts) are checked by the lane right before each POST, like the slots.
+ * A lane held back by either starts nothing and keeps what it holds: its records go on renewing the
+ * a-leases (held back by a rate, it is woken at least once a second; waiting for a permit, when one is
+ * handed to it, and its renewal then finds out whatever lapsed meanwhile), so a wait changes no row,
+ * counts no attempt and never fails or kills a delivery; a lease that lapsed while it waited, or a
+ * dispatcher that dies, leaves the deliveries to come back through step 2, as with any crash. No
+ * statement here knows about either throttle.
+ *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
  * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per
@@ -237,6 +246,8 @@ export interface ClaimedDelivery {
   ageMs: number;
   /** The a-lease that {@link recordOutcomes} must present. */
   lease: string;
+  /** The endpoint's `rate_limit_per_second` when claimed (null or absent: none); endpoint-rate.ts applies it. */
+  rateLimitPerSecond?: number | null;
 }
 
 export interface ClaimRequest {
@@ -279,6 +290,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       attempt_count: number;
       age_ms: number;
       url: string;
+      rate_limit_per_second: number | null;
       body: string;
       secrets: string[] | null;
     }>`
@@ -378,7 +390,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
-        claimed.attempt_count, endpoint.url, event.body,
+        claimed.attempt_count, endpoint.url, endpoint.rate_limit_per_second, event.body,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
         (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
           where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
@@ -400,6 +412,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       attemptCount: row.attempt_count,
       ageMs: Number(row.age_ms),
       lease,
+      rateLimitPerSecond: row.rate_limit_per_second,
     }));
   });
 }
@@ -772,7 +785,7 @@ export async function recordOutcomes(
   if (taking) {
     // The endpoint's URL and secrets once, not once per delivery (they are one endpoint's).
     branches.push(sql`select 'handed', null, (
-      select json_build_object('url', endpoint.url,
+      select json_build_object('url', endpoint.url, 'rateLimitPerSecond', endpoint.rate_limit_per_second,
         'secrets', (select coalesce(array_agg(secret.sealed_secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
           where secret.endpoint_id = endpoint.id and secret.sealed_secret is not null
             and (secret.expires_at is null or secret.expires_at > now())),
@@ -821,14 +834,16 @@ export async function recordOutcomes(
     else if (row.kind === 'handed' && row.reason) {
       const taken = JSON.parse(row.reason) as {
         url: string;
+        rateLimitPerSecond: number | null;
         secrets: string[];
-        deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets'>> | null;
+        deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets' | 'rateLimitPerSecond'>> | null;
       };
       // No delivery when every one taken had lost its outbox event (deleted by hand; the claim that
       // names them once their lease has expired makes them SKIPPED).
       result.handedOver = (taken.deliveries ?? []).map((delivery) => ({
         ...delivery,
         url: taken.url,
+        rateLimitPerSecond: taken.rateLimitPerSecond,
         secrets: taken.secrets,
         ageMs: Number(delivery.ageMs),
         lease,

@@ -14,6 +14,12 @@ export interface DispatcherMetrics {
   deadLetters: Counter;
   /** `herald_webhook_endpoints_disabled_total`: endpoints this dispatcher disabled (410, failing too long). */
   disabledEndpoints: Counter;
+  /**
+   * `herald_webhook_throttled_total{reason="endpoint_rate|org_in_flight"}`: times a lane was held back
+   * with a delivery it could otherwise have started (an endpoint's rate limit; its organisation's
+   * attempts in flight, across all dispatchers). The delivery waits; nothing is failed.
+   */
+  throttled: Counter<'reason'>;
 }
 
 export interface MetricSources {
@@ -89,9 +95,18 @@ export function createDispatcherMetrics(
       },
     });
   }
+  const throttled = new Counter({
+    name: 'herald_webhook_throttled_total',
+    help: 'Times a webhook attempt was held back by a throttle (it waits, never fails), by reason',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+  });
+  throttled.inc({ reason: 'endpoint_rate' }, 0);
+  throttled.inc({ reason: 'org_in_flight' }, 0);
   return {
     registry,
     attempts,
+    throttled,
     deliverySeconds: new Histogram({
       name: 'herald_webhook_delivery_seconds',
       help: 'Duration of one webhook delivery attempt (the HTTP round trip), by outcome',

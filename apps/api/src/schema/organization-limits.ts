@@ -23,6 +23,8 @@ const QUOTA_DESCRIPTIONS: Record<keyof TenantLimits, string> = {
   publishesPerSecond: '`publishPost` per second.',
   socketsPerUser: "Open WebSockets per user (the largest among a user's organisations applies).",
   subscriptions: 'Active subscriptions in the organisation.',
+  webhookAttemptsInFlight:
+    'Webhook delivery attempts in flight at once, across all dispatchers (deliveries over it wait, never fail).',
 };
 
 const LimitOverridesRef = builder.objectRef<TenantLimitOverrides>('OrganizationLimitOverrides').implement({
@@ -69,6 +71,9 @@ const OrganizationUsageRef = builder.objectRef<OrganizationUsage>('OrganizationU
     publishesPerSecond: t.exposeInt('publishesPerSecond', { description: 'Publishes counted in the current second.' }),
     sockets: t.exposeInt('sockets', { description: 'Open WebSockets of tokens that list the organisation.' }),
     subscriptions: t.exposeInt('subscriptions', { description: 'Active subscriptions.' }),
+    webhookAttemptsInFlight: t.exposeInt('webhookAttemptsInFlight', {
+      description: 'Webhook delivery attempts in flight now, across all dispatchers.',
+    }),
     throttled: t.field({ type: ThrottledRef, resolve: (usage) => usage.throttled }),
     limits: t.field({
       type: OrganizationLimitsRef,

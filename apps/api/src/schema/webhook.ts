@@ -21,6 +21,7 @@ import {
   replayDeadWebhookDeliveries,
   replayWebhookDelivery,
   rotateWebhookSecret,
+  setWebhookEndpointRateLimit,
   type WebhookAttempt,
   type WebhookAttemptsLoader,
   type WebhookDelivery,
@@ -46,6 +47,20 @@ const MAX_FILTER_CHARS = 200;
 const MAX_SUCCESS_RATE_ATTEMPTS = 1_000;
 /** Test events of one endpoint not yet delivered (or dead) at once; more is BAD_USER_INPUT. */
 const MAX_PENDING_TEST_WEBHOOKS = 5;
+/** Highest `rateLimitPerSecond` accepted: far above what one receiver takes, low enough to stay meaningful. */
+const MAX_RATE_LIMIT_PER_SECOND = 10_000;
+
+/** `rateLimitPerSecond` as given: a positive integer up to the maximum, or null (no limit). */
+function checkRateLimit(value: number | null | undefined): number | null {
+  if (value === null || value === undefined) return null;
+  if (!Number.isInteger(value) || value < 1 || value > MAX_RATE_LIMIT_PER_SECOND) {
+    throw new BadUserInputError(
+      `rateLimitPerSecond must be an integer from 1 to ${MAX_RATE_LIMIT_PER_SECOND}, or null for no limit`,
+      'rateLimitPerSecond',
+    );
+  }
+  return value;
+}
 
 export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus', {
   values: {
@@ -120,6 +135,12 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
     url: t.exposeString('url'),
     eventTypes: t.exposeStringList('event_types'),
     createdAt: t.field({ type: 'DateTime', resolve: (endpoint) => endpoint.created_at }),
+    rateLimitPerSecond: t.int({
+      nullable: true,
+      description:
+        'Attempts per second at most, across all dispatchers (null: no limit); deliveries over it wait, never fail.',
+      resolve: (endpoint) => endpoint.rate_limit_per_second ?? null,
+    }),
     status: t.field({ type: WebhookEndpointStatusEnum, resolve: (endpoint) => endpoint.status }),
     disabledAt: t.field({ type: 'DateTime', nullable: true, resolve: (endpoint) => endpoint.disabled_at }),
     disabledReason: t.exposeString('disabled_reason', {
@@ -247,6 +268,9 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       description: 'How deliveries are signed. @default HMAC_SHA256',
     }),
     filter: t.string({ description: FILTER_INPUT_DESCRIPTION }),
+    rateLimitPerSecond: t.int({
+      description: `Attempts per second at most, 1 to ${MAX_RATE_LIMIT_PER_SECOND}. @default null (no limit)`,
+    }),
   }),
 });
 
@@ -308,6 +332,7 @@ builder.mutationFields((t) => ({
         );
       }
       const filter = parseFilterInput(input.filter, eventTypes);
+      const rateLimitPerSecond = checkRateLimit(input.rateLimitPerSecond);
       const checked = await checkWebhookUrl(input.url.trim(), context.webhooks);
       if ('refused' in checked) throw new BadUserInputError(`url refused: ${checked.refused}`, 'url');
       const existing = await listWebhookEndpointsByOrg(context.db, orgId);
@@ -323,8 +348,28 @@ builder.mutationFields((t) => ({
         secret: stored,
         keyring: keyringOf(context),
         filter,
+        rateLimitPerSecond,
       });
       return { endpoint, secret: shown, signatureScheme };
+    },
+  }),
+  setWebhookEndpointRateLimit: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description:
+      'Sets the most attempts per second to an endpoint, across all dispatchers; null removes the limit. ' +
+      'Deliveries over it are delayed, never failed.',
+    args: {
+      id: t.arg.id({ required: true }),
+      rateLimitPerSecond: t.arg.int({ description: `1 to ${MAX_RATE_LIMIT_PER_SECOND}, or null for no limit.` }),
+    },
+    resolve: async (_root, args, context) => {
+      const endpoint = await setWebhookEndpointRateLimit(context.db, {
+        id: String(args.id),
+        orgIds: context.viewer.orgs,
+        rateLimitPerSecond: checkRateLimit(args.rateLimitPerSecond),
+      });
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      return endpoint;
     },
   }),
   rotateWebhookSecret: t.withAuth({ viewer: true }).field({

@@ -26,6 +26,7 @@ const NO_OVERRIDES: TenantLimitOverrides = {
   publishesPerSecond: null,
   socketsPerUser: null,
   subscriptions: null,
+  webhookAttemptsInFlight: null,
 };
 
 /**
@@ -54,7 +55,8 @@ export function createOrganizationLimitsCache(deps: {
 
   async function read(orgId: string): Promise<TenantLimitOverrides> {
     const found = await findOrganizationLimits(deps.db, [orgId]);
-    return found.get(orgId) ?? NO_OVERRIDES;
+    const stored = found.get(orgId);
+    return stored ? { ...stored, webhookAttemptsInFlight: stored.webhookAttemptsInFlight ?? null } : NO_OVERRIDES;
   }
 
   return {
@@ -74,7 +76,8 @@ export function createOrganizationLimitsCache(deps: {
     },
     overridesOf: read,
     async save(orgId, overrides) {
-      const saved = await saveOrganizationLimits(deps.db, orgId, overrides);
+      const stored = await saveOrganizationLimits(deps.db, orgId, overrides);
+      const saved = { ...stored, webhookAttemptsInFlight: stored.webhookAttemptsInFlight ?? null };
       remember(orgId, Promise.resolve(effectiveLimits(deps.defaults, saved)));
       return saved;
     },

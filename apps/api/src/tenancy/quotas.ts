@@ -2,7 +2,13 @@
  * The tenant quotas (docs/tenancy.md): their names, as `extensions.limit` of a refusal, the usage
  * query and the `quota` label of `herald_tenant_refusals_total` use them.
  */
-export const QUOTAS = ['operationsPerSecond', 'publishesPerSecond', 'socketsPerUser', 'subscriptions'] as const;
+export const QUOTAS = [
+  'operationsPerSecond',
+  'publishesPerSecond',
+  'socketsPerUser',
+  'subscriptions',
+  'webhookAttemptsInFlight',
+] as const;
 
 export type Quota = (typeof QUOTAS)[number];
 
@@ -26,6 +32,7 @@ export function effectiveLimits(defaults: TenantLimits, overrides: TenantLimitOv
     publishesPerSecond: overrides.publishesPerSecond ?? defaults.publishesPerSecond,
     socketsPerUser: overrides.socketsPerUser ?? defaults.socketsPerUser,
     subscriptions: overrides.subscriptions ?? defaults.subscriptions,
+    webhookAttemptsInFlight: overrides.webhookAttemptsInFlight ?? defaults.webhookAttemptsInFlight,
   };
 }
 

@@ -32,6 +32,8 @@ export interface OrganizationUsage {
   sockets: number;
   /** Subscriptions active on it. */
   subscriptions: number;
+  /** Webhook attempts in flight for it, across all dispatchers (permits they hold). */
+  webhookAttemptsInFlight: number;
   /** Refusals per quota (cluster-wide in cluster mode, within THROTTLED_FLUSH_INTERVAL_MS). */
   throttled: Record<Quota, number>;
 }
@@ -48,6 +50,8 @@ export interface TenantQuotasDeps {
   onRefusal: (quota: Quota) => void;
   /** Called when Redis failed a check and this pod's local share answered it. */
   onFallback: () => void;
+  /** The organisation's webhook attempts in flight now (the dispatchers count them). @default 0 */
+  webhookAttemptsInFlight?: (orgId: string) => Promise<number>;
 }
 
 /**
@@ -234,12 +238,16 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
     async usage(orgId) {
       await flushThrottled();
       const orgLimits = await limits.limitsOf(orgId);
-      const [operationsNow, publishesNow, socketsNow, subscriptionsNow, refusals] = await Promise.all([
+      const [operationsNow, publishesNow, socketsNow, subscriptionsNow, refusals, webhooksNow] = await Promise.all([
         operations.current(`org:${orgId}`, orgLimits.operationsPerSecond),
         publishes.current(`org:${orgId}`, orgLimits.publishesPerSecond),
         orgSockets.count(orgId),
         subscriptions.count(orgId),
         throttledOf(orgId),
+        (deps.webhookAttemptsInFlight?.(orgId) ?? Promise.resolve(0)).catch((error: unknown) => {
+          onRedisError(error);
+          return 0;
+        }),
       ]);
       return {
         orgId,
@@ -248,6 +256,7 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
         publishesPerSecond: publishesNow,
         sockets: socketsNow,
         subscriptions: subscriptionsNow,
+        webhookAttemptsInFlight: webhooksNow,
         throttled: refusals,
       };
     },
@@ -300,5 +309,11 @@ function socketOrgs(viewer: Viewer): readonly string[] {
 }
 
 function zeroes(): Record<Quota, number> {
-  return { operationsPerSecond: 0, publishesPerSecond: 0, socketsPerUser: 0, subscriptions: 0 };
+  return {
+    operationsPerSecond: 0,
+    publishesPerSecond: 0,
+    socketsPerUser: 0,
+    subscriptions: 0,
+    webhookAttemptsInFlight: 0,
+  };
 }

@@ -12,6 +12,7 @@ import * as webhookHotPathWithoutForeignKeys from './2026-11-27T07-30_webhook-ho
 import * as organizationLimits from './2026-11-28T13-30_organization-limits.js';
 import * as webhookSecretsSealed from './2026-11-28T13-30_webhook-secrets-sealed.js';
 import * as webhookEndpointFilter from './2026-11-28T17-30_webhook-endpoint-filter.js';
+import * as webhookThrottles from './2026-11-28T17-40_webhook-throttles.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -32,6 +33,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-28T13-30_organization-limits': organizationLimits,
   '2026-11-28T13-30_webhook-secrets-sealed': webhookSecretsSealed,
   '2026-11-28T17-30_webhook-endpoint-filter': webhookEndpointFilter,
+  '2026-11-28T17-40_webhook-throttles': webhookThrottles,
 };
 
 export const migrationProvider: MigrationProvider = {

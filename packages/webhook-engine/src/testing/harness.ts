@@ -45,8 +45,16 @@ export interface DispatcherHarness {
   redis: RedisClient;
   /** A Redis-stream queue on this harness's keys (closed by `close`). */
   newQueue(): WebhookQueue;
-  /** Starts a dispatcher on this harness's database and keys (stopped by `close`). */
-  startDispatcher(settings?: Partial<DispatcherSettings>, keyring?: SecretKeyring): Promise<StartedDispatcher>;
+  /**
+   * Starts a dispatcher on this harness's database and keys (stopped by `close`). Its throttles share
+   * Redis through a client of their own on `throttlesRedisUrl` (default the harness's Redis; a cuttable
+   * proxy's URL to take Redis away from it alone; null: none, every throttle in this process only).
+   */
+  startDispatcher(
+    settings?: Partial<DispatcherSettings>,
+    keyring?: SecretKeyring,
+    options?: { throttlesRedisUrl?: string | null; consumerName?: string },
+  ): Promise<StartedDispatcher>;
   createEndpoint(orgId: string, url: string): Promise<{ id: string; secret: string }>;
   /** Writes `count` post.published events for `orgId` to the outbox, as publishPost does. */
   publish(orgId: string, count?: number): Promise<string[]>;
@@ -71,6 +79,7 @@ export async function createDispatcherHarness(
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
   const queues: WebhookQueue[] = [];
   const dispatchers: Dispatcher[] = [];
+  const throttleClients: RedisClient[] = [];
   const newQueue = () => {
     const queue = createRedisStreamQueue({ redisUrl, keys, logger });
     queues.push(queue);
@@ -86,9 +95,21 @@ export async function createDispatcherHarness(
     keys,
     redis,
     newQueue,
-    async startDispatcher(settings = {}, keyring = TEST_KEYRING) {
+    async startDispatcher(settings = {}, keyring = TEST_KEYRING, options = {}) {
       const queue = newQueue();
+      const throttlesRedisUrl = options.throttlesRedisUrl === undefined ? redisUrl : options.throttlesRedisUrl;
+      let throttles: { redis: RedisClient; keys: WebhookRedisKeys } | undefined;
+      if (throttlesRedisUrl !== null) {
+        const client = createRedisClient(throttlesRedisUrl, { enableOfflineQueue: false });
+        throttleClients.push(client);
+        // Tests cut this client's Redis on purpose: its reconnect errors are expected, not news.
+        client.on('error', () => {});
+        await waitUntilReady(client);
+        throttles = { redis: client, keys };
+      }
       const dispatcher = createDispatcher({
+        throttles,
+        consumerName: options.consumerName,
         db: database.db,
         databaseUrl: schema.url,
         queue,
@@ -138,6 +159,7 @@ export async function createDispatcherHarness(
     async close() {
       await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
       await Promise.all(queues.map((queue) => queue.close()));
+      for (const client of throttleClients) client.disconnect();
       // One key per DEL: on Redis Cluster the two streams may live on different nodes.
       await Promise.all([redis.del(keys.workStream), redis.del(keys.deadLetterStream), redis.del(keys.parkedStream)]);
       await redis.quit();
@@ -145,4 +167,10 @@ export async function createDispatcherHarness(
       await schema.drop();
     },
   };
+}
+
+/** Resolves once `client` is connected (commands fail at once otherwise: the offline queue is off). */
+async function waitUntilReady(client: RedisClient): Promise<void> {
+  if (client.status === 'ready') return;
+  await new Promise<void>((resolve) => client.once('ready', () => resolve()));
 }

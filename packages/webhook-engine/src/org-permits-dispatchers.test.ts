@@ -1,0 +1,178 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+
+// An organisation's webhook attempts in flight (TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT, or its override in
+// organization_limits) held across two real dispatchers, against PostgreSQL, Redis and a receiver whose
+// every answer takes a while: the receiver never sees more at once, another organisation's deliveries
+// go on meanwhile, a dead dispatcher's permits come back after the lease, and with Redis cut from one
+// dispatcher both keep going on their shares with nothing lost.
+
+/** How long the receiver takes to answer each POST. */
+const ANSWER_MS = 200;
+
+interface SlowReceiver {
+  url(path: string): string;
+  /** The most POSTs being answered at once so far to paths under `/<group>/`. */
+  maxInFlight(group: string): number;
+  /** When each POST to paths under `/<group>/` arrived. */
+  received(group: string): number[];
+  close(): Promise<void>;
+}
+
+async function startSlowReceiver(): Promise<SlowReceiver> {
+  const open = new Map<string, number>();
+  const most = new Map<string, number>();
+  const arrivals = new Map<string, number[]>();
+  const server: Server = createServer((req, res) => {
+    const group = (req.url ?? '/').split('/')[1] ?? '';
+    arrivals.set(group, [...(arrivals.get(group) ?? []), Date.now()]);
+    open.set(group, (open.get(group) ?? 0) + 1);
+    most.set(group, Math.max(most.get(group) ?? 0, open.get(group)!));
+    req.resume();
+    setTimeout(() => {
+      open.set(group, open.get(group)! - 1);
+      res.writeHead(200).end();
+    }, ANSWER_MS);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: (path) => `http://127.0.0.1:${port}${path}`,
+    maxInFlight: (group) => most.get(group) ?? 0,
+    received: (group) => arrivals.get(group) ?? [],
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+let harness: DispatcherHarness;
+let receiver: SlowReceiver;
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  receiver = await startSlowReceiver();
+});
+
+afterAll(async () => {
+  await harness?.close();
+  await receiver?.close();
+});
+
+async function until(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** An organisation with `endpoints` endpoints under `/<group>/…`, each getting `events` events. */
+async function organisation(group: string, endpoints: number, events: number, inFlightOverride?: number) {
+  const orgId = `org-${randomUUID()}`;
+  for (let i = 0; i < endpoints; i++) await harness.createEndpoint(orgId, receiver.url(`/${group}/${i}`));
+  if (inFlightOverride !== undefined) {
+    await harness.db
+      .insertInto('organization_limits')
+      .values({ org_id: orgId, webhook_attempts_in_flight: inFlightOverride })
+      .execute();
+  }
+  return { orgId, publish: () => harness.publish(orgId, events) };
+}
+
+/** Every delivery of the organisation SUCCEEDED at its first attempt, with one attempt row. */
+async function expectAllSucceededOnce(orgId: string, count: number) {
+  const { rows } = await sql<{ status: string; attempt_count: number; attempts: number }>`
+    select delivery.status, delivery.attempt_count,
+      (select count(*)::int from webhook_attempts attempt where attempt.delivery_id = delivery.id) as attempts
+    from webhook_deliveries delivery where delivery.org_id = ${orgId}
+  `.execute(harness.db);
+  expect(rows).toHaveLength(count);
+  for (const row of rows) expect(row).toEqual({ status: 'SUCCEEDED', attempt_count: 1, attempts: 1 });
+}
+
+describe("an organisation's attempts in flight across two dispatchers", () => {
+  it('never exceed its override at the receiver, while another organisation goes on', async () => {
+    // 6 endpoints × 10 events, 10 a time per endpoint per cluster: 60 at once without any cap, 8 with
+    // the cap counted per dispatcher (4 each); 4 with it held across both.
+    const storm = await organisation('storm', 6, 10, 4);
+    const quiet = await organisation('quiet', 1, 5);
+    const settings = { concurrency: 100, endpointConcurrency: 10, orgConcurrency: 100 };
+    const first = await harness.startDispatcher(settings);
+    const second = await harness.startDispatcher(settings);
+    await storm.publish();
+    await until('the storm under way', () => receiver.received('storm').length >= 4);
+    await quiet.publish();
+    await until("the quiet organisation's deliveries", () => receiver.received('quiet').length === 5);
+    // Not behind the storm's backlog (60 at 4 a time and 200 ms each: 3 s).
+    expect(receiver.received('storm').length).toBeLessThan(60);
+    await until('the whole storm', () => receiver.received('storm').length === 60);
+    expect(receiver.maxInFlight('storm')).toBeLessThanOrEqual(4);
+    expect(receiver.maxInFlight('storm')).toBeGreaterThanOrEqual(2);
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the last records
+    await expectAllSucceededOnce(storm.orgId, 60);
+    const throttled = await first.metrics.registry.getSingleMetricAsString('herald_webhook_throttled_total');
+    const throttledToo = await second.metrics.registry.getSingleMetricAsString('herald_webhook_throttled_total');
+    const count = (text: string) => Number(/reason="org_in_flight"} (\d+)/.exec(text)?.[1] ?? 0);
+    expect(count(throttled) + count(throttledToo)).toBeGreaterThan(0);
+    await Promise.all([first.stop(), second.stop()]);
+  }, 120_000);
+
+  it('are given back by a dispatcher that died, once its lease is over, and only then', async () => {
+    const org = await organisation('orphaned', 2, 5, 3);
+    // A dispatcher that died holding all 3 permits, its lease ending in 1.5 s (by Redis's clock).
+    const [seconds, micros] = (await harness.redis.time()) as unknown as [string, string];
+    const expiresAt = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000) + 1_500;
+    await harness.redis.hset(harness.keys.orgInFlight(org.orgId), 'dead-dispatcher', `3:3:${expiresAt}`);
+    const dispatcher = await harness.startDispatcher({ orgConcurrency: 100 });
+    await org.publish();
+    await until('every delivery', () => receiver.received('orphaned').length === 10);
+    expect(Math.min(...receiver.received('orphaned'))).toBeGreaterThanOrEqual(expiresAt - 50);
+    expect(receiver.maxInFlight('orphaned')).toBeLessThanOrEqual(3);
+    await dispatcher.stop();
+  }, 60_000);
+
+  it('without Redis (one dispatcher, as embedded), holds the override in that dispatcher', async () => {
+    const org = await organisation('alone', 4, 5, 2);
+    const alone = await harness.startDispatcher({ endpointConcurrency: 10, orgConcurrency: 100 }, undefined, {
+      throttlesRedisUrl: null,
+    });
+    await org.publish();
+    await until('every delivery', () => receiver.received('alone').length === 20);
+    expect(receiver.maxInFlight('alone')).toBe(2);
+    await alone.stop();
+  }, 60_000);
+
+  it('with Redis cut from one dispatcher mid-run, both go on at their shares: nothing lost', async () => {
+    const org = await organisation('cut', 4, 10, 4);
+    const proxy = await startCuttableProxy(new URL(harness.redisUrl));
+    try {
+      const settings = { endpointConcurrency: 10, orgConcurrency: 100 };
+      const cut = await harness.startDispatcher(settings, undefined, {
+        throttlesRedisUrl: `redis://127.0.0.1:${proxy.port}`,
+      });
+      const kept = await harness.startDispatcher(settings);
+      await org.publish();
+      await until('the run under way', () => receiver.received('cut').length >= 4);
+      proxy.cut();
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      proxy.restore();
+      await until('every delivery', () => receiver.received('cut').length === 40);
+      // The cut one on its own share (2), the other within the cap it sees through Redis (4).
+      expect(receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await expectAllSucceededOnce(org.orgId, 40);
+      expect(await cut.readiness()).toBe(true);
+      await Promise.all([cut.stop(), kept.stop()]);
+    } finally {
+      await proxy.close();
+    }
+  }, 120_000);
+});

@@ -2,7 +2,7 @@
  * CPU per POST of the engine's deliverer against raw undici Pool loops (`request`, and `dispatch` with
  * an empty handler: the floor the deliverer's own handler builds on), same process, same local
  * receiver (a child process answering 200 at once). For comparing the deliverer's per-request shape:
- *   node --import tsx bench/deliver-micro.ts [requests=20000] [concurrency=10]
+ *   node --import tsx bench/micro/deliver-micro.ts [requests=20000] [concurrency=10]
  */
 import { fork } from 'node:child_process';
 import { createDeliverer } from '@herald/webhook-engine';

@@ -13,8 +13,8 @@
  * Real PostgreSQL and Redis (DATABASE_URL / REDIS_URL, the local servers by default), a throw-away
  * schema and Redis prefix.
  *
- *   node --import tsx bench/dispatch-cpu.ts [events=10000] [endpoints=1] [cap=10] [rounds=1]
- *   node --cpu-prof --import tsx bench/dispatch-cpu.ts 20000     (a profile of the drain, mostly)
+ *   node --import tsx bench/micro/dispatch-cpu.ts [events=10000] [endpoints=1] [cap=10] [rounds=1]
+ *   node --cpu-prof --import tsx bench/micro/dispatch-cpu.ts 20000     (a profile of the drain, mostly)
  *   DISPATCH_CPU_QUERIES=1 …                                       (also: statements sent, by kind)
  *   DISPATCH_CPU_DISPATCHERS=2 …                                   (two dispatchers, in this process)
  *
@@ -31,9 +31,9 @@ import { TEST_KEYRING } from '@herald/testing';
 import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
 import { generateWebhookSecret } from '@herald/webhooks';
 import pg from 'pg';
-import { createLogger } from '../apps/webhook-dispatcher/src/logger.js';
-import { benchOutboxRows } from './src/outbox-rows.js';
-import { redisCommand } from './src/webhooks.js';
+import { createLogger } from '../../apps/webhook-dispatcher/src/logger.js';
+import { benchOutboxRows } from '../src/outbox-rows.js';
+import { redisCommand } from '../src/webhooks.js';
 
 const EVENTS = Number(process.argv[2] ?? 10_000);
 const ENDPOINTS = Number(process.argv[3] ?? 1);

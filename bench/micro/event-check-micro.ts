@@ -5,9 +5,9 @@
  * object (the validator alone) and `JSON.stringify` of the same body (what building it costs anyway).
  * CPU µs of this process per check, the median of `rounds` rounds of `checks` checks each.
  *
- *   node --import tsx bench/event-check-micro.ts [checks=100000] [rounds=3]
+ *   node --import tsx bench/micro/event-check-micro.ts [checks=100000] [rounds=3]
  */
-import { checkWebhookEventBody, WEBHOOK_EVENT_CATALOG } from '../packages/contracts/src/index.js';
+import { checkWebhookEventBody, WEBHOOK_EVENT_CATALOG } from '../../packages/contracts/src/index.js';
 
 const checks = Number(process.argv[2] ?? 100_000);
 const rounds = Number(process.argv[3] ?? 3);

@@ -6,7 +6,7 @@
  * other event (`{"data":{"tags":["urgent"]}}`). Rounds alternate the three, on one connection; prints
  * wall ms and PostgreSQL backend CPU µs per event, and deliveries made, median of rounds.
  *
- *   node --import tsx bench/fan-out-filter-micro.ts [events=2000] [endpoints=10] [rounds=3]
+ *   node --import tsx bench/micro/fan-out-filter-micro.ts [events=2000] [endpoints=10] [rounds=3]
  *
  * On the 2-core development machine (shared, local PostgreSQL 15), 2000 events, 10 endpoints: no filter
  * 145–155 µs of PostgreSQL CPU per event, filters keeping all 160–175 (so ~1.5–2 µs per event and

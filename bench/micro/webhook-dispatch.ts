@@ -3,8 +3,8 @@
  * once. Real PostgreSQL and Redis (DATABASE_URL / REDIS_URL, the local servers by default), its own
  * schema and Redis key prefix, dropped afterwards.
  *
- *   pnpm exec tsx bench/webhook-dispatch.ts
- *   BENCH_EVENTS=20000 BENCH_ENDPOINTS=4 WEBHOOK_ENDPOINT_CONCURRENCY=20 pnpm exec tsx bench/webhook-dispatch.ts
+ *   pnpm exec tsx bench/micro/webhook-dispatch.ts
+ *   BENCH_EVENTS=20000 BENCH_ENDPOINTS=4 WEBHOOK_ENDPOINT_CONCURRENCY=20 pnpm exec tsx bench/micro/webhook-dispatch.ts
  *
  * The outbox is filled first, then the dispatcher starts; the clock runs from its start until the
  * receiver has seen every event once. That is the whole path: relay → stream → fan-out → scheduler →
@@ -15,7 +15,7 @@ import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createDispatcherHarness, startTestReceiver } from '@herald/webhook-engine/testing';
 import pg from 'pg';
-import { benchOutboxRows } from './src/outbox-rows.js';
+import { benchOutboxRows } from '../src/outbox-rows.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000);
 const ENDPOINTS = Number(process.env.BENCH_ENDPOINTS ?? 1);

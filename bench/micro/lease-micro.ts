@@ -3,7 +3,7 @@
  * named prepared statements (as the dispatcher sends them; `PREP=0` for unnamed ones). One endpoint.
  * Prints wall ms and PostgreSQL backend CPU µs per delivery, and updates (HOT ones apart).
  *
- *   node --import tsx bench/lease-micro.ts [events=3000] [cap=10] [batch=cap] [mode=backlog]
+ *   node --import tsx bench/micro/lease-micro.ts [events=3000] [cap=10] [batch=cap] [mode=backlog]
  *
  * - `backlog`: `events` are fanned out first (LIMIT 200 per statement); then a lane's cycle: record
  *   `batch` outcomes and take `batch` more in the same statement (hand-over), until all are recorded.

@@ -3,7 +3,7 @@
  * (what every delivery would pay without the cache), per cached lookup (what it pays), and per
  * `signWebhook` of a 1 KB body (what signing costs anyway), for an endpoint with one and with two
  * secrets (a rotation's grace period). Same process, no I/O:
- *   node --import tsx bench/secret-cache-micro.ts [iterations=200000]
+ *   node --import tsx bench/micro/secret-cache-micro.ts [iterations=200000]
  */
 import { openSecret, sealSecret } from '@herald/db';
 import { createSecretCache } from '@herald/webhook-engine';

@@ -11,20 +11,20 @@
  *    with 429). CPU µs of this process per request; the load client (undici) runs in it too, the same
  *    for every organisation, so differences between rows are the server's.
  *
- *   node --import tsx bench/quota-micro.ts [checks=100000] [requests=5000] [rounds=3]
+ *   node --import tsx bench/micro/quota-micro.ts [checks=100000] [requests=5000] [rounds=3]
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Viewer } from '@herald/auth';
 import { signToken } from '@herald/auth';
 import { createDatabase, migrateToLatest } from '@herald/db';
 import { sql } from 'kysely';
 import { Pool } from 'undici';
-import { createApp } from '../apps/api/src/app.js';
-import { loadApiConfig } from '../apps/api/src/env.js';
-import { createLogger } from '../apps/api/src/logger.js';
-import { MAX_QUOTA_VALUE, type TenantLimits } from '../apps/api/src/tenancy/quotas.js';
-import { createTenantQuotas } from '../apps/api/src/tenancy/tenant-quotas.js';
-import { createRedisClient } from '../packages/config/src/redis.js';
+import { createApp } from '../../apps/api/src/app.js';
+import { loadApiConfig } from '../../apps/api/src/env.js';
+import { createLogger } from '../../apps/api/src/logger.js';
+import { MAX_QUOTA_VALUE, type TenantLimits } from '../../apps/api/src/tenancy/quotas.js';
+import { createTenantQuotas } from '../../apps/api/src/tenancy/tenant-quotas.js';
+import { createRedisClient } from '../../packages/config/src/redis.js';
 
 const checks = Number(process.argv[2] ?? 100_000);
 const requests = Number(process.argv[3] ?? 5_000);
@@ -146,6 +146,8 @@ try {
     JWT_SECRET,
     DATABASE_URL: url.toString(),
     SHUTDOWN_DRAIN_DELAY_MS: '0',
+    // The API requires a keyring with PostgreSQL (signing secrets at rest); a throw-away one will do here.
+    HERALD_ENCRYPTION_KEYS: `k1:${randomBytes(32).toString('base64')}`,
     HERALD_REDIS_PREFIX: `herald-quota-micro-${randomUUID()}:`,
     ...(redisUrl ? { REDIS_URL: redisUrl } : {}),
   });

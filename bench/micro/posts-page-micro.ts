@@ -4,7 +4,7 @@
  * the raw bench loop's statement on a plain `pg.Pool` (bench/src/http-sql.ts `selectPostsPage`), with
  * `concurrency` callers in flight as at 64 keep-alive connections. Rounds alternate (raw, Herald, raw, …)
  * and each prints this process's CPU µs per page, so the two are compared within one run:
- *   node --import tsx bench/posts-page-micro.ts [pages=20000] [rounds=3] [concurrency=64] [columns=page|all]
+ *   node --import tsx bench/micro/posts-page-micro.ts [pages=20000] [rounds=3] [concurrency=64] [columns=page|all]
  * With `ONLY=herald` only Herald's rounds run (for `node --cpu-prof`).
  */
 import { createDatabase, listPostsByOrg, migrateToLatest } from '@herald/db';

@@ -7,7 +7,8 @@
  *   node --import tsx bench/src/heap-diff.ts --scenario raw
  *   … --rows 80 --keep /tmp/heap   (more rows; keep the snapshots to open in DevTools)
  *
- * Prints a markdown section (paste it into bench/results/PROFILE.md). Needs DATABASE_URL for Herald.
+ * Prints a markdown section (paste it into a hand-written file under bench/results/profiles/, listed in
+ * bench/results/PROFILE.md). Needs DATABASE_URL for Herald.
  * The snapshots are written by the server itself (`v8.writeHeapSnapshot` through the inspector).
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

@@ -526,12 +526,13 @@ function profileDirFor(config: HttpConfig, id: HttpTargetId): string | undefined
 }
 
 /**
- * The HTTP section of PROFILE.md: per operation and Herald target, the server CPU per request split by
- * package and the functions with the most self time (share of profiled busy time × measured µs/request).
+ * bench/results/profiles/http-cpu.md (`--http-profile`, rewritten whole): per operation and Herald target, the
+ * server CPU per request split by package and the functions with the most self time (share of profiled busy
+ * time × measured µs/request).
  */
 export function httpProfileMarkdown(profiles: HttpProfile[], command: string, header: string[]): string {
   const lines = [
-    '## HTTP: where Herald spends its CPU per request',
+    '# HTTP: where Herald spends its CPU per request',
     '',
     `- Command: \`${command}\` — \`node --cpu-prof\` on the Herald process; only samples inside the trials count.`,
     ...header.map((line) => `- ${line}`),

@@ -8,7 +8,7 @@
  *   pnpm bench --scenarios embedded-stock        # Herald with WS_SHARED_EXECUTION=false (no shared execution)
  *   pnpm bench --scenarios nginx3 --sockets 6000 # 3 pods + Redis behind deploy/'s nginx: throughput, p99, spread
  *   pnpm bench --herald-env KEY=VALUE,KEY2=VALUE # extra environment for every Herald pod
- *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/PROFILE.md
+ *   pnpm bench --profile                         # node --cpu-prof at 1k sockets (raw, Herald, stock Herald) → bench/results/profiles/fanout-cpu-1k.md
  *   pnpm bench --compare old.json new.json       # deliveries/s, p99, CPU and RSS side by side
  *   pnpm bench --render bench/results/results.json  # redo results.{md,svg} from the JSON
  *   pnpm bench --out /tmp/run1                   # write the results somewhere else
@@ -474,13 +474,13 @@ async function main() {
       ...(args['http-profile'] ? { profileDir: mkdtempSync(join(tmpdir(), 'herald-http-prof-')) } : {}),
     });
     if (http.profiles) {
-      // `--http-profile`: the HTTP section of PROFILE.md is replaced, the rest of the file kept.
-      const file = join(outDir, 'PROFILE.md');
+      // `--http-profile`: its own generated file; PROFILE.md (hand-written index) and the notes are kept.
+      const file = join(outDir, 'profiles', 'http-cpu.md');
       const section = httpProfileMarkdown(http.profiles, `pnpm bench ${process.argv.slice(2).join(' ')}`, [
         `${new Date().toISOString()}; ${machineDescription()}; Node ${process.version}; Herald ${gitCommit(ROOT)}; load average ${currentLoadavg().join(' ')}`,
       ]);
-      mkdirSync(outDir, { recursive: true });
-      writeFileSync(file, replaceSection(readFileSafe(file), section));
+      mkdirSync(join(outDir, 'profiles'), { recursive: true });
+      writeFileSync(file, section);
       log(`HTTP profile written to ${file}`);
     }
   }
@@ -552,14 +552,11 @@ async function main() {
       '- "Self time" is where the CPU was when sampled, not including callees. Areas are by script location (node_modules package, node: core module, Herald source); `(program)` is native V8/libuv time the profiler cannot attribute (mostly socket writes and microtask machinery).',
       '',
     ];
-    // The HTTP section (`--http-profile`) is kept.
-    const previous = readFileSafe(join(outDir, 'PROFILE.md'));
-    const httpBlock = previous.includes(HTTP_PROFILE_START) ? previous.slice(previous.indexOf(HTTP_PROFILE_START)) : '';
-    writeFileSync(
-      join(outDir, 'PROFILE.md'),
-      `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n${httpBlock ? `\n${httpBlock}` : ''}`,
-    );
-    log(`profile summary written to ${join(outDir, 'PROFILE.md')}`);
+    // Its own generated file: PROFILE.md (the hand-written index) and the notes beside it are kept.
+    const file = join(outDir, 'profiles', 'fanout-cpu-1k.md');
+    mkdirSync(join(outDir, 'profiles'), { recursive: true });
+    writeFileSync(file, `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n`);
+    log(`profile summary written to ${file}`);
     rmSync(profileDir!, { recursive: true, force: true });
   } else {
     writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
@@ -569,26 +566,6 @@ async function main() {
     log(`results written to ${outDir}/results.{json,md,svg} in ${Math.round(durationSec)} s`);
   }
   await cleanupAll();
-}
-
-const HTTP_PROFILE_START = '<!-- http-profile:start -->';
-const HTTP_PROFILE_END = '<!-- http-profile:end -->';
-
-function readFileSafe(file: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {
-    return '';
-  }
-}
-
-/** `text` with its marked HTTP section replaced by `section` (appended when there is none). */
-function replaceSection(text: string, section: string): string {
-  const block = `${HTTP_PROFILE_START}\n${section}${HTTP_PROFILE_END}\n`;
-  const start = text.indexOf(HTTP_PROFILE_START);
-  const end = text.indexOf(HTTP_PROFILE_END);
-  if (start < 0 || end < 0) return `${text.trimEnd()}\n\n${block}`;
-  return `${text.slice(0, start)}${block}${text.slice(end + HTTP_PROFILE_END.length + 1)}`;
 }
 
 function methodNotes(embeddedDatabase: string, pgliteAsked: boolean, workers: number, sources: string): string[] {

@@ -150,7 +150,7 @@ export class RateLimitedError extends HeraldError {
 
   /**
    * A refusal without a stack trace: capturing one costs more than the rest of the refusal together
-   * (~25 µs of ~29, bench/quota-micro.ts), and a refusal's stack says nothing (it is expected, never
+   * (~25 µs of ~29, bench/micro/quota-micro.ts), and a refusal's stack says nothing (it is expected, never
    * logged as a failure). A storm's refusals must stay cheap.
    */
   static cheap(limit: string, retryAfterMs: number): RateLimitedError {

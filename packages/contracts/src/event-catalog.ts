@@ -208,7 +208,7 @@ const MAX_REPORTED_ERRORS = 5;
 
 /**
  * Validators compiled on first use per type (TypeBox's compiler): about 0.1–0.2 µs of CPU per check of a
- * parsed body, 0.6–1.2 µs with `JSON.parse` of the text (`node --import tsx bench/event-check-micro.ts`).
+ * parsed body, 0.6–1.2 µs with `JSON.parse` of the text (`node --import tsx bench/micro/event-check-micro.ts`).
  */
 const compiled = new Map<string, TypeCheck<TSchema>>();
 

@@ -15,7 +15,7 @@ export interface DialectPoolOptions {
  * (a {@link PooledConnection} lives as long as its `pg.Client`) to add the query deadline and the
  * prepared-statement names. Kysely keeps its own connection object per client it sees, so a stable
  * wrapper also spares it one per query (before: a wrapper object per checkout, and so a new Kysely
- * connection object per query). Measured alone (bench/posts-page-micro.ts) this and the deadline sweep
+ * connection object per query). Measured alone (bench/micro/posts-page-micro.ts) this and the deadline sweep
  * were within noise; building pg's Query from the text (below) paid.
  */
 export function createDialectPool(pool: pg.Pool, options: DialectPoolOptions): PostgresPool {

@@ -113,7 +113,7 @@ interface Lane {
  * A busy lane records its outcomes once it has this many slot-counts of them (fewer, larger
  * statements: the dispatcher's and PostgreSQL's CPU per delivery both fall with the record's size;
  * 8 endpoints, 1 → 2: PostgreSQL 259 → 193 µs; one endpoint, 2 → 4 (with the two below 6 → 10 and
- * 2 → 3): dispatcher ~191 → ~168 µs, PostgreSQL ~343 → ~223 µs, bench/dispatch-cpu.ts, A/B; one
+ * 2 → 3): dispatcher ~191 → ~168 µs, PostgreSQL ~343 → ~223 µs, bench/micro/dispatch-cpu.ts, A/B; one
  * endpoint, 4 → 8 (with the two below 10 → 20 and 3 → 6): past start-up 9,777–10,244 → 10,920–11,009
  * deliveries/s, dispatcher 65–68 → 58 µs, PostgreSQL 52–53 → 47 µs, `pnpm bench --scenarios webhooks`,
  * two pairs alternating; 16 gave nothing more). A record's fixed cost (bind, executor set-up, commit:

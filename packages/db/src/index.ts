@@ -15,6 +15,7 @@ export * from './webhook-deliveries.js';
 export * from './webhook-delivery-log.js';
 export * from './webhook-endpoint-health.js';
 export * from './webhook-endpoints.js';
+export * from './webhook-fifo.js';
 export * from './webhook-outbox.js';
 export * from './webhook-queue.js';
 export * from './webhook-secrets-at-rest.js';

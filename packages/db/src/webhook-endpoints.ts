@@ -3,7 +3,7 @@ import { WEBHOOK_ENDPOINT_ID_PREFIX } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { openSecret, type SecretKeyring, sealSecret } from './secret-envelope.js';
-import type { WebhookEndpoint } from './webhook-tables.js';
+import type { WebhookEndpoint, WebhookEndpointOrdering } from './webhook-tables.js';
 
 export interface NewWebhookEndpointInput {
   orgId: string;
@@ -13,6 +13,8 @@ export interface NewWebhookEndpointInput {
   secret: string;
   /** Seals the secret (its first key); the plaintext never reaches the database. */
   keyring: SecretKeyring;
+  /** FIFO: deliveries one after another in event order. @default UNORDERED */
+  ordering?: WebhookEndpointOrdering;
 }
 
 /** Registers an endpoint with its first signing secret (sealed), atomically. */
@@ -28,6 +30,7 @@ export async function insertWebhookEndpoint(
         org_id: input.orgId,
         url: input.url,
         event_types: [...new Set(input.eventTypes)],
+        ordering: input.ordering,
       })
       .returningAll()
       .executeTakeFirstOrThrow();

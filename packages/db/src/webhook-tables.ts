@@ -18,7 +18,11 @@ export interface WebhookEndpointsTable {
   paused_until: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** Set when the endpoint was deleted; its rows are purged in bounded batches in the background. */
   deleted_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** FIFO: deliveries strictly one after another in event order (the webhook engine's lease-protocol.ts). */
+  ordering: ColumnType<WebhookEndpointOrdering, WebhookEndpointOrdering | undefined, WebhookEndpointOrdering>;
 }
+
+export type WebhookEndpointOrdering = 'UNORDERED' | 'FIFO';
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';
 
@@ -84,6 +88,11 @@ export interface WebhookDeliveriesTable {
   updated_at: ColumnType<Date, Date | undefined, Date>;
   /** When a DEAD delivery was written to the dead-letter stream (the alerting feed); null until then. */
   dead_letter_streamed_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /**
+   * A FIFO endpoint's delivery: its place in the endpoint's line (its event's outbox `seq`, or a fresh
+   * one from that sequence when replayed). Null for an unordered endpoint's.
+   */
+  fifo_seq: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /**

@@ -63,6 +63,10 @@ interface Lane {
   done: Array<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>;
   /** POSTs this lane may have in flight: never more than its slot registration says (claim, step 3b, records). */
   slots: number;
+  /** The endpoint is FIFO, as its deliveries last said (lease protocol, "FIFO endpoints"): one POST at a time, in line order. */
+  fifo: boolean;
+  /** The endpoint's cap: 1 for a FIFO endpoint. */
+  cap: number;
   /** `performance.now()` when the statement that last renewed (or took) every held lease was sent. */
   renewedAt: number;
   recording: boolean;
@@ -183,12 +187,14 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     if (startable) {
       // Each POST also takes one of the dispatcher's permits; without one the lane waits in its
       // organisation's line and is pumped again when one is reserved for it.
-      while (lane.ready.length > 0 && lane.flight.size < lane.slots && gate.tryAcquire(lane.gate)) {
+      while (lane.ready.length > 0 && lane.flight.size < Math.min(lane.slots, lane.cap) && gate.tryAcquire(lane.gate)) {
         start(lane, lane.ready.shift()!);
       }
     }
     // Nothing it could start now: out of the line, any permit reserved for it goes to another lane.
-    if (!startable || lane.ready.length === 0 || lane.flight.size >= lane.slots) gate.leave(lane.gate);
+    if (!startable || lane.ready.length === 0 || lane.flight.size >= Math.min(lane.slots, lane.cap)) {
+      gate.leave(lane.gate);
+    }
     // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
     // (Recording first starved this: with work arriving every few ms a record is always due, and a
     // lane whose claim found one delivery ran one slot while its backlog grew.)
@@ -197,7 +203,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       !lane.recording &&
       !lane.winding &&
       !lane.broken &&
-      lane.slots < endpointCap &&
+      lane.slots < lane.cap &&
       lane.flight.size >= lane.slots &&
       lane.ready.length > 0 &&
       now >= lane.growAt &&
@@ -258,6 +264,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           url: lane.url,
           slots: lane.slots,
           keep: kept.length,
+          fifo: lane.fifo,
         },
         entries.length > 0,
       );
@@ -269,6 +276,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         lane.renewedAt = sentAt;
       }
       lane.ready.push(...result.handedOver);
+      if (result.handedOver[0]) setOrdering(lane, result.handedOver[0]);
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
       // An entry that came meanwhile for a delivery it does not hold may name one this statement did
       // not see yet: not out of work.
@@ -319,12 +327,18 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     }
   }
 
+  function setOrdering(lane: Lane, delivery: ClaimedDelivery): void {
+    lane.fifo = delivery.fifo === true;
+    lane.cap = lane.fifo ? 1 : endpointCap;
+  }
+
   /** Runs the lane from its claimed deliveries until it has wound down or run out of work. */
   function run(lane: Lane, claimed: readonly ClaimedDelivery[], claimedAt: number): Promise<void> {
     lane.ready = [...claimed];
     lane.flight.clear();
     lane.done = [];
     lane.slots = claimed.length;
+    if (claimed[0]) setOrdering(lane, claimed[0]);
     lane.url = claimed[0]?.url;
     // An endpoint belongs to one organisation.
     if (claimed[0]) lane.gate.orgId = claimed[0].orgId;
@@ -356,6 +370,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
             entries.map((entry) => entry.item),
             options.running() ? [lane.endpointId] : [],
             lane.lease,
+            lane.fifo,
           );
           settle(entries, claim.settled);
           claimed = claim.claimed;
@@ -413,6 +428,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           flight: new Set(),
           done: [],
           slots: 0,
+          fifo: false,
+          cap: endpointCap,
           renewedAt: 0,
           recording: false,
           winding: false,

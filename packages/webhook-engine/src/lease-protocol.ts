@@ -160,13 +160,15 @@ export async function fanOutOutbox(
       returning id, seq, org_id, type, target_endpoint_id, exclude_endpoint_id
     ), created as (
       insert into webhook_deliveries
-        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until)
+        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until, fifo_seq)
       select ${WEBHOOK_DELIVERY_ID_PREFIX} || replace(gen_random_uuid()::text, '-', ''),
         event.id, endpoint.id, event.org_id, event.type,
         case when enabled then 'PENDING' else 'SKIPPED' end,
-        case when enabled then now() end,
+        -- A FIFO endpoint's delivery waits in its line (no due time; see "FIFO endpoints").
+        case when enabled and endpoint.ordering <> 'FIFO' then now() end,
         case when enabled then ${lease} end,
-        case when enabled then now() + ${ms(options.queueLeaseMs)} end
+        case when enabled then now() + ${ms(options.queueLeaseMs)} end,
+        case when enabled and endpoint.ordering = 'FIFO' then event.seq end
       from event
       join webhook_endpoints endpoint on endpoint.org_id = event.org_id
       cross join lateral (select endpoint.status = 'ENABLED' and endpoint.deleted_at is null as enabled) state
@@ -200,16 +202,30 @@ export async function queueDueDeliveries(
 ): Promise<QueuedDelivery[]> {
   const lease = newLease(QUEUED_LEASE_PREFIX);
   const { rows } = await sql<{ id: string; endpoint_id: string }>`
-    update webhook_deliveries delivery
-    set lease_token = ${lease}, leased_until = now() + ${ms(options.queueLeaseMs)}
-    from (
+    with earliest as (
       select id from webhook_deliveries
       where status = 'PENDING' and next_attempt_at <= now() and (leased_until is null or leased_until <= now())
       order by next_attempt_at
       limit ${options.limit}
       for update skip locked
-    ) due
-    where delivery.id = due.id
+    ), head as (
+      -- FIFO endpoints' heads waiting in line with nobody on them (see "FIFO endpoints"): not locked
+      -- here (a lock that skipped the head would hand out the one behind it), re-checked below.
+      select line.id from webhook_endpoints endpoint
+      cross join lateral (
+        select id, next_attempt_at, leased_until from webhook_deliveries
+        where endpoint_id = endpoint.id and status = 'PENDING' and fifo_seq is not null
+        order by fifo_seq limit 1
+      ) line
+      where endpoint.ordering = 'FIFO' and endpoint.deleted_at is null and endpoint.status = 'ENABLED'
+        and line.next_attempt_at is null and (line.leased_until is null or line.leased_until <= now())
+      limit ${options.limit}
+    )
+    update webhook_deliveries delivery
+    set lease_token = ${lease}, leased_until = now() + ${ms(options.queueLeaseMs)}
+    from (select id from earliest union select id from head) due
+    where delivery.id = due.id and delivery.status = 'PENDING'
+      and (delivery.leased_until is null or delivery.leased_until <= now())
     returning delivery.id, delivery.endpoint_id, set_config('synchronous_commit', 'off', true) as async_commit
   `.execute(db);
   return rows.map((row) => ({ deliveryId: row.id, endpointId: row.endpoint_id, lease }));
@@ -233,6 +249,8 @@ export interface ClaimedDelivery {
   ageMs: number;
   /** The a-lease that {@link recordOutcomes} must present. */
   lease: string;
+  /** The endpoint is FIFO: one attempt at a time, in line order (see "FIFO endpoints"). */
+  fifo?: boolean;
 }
 
 export interface ClaimRequest {
@@ -246,6 +264,12 @@ export interface ClaimRequest {
   leaseMs: number;
   /** The a-lease to take the deliveries under (a lane's own, see step 4). @default a new one */
   lease?: string;
+  /**
+   * The chain endpoints are FIFO (a lane learns it from its deliveries): chain the head of each one's
+   * line instead of the earliest due deliveries. A wrong guess only delays: the claim still takes a
+   * FIFO endpoint's head alone. @default false
+   */
+  fifo?: boolean;
 }
 
 /** Step 3: claims a batch in one statement, the per-endpoint cap enforced atomically. */
@@ -256,6 +280,34 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const lease = request.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
   const ids = request.queued.map((item) => item.deliveryId);
   const leases = request.queued.map((item) => item.lease);
+  // The chain's deliveries: a FIFO endpoint's head of its line, or any endpoint's earliest due ones.
+  const chainBranch = request.fifo
+    ? sql`
+        -- A FIFO endpoint's chain: the head of its line (waiting, or due), when nobody holds it.
+        select head.id, head.endpoint_id, head.next_attempt_at, head.seq, head.fifo_seq, head.org_id,
+          exists (select 1 from webhook_outbox event where event.id = head.event_id) as has_event
+        from (select endpoint_id from unnest(${chain}::text[]) as chained(endpoint_id) limit ${chain.length}) chained
+        cross join lateral (
+          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id, lease_token, leased_until
+          from webhook_deliveries
+          where endpoint_id = chained.endpoint_id and status = 'PENDING' and fifo_seq is not null
+          order by fifo_seq limit 1
+        ) head
+        where (head.next_attempt_at is null or head.next_attempt_at <= now())
+          and (head.leased_until is null or head.leased_until <= now() or head.lease_token like 'q:%')`
+    : sql`
+        select next.id, next.endpoint_id, next.next_attempt_at, next.seq, next.fifo_seq, next.org_id,
+          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
+        from unnest(${chain}::text[]) as chained(endpoint_id)
+        cross join lateral (
+          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id from webhook_deliveries
+          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
+            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
+            -- then claims nothing). An a-lease is an attempt: only once it has expired.
+            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
+          order by next_attempt_at, seq
+          limit ${request.endpointCap}
+        ) next`;
   return db.transaction().execute(async (trx) => {
     // Claims touching the same endpoint run one after the other, so each counts the others' slots.
     // The claim commits without waiting for the WAL flush (see "Commits" above): one statement both
@@ -275,6 +327,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       attempt_count: number;
       age_ms: number;
       url: string;
+      fifo: boolean;
       body: string;
       secrets: string[] | null;
     }>`
@@ -282,29 +335,36 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
         limit ${ids.length}
       ), cand as (
-        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq,
-          exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
+        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq, delivery.fifo_seq,
+          delivery.org_id, exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
         from input join webhook_deliveries delivery on delivery.id = input.id
-        where delivery.status = 'PENDING' and delivery.next_attempt_at <= now()
+        where delivery.status = 'PENDING'
+          and (delivery.next_attempt_at <= now() or (delivery.next_attempt_at is null and delivery.fifo_seq is not null))
           and (delivery.lease_token = input.lease or delivery.leased_until is null or delivery.leased_until <= now())
         union
-        select next.id, next.endpoint_id, next.next_attempt_at, next.seq,
-          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
-        from unnest(${chain}::text[]) as chained(endpoint_id)
-        cross join lateral (
-          select id, endpoint_id, event_id, next_attempt_at, seq from webhook_deliveries
-          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
-            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
-            -- then claims nothing). An a-lease is an attempt: only once it has expired.
-            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
-          order by next_attempt_at, seq
-          limit ${request.endpointCap}
-        ) next
+        ${chainBranch}
       ), endpoint as (
         select id, paused_until,
           status = 'ENABLED' and deleted_at is null as enabled,
-          coalesce(paused_until > now(), false) as paused
+          coalesce(paused_until > now(), false) as paused,
+          ordering = 'FIFO' as fifo
         from webhook_endpoints where id in (select endpoint_id from cand)
+      ), behind as (
+        -- A FIFO endpoint's deliveries that are not the head of its line, or whose organisation has an
+        -- earlier event not fanned out yet: not attempted now (see "FIFO endpoints").
+        -- (Scalar subqueries: looked up per row through the line's index, never hashed; see "Plans".)
+        select cand.id from cand join endpoint on endpoint.id = cand.endpoint_id
+        where endpoint.fifo and cand.fifo_seq is not null and (
+          cand.fifo_seq > (
+            select ahead.fifo_seq from webhook_deliveries ahead
+            where ahead.endpoint_id = cand.endpoint_id and ahead.status = 'PENDING' and ahead.fifo_seq is not null
+            order by ahead.fifo_seq limit 1
+          )
+          or cand.fifo_seq > (
+            select min(event.seq) from webhook_outbox event
+            where event.dispatched_at is null and event.org_id = cand.org_id
+          )
+        )
       ), slot as (
         select endpoint_id, lease, slots, leased_until > now() as live from webhook_endpoint_slots
         where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
@@ -326,13 +386,14 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         )
         group by slot.endpoint_id
       ), ranked as (
-        select cand.id, cand.endpoint_id,
+        select cand.id, cand.endpoint_id, endpoint.fifo,
           row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
         from cand join endpoint on endpoint.id = cand.endpoint_id
-        where endpoint.enabled and not endpoint.paused and cand.has_event
+        where endpoint.enabled and not endpoint.paused and cand.has_event and cand.id not in (select id from behind)
       ), picked as (
+        -- A FIFO endpoint has one attempt in flight at most, across all dispatchers.
         select ranked.id from ranked left join busy using (endpoint_id)
-        where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
+        where ranked.rank + coalesce(busy.n, 0) <= case when ranked.fifo then 1 else ${request.endpointCap} end
       ), claimed as (
         -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
         -- meanwhile: a live a-lease is never overwritten. (coalesce: a free row has no lease at all.)
@@ -341,7 +402,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         from picked where delivery.id = picked.id and delivery.status = 'PENDING'
           and not coalesce(delivery.lease_token like 'a:%' and delivery.leased_until > now(), false)
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
-          delivery.attempt_count, delivery.horizon_from
+          delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
       ), registered as (
         -- The lane's slots are what it claimed (a lane claims only once it holds nothing).
         insert into webhook_endpoint_slots (endpoint_id, lease, slots, leased_until)
@@ -371,10 +432,11 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         set lease_token = null, leased_until = null, next_attempt_at = endpoint.paused_until
         from cand join endpoint on endpoint.id = cand.endpoint_id
         where delivery.id = cand.id and endpoint.enabled and endpoint.paused and cand.has_event
+          and cand.id not in (select id from behind)
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
-        claimed.attempt_count, endpoint.url, event.body,
+        claimed.attempt_count, endpoint.url, endpoint.ordering = 'FIFO' as fifo, event.body,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
         (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
           where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
@@ -383,6 +445,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       from claimed
       join webhook_endpoints endpoint on endpoint.id = claimed.endpoint_id
       join webhook_outbox event on event.id = claimed.event_id
+      order by claimed.fifo_seq, claimed.id
     `.execute(trx);
     return rows.map((row) => ({
       id: row.id,
@@ -391,6 +454,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       orgId: row.org_id,
       endpointId: row.endpoint_id,
       url: row.url,
+      ...(row.fifo ? { fifo: true } : {}),
       body: row.body,
       secrets: row.secrets ?? [],
       attemptCount: row.attempt_count,
@@ -434,10 +498,12 @@ export async function growEndpointSlots(
         from slot
       ), grown as (
         update webhook_endpoint_slots slot
-        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int))
-        from others
+        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int,
+          -- A FIFO endpoint: one attempt at a time.
+          case when endpoint.ordering = 'FIFO' then 1 end))
+        from others, webhook_endpoints endpoint
         where slot.endpoint_id = ${endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
-          and slot.slots > 0
+          and slot.slots > 0 and endpoint.id = ${endpointId}::text
         returning slot.slots
       )
       select (select slots from grown) as slots, others.n as others from others
@@ -524,7 +590,11 @@ export interface HandOver {
    * How many of the endpoint's next due deliveries to take. @default as many as the recorded
    * deliveries whose a-lease was still live (a batch's hand-over: one for one)
    */
-  take?: number;
+  take?: number /**
+   * The endpoint is FIFO (as its deliveries said): take the next deliveries of its line, in order, up
+   * to the first one that may not be taken (see "FIFO endpoints"). @default false
+   */;
+  fifo?: boolean;
 }
 
 /**
@@ -701,9 +771,45 @@ export async function recordOutcomes(
       handOver?.take !== undefined
         ? sql`${handOver.take}::int`
         : sql`(select count(1) from updated where updated.id in (select id from live))`;
-    ctes.push(sql`handed as (
+    const endpointId = sql`${handOver?.endpointId ?? null}::text`;
+    ctes.push(
+      handOver?.fifo
+        ? sql`line as (
+      -- A FIFO endpoint's line behind what the lane holds, in order (see "FIFO endpoints"): taken up to
+      -- the first delivery it may not take (held by another, due later, locked, or behind an event of
+      -- the organisation not fanned out yet), never past it.
+      select next.id, next.fifo_seq,
+        coalesce(next.next_attempt_at <= now(), true)
+          and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%') as free
+      from webhook_deliveries next
+      where next.endpoint_id = ${endpointId} and next.status = 'PENDING' and next.fifo_seq is not null
+        and next.lease_token is distinct from ${lease}
+        and exists (
+          select 1 from webhook_endpoints endpoint
+          where endpoint.id = next.endpoint_id and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+            and not coalesce(endpoint.paused_until > now(), false) and endpoint.ordering = 'FIFO'
+        )
+      order by next.fifo_seq
+      limit ${take}
+    ), line_locked as (
+      select next.id from line join webhook_deliveries next on next.id = line.id
+      where line.free and next.status = 'PENDING'
+        and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
+      for update of next skip locked
+    ), line_taken as (
+      select line.id from line
+      where line.fifo_seq < coalesce(least(
+        (select min(stop.fifo_seq) from line stop where stop.id not in (select id from line_locked)),
+        (select min(event.seq) from webhook_outbox event
+          where event.dispatched_at is null
+            and event.org_id = (select org_id from webhook_endpoints where id = ${endpointId}))
+      ), 9223372036854775807)
+    ), handed as (
+      select id from line_taken
+    )`
+        : sql`handed as (
       select next.id from webhook_deliveries next
-      where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
+      where next.endpoint_id = ${endpointId} and next.status = 'PENDING'
         and next.next_attempt_at <= now()
         and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
         and next.id <> all(${outcomeIds}::text[]) and next.id <> all(${renew}::text[])
@@ -716,12 +822,14 @@ export async function recordOutcomes(
       order by next.next_attempt_at, next.seq
       limit ${take}
       for update skip locked
-    ), taken as (
+    )`,
+    );
+    ctes.push(sql`taken as (
       update webhook_deliveries delivery
       set lease_token = ${lease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
       from handed where delivery.id = handed.id
       returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
-        delivery.attempt_count, delivery.horizon_from
+        delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
     )`);
   }
   if (handOver) {
@@ -768,14 +876,15 @@ export async function recordOutcomes(
   if (taking) {
     // The endpoint's URL and secrets once, not once per delivery (they are one endpoint's).
     branches.push(sql`select 'handed', null, (
-      select json_build_object('url', endpoint.url,
+      select json_build_object('url', endpoint.url, 'fifo', endpoint.ordering = 'FIFO',
         'secrets', (select coalesce(array_agg(secret.sealed_secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
           where secret.endpoint_id = endpoint.id and secret.sealed_secret is not null
             and (secret.expires_at is null or secret.expires_at > now())),
         'deliveries', (
           select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
             'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
-            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000))
+            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000)
+            order by taken.fifo_seq)
           from taken join webhook_outbox event on event.id = taken.event_id
         ))::text
       from webhook_endpoints endpoint
@@ -817,6 +926,7 @@ export async function recordOutcomes(
     else if (row.kind === 'handed' && row.reason) {
       const taken = JSON.parse(row.reason) as {
         url: string;
+        fifo: boolean;
         secrets: string[];
         deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets'>> | null;
       };
@@ -828,6 +938,7 @@ export async function recordOutcomes(
         secrets: taken.secrets,
         ageMs: Number(delivery.ageMs),
         lease,
+        ...(taken.fifo ? { fifo: true } : {}),
       }));
     } else if (row.kind === 'disabled' && row.id)
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });

@@ -12,6 +12,7 @@ import {
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
+  findWebhookFifoHead,
   insertTestWebhook,
   insertWebhookEndpoint,
   listActiveWebhookSecrets,
@@ -20,10 +21,12 @@ import {
   replayDeadWebhookDeliveries,
   replayWebhookDelivery,
   rotateWebhookSecret,
+  setWebhookEndpointOrdering,
   type WebhookAttempt,
   type WebhookAttemptsLoader,
   type WebhookDelivery,
   type WebhookEndpoint,
+  type WebhookFifoHead,
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
 import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
@@ -51,6 +54,22 @@ export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus
     DISABLED: {
       value: 'DISABLED',
       description: 'Receives nothing: events meanwhile are recorded as SKIPPED and not sent when it is enabled again.',
+    },
+  } as const,
+});
+
+export const WebhookEndpointOrderingEnum = builder.enumType('WebhookEndpointOrdering', {
+  description: 'In what order an endpoint gets its deliveries.',
+  values: {
+    UNORDERED: {
+      value: 'UNORDERED',
+      description: 'Several deliveries at once, each retried on its own schedule: the fastest.',
+    },
+    FIFO: {
+      value: 'FIFO',
+      description:
+        "Strictly in the order the organisation's events were committed, one at a time: a delivery is attempted only " +
+        'once the one before it succeeded or went DEAD, so a failing delivery holds back those after it.',
     },
   } as const,
 });
@@ -109,6 +128,14 @@ const WebhookDeliveryConnection = builder.connectionObject(
   { name: 'WebhookDeliveryEdge' },
 );
 
+const WebhookFifoHeadRef = builder.objectRef<WebhookFifoHead>('WebhookFifoHead').implement({
+  description: "The head of a FIFO endpoint's line: the delivery every later one waits for.",
+  fields: (t) => ({
+    delivery: t.field({ type: WebhookDeliveryRef, resolve: (head) => head.delivery }),
+    heldBack: t.exposeInt('heldBack', { description: 'Pending deliveries of the endpoint waiting behind it.' }),
+  }),
+});
+
 /** An endpoint; only ever handed to members of its organisation, so its fields need no further check. */
 export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEndpoint').implement({
   description: 'A receiver URL of an organisation and the event types it receives.',
@@ -119,6 +146,16 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
     eventTypes: t.exposeStringList('event_types'),
     createdAt: t.field({ type: 'DateTime', resolve: (endpoint) => endpoint.created_at }),
     status: t.field({ type: WebhookEndpointStatusEnum, resolve: (endpoint) => endpoint.status }),
+    ordering: t.field({ type: WebhookEndpointOrderingEnum, resolve: (endpoint) => endpoint.ordering }),
+    fifoHead: t.field({
+      type: WebhookFifoHeadRef,
+      nullable: true,
+      description:
+        'For a FIFO endpoint, the delivery at the head of its line and how many wait behind it (a head that keeps ' +
+        'failing holds them all back); null when nothing is pending or the endpoint is unordered.',
+      resolve: (endpoint, _args, context) =>
+        endpoint.ordering === 'FIFO' ? findWebhookFifoHead(context.db, endpoint.id) : null,
+    }),
     disabledAt: t.field({ type: 'DateTime', nullable: true, resolve: (endpoint) => endpoint.disabled_at }),
     disabledReason: t.exposeString('disabled_reason', {
       nullable: true,
@@ -244,6 +281,22 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
       type: WebhookSignatureSchemeEnum,
       description: 'How deliveries are signed. @default HMAC_SHA256',
     }),
+    ordering: t.field({
+      type: WebhookEndpointOrderingEnum,
+      description: 'In what order deliveries are made. @default UNORDERED',
+    }),
+  }),
+});
+
+const UpdateWebhookEndpointInput = builder.inputType('UpdateWebhookEndpointInput', {
+  description: 'The settings to change; a field left out keeps its value.',
+  fields: (t) => ({
+    ordering: t.field({
+      type: WebhookEndpointOrderingEnum,
+      description:
+        'FIFO orders the deliveries made from now on (those already pending keep no order among themselves); ' +
+        'UNORDERED lets every waiting delivery go at once.',
+    }),
   }),
 });
 
@@ -318,6 +371,7 @@ builder.mutationFields((t) => ({
         eventTypes,
         secret: stored,
         keyring: keyringOf(context),
+        ordering: input.ordering ?? 'UNORDERED',
       });
       return { endpoint, secret: shown, signatureScheme };
     },
@@ -358,6 +412,27 @@ builder.mutationFields((t) => ({
         keyring: keyringOf(context),
       });
       return { endpoint, secret: shown, signatureScheme };
+    },
+  }),
+  updateWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description: "Changes an endpoint's settings.",
+    args: {
+      id: t.arg.id({ required: true }),
+      input: t.arg({ type: UpdateWebhookEndpointInput, required: true }),
+    },
+    resolve: async (_root, { id, input }, context) => {
+      let endpoint = await findOwnEndpoint(context, String(id));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if (input.ordering && input.ordering !== endpoint.ordering) {
+        endpoint = await setWebhookEndpointOrdering(context.db, {
+          id: endpoint.id,
+          orgIds: context.viewer.orgs,
+          ordering: input.ordering,
+        });
+        if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      }
+      return endpoint;
     },
   }),
   deleteWebhookEndpoint: t.withAuth({ viewer: true }).field({

@@ -78,6 +78,40 @@
  * rows go (lease cleared: the due scan, or a claim's chain, hands them out again) and records what
  * is in flight; a failing, paused or disabled endpoint thus goes through step 3 again.
  *
+ * FIFO endpoints (`ordering = 'FIFO'`, docs/webhooks.md "Ordered endpoints"). Each of the endpoint's
+ * deliveries has a place in its line, `fifo_seq`: its event's outbox `seq` (fan-out), or on a replay a
+ * fresh value of that sequence (the back of the line; a replay never cuts in ahead of deliveries already
+ * waiting, so a lane holding the line's next ones never has to give them back). The line is the
+ * endpoint's PENDING deliveries by `fifo_seq` (partial index `webhook_deliveries_fifo_line_idx`); its
+ * head is the first. Only the head is attempted, and only when no event of the organisation with a
+ * lower outbox `seq` is still waiting for its fan-out (one whose fan-out has not committed could
+ * otherwise be overtaken by a later one another dispatcher fanned out first). The rest wait with no
+ * `next_attempt_at`, so the due scan's index does not see them (a stuck head with 100,000 behind it
+ * costs the due scan nothing); a head has one only while a retry or a pause is scheduled.
+ * - fan-out: a FIFO endpoint's new deliveries wait (`next_attempt_at` null), q-leased and XADDed as
+ *   usual: the entry naming the head claims it; the others' entries claim nothing.
+ * - claim (step 3): a FIFO endpoint's cap is 1, whatever the configured cap, counted in slots as any
+ *   cap is (at most one lane has a slot, so one POST is in flight across all dispatchers); a candidate
+ *   that is not the head ("behind") is neither claimed nor moved by a pause. A lane that knows its
+ *   endpoint is FIFO chains the head of the line (waiting or due) instead of the earliest due ones;
+ *   step 3b never raises a FIFO lane past one slot.
+ * - hand-over (step 4, `HandOver.fifo`): the lane takes the line behind what it holds, in order, up
+ *   to the first delivery it may not take (held by another lease, a retry due later, a row locked by
+ *   someone else, or behind an event not yet fanned out), never past it. A lane POSTs what it holds
+ *   one after another without waiting for the record of the one before: a success starts the next
+ *   at once, so a fast receiver gets the backlog back to back. A failure winds the lane down before
+ *   anything else starts (its held deliveries are let go, still waiting, still in line), the head
+ *   keeps its place with its retry due later, and nothing behind it is due. A head recorded DEAD lets
+ *   the next one be the head: the lane's next claim chains it.
+ * - due scan (step 2): besides due deliveries, the heads of enabled FIFO endpoints that wait in line
+ *   with no live lease (the dispatcher that would have chained them died, or a replay made a line of
+ *   one): one index probe per FIFO endpoint per pass, through `webhook_endpoints_fifo_idx`.
+ * A killed lane's held deliveries come back, still in line, when their a-leases expire; the head is
+ * then attempted again, and with it the ones behind that were POSTed but not recorded: the receiver
+ * may get a few again, in order, never one out of order. Deliveries made before an endpoint became
+ * FIFO have no place in the line (attempted one at a time, unordered); turning FIFO off makes every
+ * waiting delivery due (packages/db webhook-fifo.ts).
+ *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
  * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per

@@ -5,6 +5,7 @@
 
 export type EndpointStatus = 'ENABLED' | 'DISABLED';
 export type DeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD' | 'SKIPPED';
+export type EndpointOrdering = 'UNORDERED' | 'FIFO';
 
 export interface Viewer {
   id: string;
@@ -26,6 +27,14 @@ export interface EndpointSummary {
   pausedUntil: string | null;
   /** Share of the latest attempts that got a 2xx (0 to 1); null without attempts. */
   successRate: number | null;
+  /** FIFO: one delivery at a time, in event order; a failing one holds back the rest. */
+  ordering: EndpointOrdering;
+}
+
+/** One endpoint as its own view shows it. */
+export interface EndpointDetail extends EndpointSummary {
+  /** For a FIFO endpoint with pending deliveries: the one every later one waits for. */
+  fifoHead: { heldBack: number; delivery: Delivery } | null;
 }
 
 export interface Attempt {
@@ -58,7 +67,7 @@ export const DELIVERY_PAGE_SIZE = 25;
 
 const ENDPOINT_FIELDS = `
   id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil
-  successRate(lastAttempts: ${RECENT_ATTEMPTS})
+  successRate(lastAttempts: ${RECENT_ATTEMPTS}) ordering
 `;
 
 const DELIVERY_FIELDS = `
@@ -70,7 +79,9 @@ export const ME = 'query Me { me { id name orgs } }';
 
 export const ENDPOINTS = `query Endpoints($orgId: ID!) { webhookEndpoints(orgId: $orgId) { ${ENDPOINT_FIELDS} } }`;
 
-export const ENDPOINT = `query Endpoint($id: ID!) { webhookEndpoint(id: $id) { ${ENDPOINT_FIELDS} } }`;
+export const ENDPOINT = `query Endpoint($id: ID!) {
+  webhookEndpoint(id: $id) { ${ENDPOINT_FIELDS} fifoHead { heldBack delivery { ${DELIVERY_FIELDS} } } }
+}`;
 
 export const DELIVERIES = `
   query Deliveries(

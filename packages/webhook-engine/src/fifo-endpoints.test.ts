@@ -1,4 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -12,7 +14,7 @@ import {
 } from '@herald/db';
 import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { replayDeadLetters } from './dead-letters.js';
@@ -173,6 +175,82 @@ describe('two dispatchers on one FIFO endpoint', () => {
       (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
     );
     expect(receiver.requestsTo(path).map(eventIdOf)).toEqual(events);
+  });
+});
+
+describe('a FIFO endpoint with a fast receiver', () => {
+  it('gets the next delivery while the last one is still being recorded, one POST at a time', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const arrived: string[] = [];
+    let answerHeld: (() => void) | undefined;
+    let heldArrived!: () => void;
+    const held = new Promise<void>((resolve) => {
+      heldArrived = resolve;
+    });
+    // The fifth request is held until the test has locked its delivery's row; every other is answered at once.
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      arrived.push(String(req.headers['webhook-id']));
+      req.resume();
+      const answer = () => {
+        inFlight--;
+        res.end('ok');
+      };
+      if (arrived.length === 5) {
+        answerHeld = answer;
+        heldArrived();
+      } else answer();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let unlock: (() => void) | undefined;
+    try {
+      const { port } = server.address() as AddressInfo;
+      const orgId = 'org-fifo-pipeline';
+      const { id } = await harness.createEndpoint(orgId, `http://127.0.0.1:${port}/pipeline`);
+      await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
+      await harness.startDispatcher();
+      const events = await harness.publish(orgId, 30);
+      await held;
+      // Recording the fifth delivery's outcome must now wait for this lock…
+      const unlocked = new Promise<void>((resolve) => {
+        unlock = resolve;
+      });
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => {
+        locked = resolve;
+      });
+      const holder = harness.db.transaction().execute(async (trx) => {
+        await sql`select id from webhook_deliveries where event_id = ${arrived[4]} for update`.execute(trx);
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      answerHeld?.();
+      // …yet the lane POSTs the deliveries it holds next, in order, without waiting for it.
+      await until(
+        async () => arrived.length,
+        (count) => count >= 7,
+      );
+      const fifth = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select('status')
+        .where('event_id', '=', arrived[4]!)
+        .executeTakeFirstOrThrow();
+      expect(fifth.status).toBe('PENDING');
+      unlock?.();
+      await holder;
+      await until(
+        () => statusesOf(harness.db, id, events),
+        (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+      );
+      expect(arrived).toEqual(events);
+      expect(maxInFlight).toBe(1);
+    } finally {
+      unlock?.();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });
 

@@ -76,7 +76,11 @@ export const WebhookEndpointOrderingEnum = builder.enumType('WebhookEndpointOrde
 
 export const WebhookDeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', {
   values: {
-    PENDING: { value: 'PENDING', description: 'Not delivered yet; an attempt is due at `nextAttemptAt`.' },
+    PENDING: {
+      value: 'PENDING',
+      description:
+        'Not delivered yet; an attempt is due at `nextAttemptAt` (on a FIFO endpoint, once it heads the line).',
+    },
     SUCCEEDED: { value: 'SUCCEEDED', description: 'The receiver answered 2xx.' },
     DEAD: { value: 'DEAD', description: 'Retries ran out (WEBHOOK_RETRY_HORIZON); parked as a dead letter.' },
     SKIPPED: { value: 'SKIPPED', description: 'Recorded while the endpoint was disabled; never sent.' },
@@ -116,7 +120,8 @@ export const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDel
     nextAttemptAt: t.field({
       type: 'DateTime',
       nullable: true,
-      description: 'When the next attempt is due; null once SUCCEEDED or DEAD.',
+      description:
+        "When the next attempt is due; null once SUCCEEDED or DEAD, and while waiting in a FIFO endpoint's line.",
       resolve: (delivery) => (delivery.status === 'PENDING' ? delivery.next_attempt_at : null),
     }),
     createdAt: t.field({ type: 'DateTime', resolve: (delivery) => delivery.created_at }),

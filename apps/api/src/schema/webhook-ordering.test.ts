@@ -116,5 +116,14 @@ describe('webhook endpoint ordering', () => {
     expect(new Set(receiver.requestsTo('/stuck').map((request) => request.headers['webhook-id']))).toEqual(
       new Set([firstEvent.id]),
     );
+
+    // Turned unordered, the endpoint lets its line go: the two waiting deliveries are attempted too.
+    const unordered = await api.graphql(UPDATE, { id, input: { ordering: 'UNORDERED' } }, alice);
+    expect(unordered.body.data.updateWebhookEndpoint.ordering).toBe('UNORDERED');
+    await receiver.waitFor(
+      () => new Set(receiver.requestsTo('/stuck').map((request) => request.headers['webhook-id'])).size === 3,
+      20_000,
+    );
+    expect((await api.graphql(HEAD, { id }, alice)).body.data.webhookEndpoint.fifoHead).toBeNull();
   });
 });

@@ -209,7 +209,8 @@ function FifoHead({ head }: { head: NonNullable<EndpointDetail['fifoHead']> }) {
     <>
       <dt>Head of the line</dt>
       <dd data-testid="fifo-head">
-        <code>{delivery.eventId}</code> ({delivery.eventType}), {delivery.attempts.length} attempts
+        <code>{delivery.eventId}</code> ({delivery.eventType}), {delivery.attempts.length}{' '}
+        {delivery.attempts.length === 1 ? 'attempt' : 'attempts'}
         {last && ` (last: ${last.statusCode ?? last.error ?? 'no answer'})`}
         {delivery.nextAttemptAt && `, next at ${formatTime(delivery.nextAttemptAt)}`}
         <br />

@@ -624,10 +624,11 @@ export interface HandOver {
    * How many of the endpoint's next due deliveries to take. @default as many as the recorded
    * deliveries whose a-lease was still live (a batch's hand-over: one for one)
    */
-  take?: number /**
+  take?: number;
+  /**
    * The endpoint is FIFO (as its deliveries said): take the next deliveries of its line, in order, up
    * to the first one that may not be taken (see "FIFO endpoints"). @default false
-   */;
+   */
   fifo?: boolean;
 }
 

@@ -396,7 +396,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
           )
           or cand.fifo_seq > (
             select min(event.seq) from webhook_outbox event
-            where event.dispatched_at is null and event.org_id = cand.org_id
+            where event.dispatched_at is null and event.seq < cand.fifo_seq and event.org_id = cand.org_id
           )
         )
       ), slot as (
@@ -827,16 +827,23 @@ export async function recordOutcomes(
       order by next.fifo_seq
       limit ${take}
     ), line_locked as (
-      select next.id from line join webhook_deliveries next on next.id = line.id
-      where line.free and next.status = 'PENDING'
-        and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
-      for update of next skip locked
+      -- Row by row through the primary key. (The status as a parameter: a generic plan made while
+      -- the table was small could otherwise walk the partial index of every pending delivery, which
+      -- a literal 'PENDING' matches, instead; see "Plans".)
+      select locked.id from line
+      cross join lateral (
+        select next.id from webhook_deliveries next
+        where next.id = line.id and next.status = ${'PENDING'}::text
+          and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
+        for update skip locked
+      ) locked
+      where line.free
     ), line_taken as (
       select line.id from line
       where line.fifo_seq < coalesce(least(
         (select min(stop.fifo_seq) from line stop where stop.id not in (select id from line_locked)),
         (select min(event.seq) from webhook_outbox event
-          where event.dispatched_at is null
+          where event.dispatched_at is null and event.seq < (select max(fifo_seq) from line)
             and event.org_id = (select org_id from webhook_endpoints where id = ${endpointId}))
       ), 9223372036854775807)
     ), handed as (

@@ -39,7 +39,14 @@ describe('startDispatcherApp', () => {
   it('starts its parts in order and answers readiness from them', async () => {
     const app = await startDispatcherApp(await configWithPort(0), pino({ level: 'silent' }));
     try {
-      expect(app.lifecycle.names).toEqual(['database', 'queue', 'throttles-redis', 'dispatcher', 'outbox-wake', 'ops-http']);
+      expect(app.lifecycle.names).toEqual([
+        'database',
+        'queue',
+        'throttles-redis',
+        'dispatcher',
+        'outbox-wake',
+        'ops-http',
+      ]);
       const response = await fetch(`http://127.0.0.1:${app.address.port}/readiness`);
       expect(response.status).toBe(200);
       expect(await response.json()).toEqual({ status: 'ready' });

@@ -17,6 +17,7 @@ export * from './webhook-endpoint-filter.js';
 export * from './webhook-endpoint-health.js';
 export * from './webhook-endpoints.js';
 export * from './webhook-event-check.js';
+export * from './webhook-fifo.js';
 export * from './webhook-outbox.js';
 export * from './webhook-queue.js';
 export * from './webhook-secrets-at-rest.js';

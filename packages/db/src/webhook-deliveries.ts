@@ -1,5 +1,6 @@
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
+import { replayedLinePlace } from './webhook-fifo.js';
 import type { WebhookDelivery, WebhookDeliveryStatus } from './webhook-tables.js';
 
 /*
@@ -50,7 +51,8 @@ export async function replayWebhookDelivery(db: Kysely<Database>, id: string): P
     .updateTable('webhook_deliveries')
     .set({
       status: 'PENDING',
-      next_attempt_at: sql<Date>`now()`,
+      next_attempt_at: replayedLinePlace().nextAttemptAt,
+      fifo_seq: replayedLinePlace().fifoSeq,
       horizon_from: sql<Date>`now()`,
       updated_at: sql<Date>`now()`,
       lease_token: null,

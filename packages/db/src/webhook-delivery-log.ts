@@ -2,6 +2,7 @@ import { newDeliveryId, newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { assertValidWebhookEvent } from './webhook-event-check.js';
+import { replayedLinePlace } from './webhook-fifo.js';
 import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
 
 /*
@@ -61,7 +62,8 @@ export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpoint
     .updateTable('webhook_deliveries')
     .set({
       status: 'PENDING',
-      next_attempt_at: sql<Date>`now()`,
+      next_attempt_at: replayedLinePlace().nextAttemptAt,
+      fifo_seq: replayedLinePlace().fifoSeq,
       horizon_from: sql<Date>`now()`,
       updated_at: sql<Date>`now()`,
       lease_token: null,

@@ -3,7 +3,7 @@ import { WEBHOOK_ENDPOINT_ID_PREFIX, type WebhookEventFilter } from '@herald/con
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { openSecret, type SecretKeyring, sealSecret } from './secret-envelope.js';
-import type { WebhookEndpoint } from './webhook-tables.js';
+import type { WebhookEndpoint, WebhookEndpointOrdering } from './webhook-tables.js';
 
 export interface NewWebhookEndpointInput {
   orgId: string;
@@ -17,6 +17,8 @@ export interface NewWebhookEndpointInput {
   filter?: WebhookEventFilter | null;
   /** Attempts per second at most, across every dispatcher. @default null (no limit) */
   rateLimitPerSecond?: number | null;
+  /** FIFO: deliveries one after another in event order. @default UNORDERED */
+  ordering?: WebhookEndpointOrdering;
 }
 
 /** Registers an endpoint with its first signing secret (sealed), atomically. */
@@ -34,6 +36,7 @@ export async function insertWebhookEndpoint(
         event_types: [...new Set(input.eventTypes)],
         filter: input.filter ? JSON.stringify(input.filter) : null,
         rate_limit_per_second: input.rateLimitPerSecond ?? null,
+        ordering: input.ordering,
       })
       .returningAll()
       .executeTakeFirstOrThrow();

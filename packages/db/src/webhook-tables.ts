@@ -25,7 +25,11 @@ export interface WebhookEndpointsTable {
   filter: ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
   /** Attempts per second at most, across every dispatcher; null: no limit. */
   rate_limit_per_second: ColumnType<number | null, number | null | undefined, number | null>;
+  /** FIFO: deliveries strictly one after another in event order (the webhook engine's lease-protocol.ts). */
+  ordering: ColumnType<WebhookEndpointOrdering, WebhookEndpointOrdering | undefined, WebhookEndpointOrdering>;
 }
+
+export type WebhookEndpointOrdering = 'UNORDERED' | 'FIFO';
 
 export type WebhookEndpointStatus = 'ENABLED' | 'DISABLED';
 
@@ -91,6 +95,11 @@ export interface WebhookDeliveriesTable {
   updated_at: ColumnType<Date, Date | undefined, Date>;
   /** When a DEAD delivery was written to the dead-letter stream (the alerting feed); null until then. */
   dead_letter_streamed_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /**
+   * A FIFO endpoint's delivery: its place in the endpoint's line (its event's outbox `seq`, or a fresh
+   * one from that sequence when replayed). Null for an unordered endpoint's.
+   */
+  fifo_seq: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /**

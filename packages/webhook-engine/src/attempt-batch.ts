@@ -62,6 +62,8 @@ export interface BatchAttempter {
     queued: readonly QueuedDelivery[],
     chainEndpoints: readonly string[],
     lease: string,
+    /** The chain endpoints are FIFO (lease protocol, "FIFO endpoints"). @default false */
+    fifo?: boolean,
   ): Promise<{ claimed: ClaimedDelivery[]; settled: Promise<void> }>;
   /**
    * Raises a lane's registered slots to `min(cap − others' live slots, want)` under the claim's lock
@@ -249,10 +251,11 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
 
   return {
     onStep: deps.onStep,
-    async claim(queued, chainEndpoints, lease) {
+    async claim(queued, chainEndpoints, lease, fifo) {
       const claimed = await claimDeliveries(db, {
         queued,
         chainEndpoints,
+        fifo,
         endpointCap: deps.endpointCap,
         leaseMs: deps.attemptLeaseMs,
         lease,

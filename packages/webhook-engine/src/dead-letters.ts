@@ -1,4 +1,4 @@
-import type { Database } from '@herald/db';
+import { type Database, replayedLinePlace } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
 import { redactUrl } from './url-policy.js';
@@ -97,10 +97,13 @@ export async function replayDeadLetters(
   selection: { ids: readonly string[] } | { all: true; endpointId?: string },
 ): Promise<string[]> {
   const replayed: string[] = [];
+  // A FIFO endpoint's delivery goes to the back of its line (lease-protocol.ts, "FIFO endpoints").
+  const place = replayedLinePlace('delivery');
   const replay = async (where: ReturnType<typeof sql>) => {
     const { rows } = await sql<{ id: string }>`
       update webhook_deliveries delivery
-      set status = 'PENDING', next_attempt_at = now(), horizon_from = now(), updated_at = now(),
+      set status = 'PENDING', next_attempt_at = ${place.nextAttemptAt}, fifo_seq = ${place.fifoSeq},
+        horizon_from = now(), updated_at = now(),
         lease_token = null, leased_until = null, dead_letter_streamed_at = null
       where delivery.id in (select id from webhook_deliveries where status = 'DEAD' and ${where} order by seq limit ${DEAD_LETTER_PAGE})
         and delivery.status = 'DEAD'

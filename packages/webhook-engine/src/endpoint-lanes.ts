@@ -78,6 +78,10 @@ interface Lane {
   done: Array<{ delivery: ClaimedDelivery; outcome: AttemptOutcome }>;
   /** POSTs this lane may have in flight: never more than its slot registration says (claim, step 3b, records). */
   slots: number;
+  /** The endpoint is FIFO, as its deliveries last said (lease protocol, "FIFO endpoints"): one POST at a time, in line order. */
+  fifo: boolean;
+  /** The endpoint's cap: 1 for a FIFO endpoint. */
+  cap: number;
   /** `performance.now()` when the statement that last renewed (or took) every held lease was sent. */
   renewedAt: number;
   recording: boolean;
@@ -203,7 +207,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       // what it has (its records keep renewing the leases) and is pumped again when a send may be free.
       // A send taken while the gate has no permit is kept for the lane's next start: given up, the two
       // waits (both may need a round trip to Redis) could keep missing each other.
-      while (lane.ready.length > 0 && lane.flight.size < lane.slots && !lane.rateHeld) {
+      while (lane.ready.length > 0 && lane.flight.size < Math.min(lane.slots, lane.cap) && !lane.rateHeld) {
         if (!lane.sendTaken && !withinRate(lane)) break;
         lane.sendTaken = true;
         if (!gate.tryAcquire(lane.gate)) break;
@@ -212,7 +216,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       }
     }
     // Nothing it could start now: out of the line, any permit reserved for it goes to another lane.
-    if (!startable || lane.rateHeld || lane.ready.length === 0 || lane.flight.size >= lane.slots) {
+    if (!startable || lane.rateHeld || lane.ready.length === 0 || lane.flight.size >= Math.min(lane.slots, lane.cap)) {
       gate.leave(lane.gate);
     }
     // Saturated below the cap with work waiting: look for slots nobody holds, before recording.
@@ -223,7 +227,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
       !lane.recording &&
       !lane.winding &&
       !lane.broken &&
-      lane.slots < endpointCap &&
+      lane.slots < lane.cap &&
       lane.flight.size >= lane.slots &&
       lane.ready.length > 0 &&
       now >= lane.growAt &&
@@ -300,6 +304,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           url: lane.url,
           slots: lane.slots,
           keep: kept.length,
+          fifo: lane.fifo,
         },
         entries.length > 0,
       );
@@ -311,7 +316,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         lane.renewedAt = sentAt;
       }
       lane.ready.push(...result.handedOver);
-      if (result.handedOver[0]) lane.rate = result.handedOver[0].rateLimitPerSecond ?? null;
+      if (result.handedOver[0]) {
+        lane.rate = result.handedOver[0].rateLimitPerSecond ?? null;
+        setOrdering(lane, result.handedOver[0]);
+      }
       if (result.handedOver.length > 0) attempter.onStep?.('after-claim');
       // An entry that came meanwhile for a delivery it does not hold may name one this statement did
       // not see yet: not out of work.
@@ -362,12 +370,18 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     }
   }
 
+  function setOrdering(lane: Lane, delivery: ClaimedDelivery): void {
+    lane.fifo = delivery.fifo === true;
+    lane.cap = lane.fifo ? 1 : endpointCap;
+  }
+
   /** Runs the lane from its claimed deliveries until it has wound down or run out of work. */
   function run(lane: Lane, claimed: readonly ClaimedDelivery[], claimedAt: number): Promise<void> {
     lane.ready = [...claimed];
     lane.flight.clear();
     lane.done = [];
     lane.slots = claimed.length;
+    if (claimed[0]) setOrdering(lane, claimed[0]);
     lane.url = claimed[0]?.url;
     lane.rate = claimed[0]?.rateLimitPerSecond ?? null;
     // A send kept from an earlier run would be late now: given up (less throughput, never more).
@@ -402,6 +416,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
             entries.map((entry) => entry.item),
             options.running() ? [lane.endpointId] : [],
             lane.lease,
+            lane.fifo,
           );
           settle(entries, claim.settled);
           claimed = claim.claimed;
@@ -462,6 +477,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
           flight: new Set(),
           done: [],
           slots: 0,
+          fifo: false,
+          cap: endpointCap,
           renewedAt: 0,
           recording: false,
           winding: false,

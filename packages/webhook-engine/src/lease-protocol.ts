@@ -90,6 +90,40 @@
  * dispatcher that dies, leaves the deliveries to come back through step 2, as with any crash. No
  * statement here knows about either throttle.
  *
+ * FIFO endpoints (`ordering = 'FIFO'`, docs/webhooks.md "Ordered endpoints"). Each of the endpoint's
+ * deliveries has a place in its line, `fifo_seq`: its event's outbox `seq` (fan-out), or on a replay a
+ * fresh value of that sequence (the back of the line; a replay never cuts in ahead of deliveries already
+ * waiting, so a lane holding the line's next ones never has to give them back). The line is the
+ * endpoint's PENDING deliveries by `fifo_seq` (partial index `webhook_deliveries_fifo_line_idx`); its
+ * head is the first. Only the head is attempted, and only when no event of the organisation with a
+ * lower outbox `seq` is still waiting for its fan-out (one whose fan-out has not committed could
+ * otherwise be overtaken by a later one another dispatcher fanned out first). The rest wait with no
+ * `next_attempt_at`, so the due scan's index does not see them (a stuck head with 100,000 behind it
+ * costs the due scan nothing); a head has one only while a retry or a pause is scheduled.
+ * - fan-out: a FIFO endpoint's new deliveries wait (`next_attempt_at` null), q-leased and XADDed as
+ *   usual: the entry naming the head claims it; the others' entries claim nothing.
+ * - claim (step 3): a FIFO endpoint's cap is 1, whatever the configured cap, counted in slots as any
+ *   cap is (at most one lane has a slot, so one POST is in flight across all dispatchers); a candidate
+ *   that is not the head ("behind") is neither claimed nor moved by a pause. A lane that knows its
+ *   endpoint is FIFO chains the head of the line (waiting or due) instead of the earliest due ones;
+ *   step 3b never raises a FIFO lane past one slot.
+ * - hand-over (step 4, `HandOver.fifo`): the lane takes the line behind what it holds, in order, up
+ *   to the first delivery it may not take (held by another lease, a retry due later, a row locked by
+ *   someone else, or behind an event not yet fanned out), never past it. A lane POSTs what it holds
+ *   one after another without waiting for the record of the one before: a success starts the next
+ *   at once, so a fast receiver gets the backlog back to back. A failure winds the lane down before
+ *   anything else starts (its held deliveries are let go, still waiting, still in line), the head
+ *   keeps its place with its retry due later, and nothing behind it is due. A head recorded DEAD lets
+ *   the next one be the head: the lane's next claim chains it.
+ * - due scan (step 2): besides due deliveries, the heads of enabled FIFO endpoints that wait in line
+ *   with no live lease (the dispatcher that would have chained them died, or a replay made a line of
+ *   one): one index probe per FIFO endpoint per pass, through `webhook_endpoints_fifo_idx`.
+ * A killed lane's held deliveries come back, still in line, when their a-leases expire; the head is
+ * then attempted again, and with it the ones behind that were POSTed but not recorded: the receiver
+ * may get a few again, in order, never one out of order. Deliveries made before an endpoint became
+ * FIFO have no place in the line (attempted one at a time, unordered); turning FIFO off makes every
+ * waiting delivery due (packages/db webhook-fifo.ts).
+ *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
  * free again as soon as a batch is recorded, and the relay does not wait ~1–5 ms for a WAL flush per
@@ -172,13 +206,15 @@ export async function fanOutOutbox(
       returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id
     ), created as (
       insert into webhook_deliveries
-        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until)
+        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until, fifo_seq)
       select ${WEBHOOK_DELIVERY_ID_PREFIX} || replace(gen_random_uuid()::text, '-', ''),
         event.id, endpoint.id, event.org_id, event.type,
         case when enabled then 'PENDING' else 'SKIPPED' end,
-        case when enabled then now() end,
+        -- A FIFO endpoint's delivery waits in its line (no due time; see "FIFO endpoints").
+        case when enabled and endpoint.ordering <> 'FIFO' then now() end,
         case when enabled then ${lease} end,
-        case when enabled then now() + ${ms(options.queueLeaseMs)} end
+        case when enabled then now() + ${ms(options.queueLeaseMs)} end,
+        case when enabled and endpoint.ordering = 'FIFO' then event.seq end
       from event
       join webhook_endpoints endpoint on endpoint.org_id = event.org_id
       cross join lateral (select endpoint.status = 'ENABLED' and endpoint.deleted_at is null as enabled) state
@@ -213,16 +249,30 @@ export async function queueDueDeliveries(
 ): Promise<QueuedDelivery[]> {
   const lease = newLease(QUEUED_LEASE_PREFIX);
   const { rows } = await sql<{ id: string; endpoint_id: string }>`
-    update webhook_deliveries delivery
-    set lease_token = ${lease}, leased_until = now() + ${ms(options.queueLeaseMs)}
-    from (
+    with earliest as (
       select id from webhook_deliveries
       where status = 'PENDING' and next_attempt_at <= now() and (leased_until is null or leased_until <= now())
       order by next_attempt_at
       limit ${options.limit}
       for update skip locked
-    ) due
-    where delivery.id = due.id
+    ), head as (
+      -- FIFO endpoints' heads waiting in line with nobody on them (see "FIFO endpoints"): not locked
+      -- here (a lock that skipped the head would hand out the one behind it), re-checked below.
+      select line.id from webhook_endpoints endpoint
+      cross join lateral (
+        select id, next_attempt_at, leased_until from webhook_deliveries
+        where endpoint_id = endpoint.id and status = 'PENDING' and fifo_seq is not null
+        order by fifo_seq limit 1
+      ) line
+      where endpoint.ordering = 'FIFO' and endpoint.deleted_at is null and endpoint.status = 'ENABLED'
+        and line.next_attempt_at is null and (line.leased_until is null or line.leased_until <= now())
+      limit ${options.limit}
+    )
+    update webhook_deliveries delivery
+    set lease_token = ${lease}, leased_until = now() + ${ms(options.queueLeaseMs)}
+    from (select id from earliest union select id from head) due
+    where delivery.id = due.id and delivery.status = 'PENDING'
+      and (delivery.leased_until is null or delivery.leased_until <= now())
     returning delivery.id, delivery.endpoint_id, set_config('synchronous_commit', 'off', true) as async_commit
   `.execute(db);
   return rows.map((row) => ({ deliveryId: row.id, endpointId: row.endpoint_id, lease }));
@@ -248,6 +298,8 @@ export interface ClaimedDelivery {
   lease: string;
   /** The endpoint's `rate_limit_per_second` when claimed (null or absent: none); endpoint-rate.ts applies it. */
   rateLimitPerSecond?: number | null;
+  /** The endpoint is FIFO: one attempt at a time, in line order (see "FIFO endpoints"). */
+  fifo?: boolean;
 }
 
 export interface ClaimRequest {
@@ -261,6 +313,12 @@ export interface ClaimRequest {
   leaseMs: number;
   /** The a-lease to take the deliveries under (a lane's own, see step 4). @default a new one */
   lease?: string;
+  /**
+   * The chain endpoints are FIFO (a lane learns it from its deliveries): chain the head of each one's
+   * line instead of the earliest due deliveries. A wrong guess only delays: the claim still takes a
+   * FIFO endpoint's head alone. @default false
+   */
+  fifo?: boolean;
 }
 
 /** Step 3: claims a batch in one statement, the per-endpoint cap enforced atomically. */
@@ -271,6 +329,34 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const lease = request.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
   const ids = request.queued.map((item) => item.deliveryId);
   const leases = request.queued.map((item) => item.lease);
+  // The chain's deliveries: a FIFO endpoint's head of its line, or any endpoint's earliest due ones.
+  const chainBranch = request.fifo
+    ? sql`
+        -- A FIFO endpoint's chain: the head of its line (waiting, or due), when nobody holds it.
+        select head.id, head.endpoint_id, head.next_attempt_at, head.seq, head.fifo_seq, head.org_id,
+          exists (select 1 from webhook_outbox event where event.id = head.event_id) as has_event
+        from (select endpoint_id from unnest(${chain}::text[]) as chained(endpoint_id) limit ${chain.length}) chained
+        cross join lateral (
+          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id, lease_token, leased_until
+          from webhook_deliveries
+          where endpoint_id = chained.endpoint_id and status = 'PENDING' and fifo_seq is not null
+          order by fifo_seq limit 1
+        ) head
+        where (head.next_attempt_at is null or head.next_attempt_at <= now())
+          and (head.leased_until is null or head.leased_until <= now() or head.lease_token like 'q:%')`
+    : sql`
+        select next.id, next.endpoint_id, next.next_attempt_at, next.seq, next.fifo_seq, next.org_id,
+          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
+        from unnest(${chain}::text[]) as chained(endpoint_id)
+        cross join lateral (
+          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id from webhook_deliveries
+          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
+            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
+            -- then claims nothing). An a-lease is an attempt: only once it has expired.
+            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
+          order by next_attempt_at, seq
+          limit ${request.endpointCap}
+        ) next`;
   return db.transaction().execute(async (trx) => {
     // Claims touching the same endpoint run one after the other, so each counts the others' slots.
     // The claim commits without waiting for the WAL flush (see "Commits" above): one statement both
@@ -291,6 +377,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       age_ms: number;
       url: string;
       rate_limit_per_second: number | null;
+      fifo: boolean;
       body: string;
       secrets: string[] | null;
     }>`
@@ -298,29 +385,36 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
         limit ${ids.length}
       ), cand as (
-        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq,
-          exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
+        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq, delivery.fifo_seq,
+          delivery.org_id, exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
         from input join webhook_deliveries delivery on delivery.id = input.id
-        where delivery.status = 'PENDING' and delivery.next_attempt_at <= now()
+        where delivery.status = 'PENDING'
+          and (delivery.next_attempt_at <= now() or (delivery.next_attempt_at is null and delivery.fifo_seq is not null))
           and (delivery.lease_token = input.lease or delivery.leased_until is null or delivery.leased_until <= now())
         union
-        select next.id, next.endpoint_id, next.next_attempt_at, next.seq,
-          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
-        from unnest(${chain}::text[]) as chained(endpoint_id)
-        cross join lateral (
-          select id, endpoint_id, event_id, next_attempt_at, seq from webhook_deliveries
-          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
-            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
-            -- then claims nothing). An a-lease is an attempt: only once it has expired.
-            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
-          order by next_attempt_at, seq
-          limit ${request.endpointCap}
-        ) next
+        ${chainBranch}
       ), endpoint as (
         select id, paused_until,
           status = 'ENABLED' and deleted_at is null as enabled,
-          coalesce(paused_until > now(), false) as paused
+          coalesce(paused_until > now(), false) as paused,
+          ordering = 'FIFO' as fifo
         from webhook_endpoints where id in (select endpoint_id from cand)
+      ), behind as (
+        -- A FIFO endpoint's deliveries that are not the head of its line, or whose organisation has an
+        -- earlier event not fanned out yet: not attempted now (see "FIFO endpoints").
+        -- (Scalar subqueries: looked up per row through the line's index, never hashed; see "Plans".)
+        select cand.id from cand join endpoint on endpoint.id = cand.endpoint_id
+        where endpoint.fifo and cand.fifo_seq is not null and (
+          cand.fifo_seq > (
+            select ahead.fifo_seq from webhook_deliveries ahead
+            where ahead.endpoint_id = cand.endpoint_id and ahead.status = 'PENDING' and ahead.fifo_seq is not null
+            order by ahead.fifo_seq limit 1
+          )
+          or cand.fifo_seq > (
+            select min(event.seq) from webhook_outbox event
+            where event.dispatched_at is null and event.seq < cand.fifo_seq and event.org_id = cand.org_id
+          )
+        )
       ), slot as (
         select endpoint_id, lease, slots, leased_until > now() as live from webhook_endpoint_slots
         where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
@@ -342,13 +436,14 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         )
         group by slot.endpoint_id
       ), ranked as (
-        select cand.id, cand.endpoint_id,
+        select cand.id, cand.endpoint_id, endpoint.fifo,
           row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
         from cand join endpoint on endpoint.id = cand.endpoint_id
-        where endpoint.enabled and not endpoint.paused and cand.has_event
+        where endpoint.enabled and not endpoint.paused and cand.has_event and cand.id not in (select id from behind)
       ), picked as (
+        -- A FIFO endpoint has one attempt in flight at most, across all dispatchers.
         select ranked.id from ranked left join busy using (endpoint_id)
-        where ranked.rank + coalesce(busy.n, 0) <= ${request.endpointCap}
+        where ranked.rank + coalesce(busy.n, 0) <= case when ranked.fifo then 1 else ${request.endpointCap} end
       ), claimed as (
         -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
         -- meanwhile: a live a-lease is never overwritten. (coalesce: a free row has no lease at all.)
@@ -357,7 +452,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         from picked where delivery.id = picked.id and delivery.status = 'PENDING'
           and not coalesce(delivery.lease_token like 'a:%' and delivery.leased_until > now(), false)
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
-          delivery.attempt_count, delivery.horizon_from
+          delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
       ), registered as (
         -- The lane's slots are what it claimed (a lane claims only once it holds nothing).
         insert into webhook_endpoint_slots (endpoint_id, lease, slots, leased_until)
@@ -387,10 +482,12 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         set lease_token = null, leased_until = null, next_attempt_at = endpoint.paused_until
         from cand join endpoint on endpoint.id = cand.endpoint_id
         where delivery.id = cand.id and endpoint.enabled and endpoint.paused and cand.has_event
+          and cand.id not in (select id from behind)
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
-        claimed.attempt_count, endpoint.url, endpoint.rate_limit_per_second, event.body,
+        claimed.attempt_count, endpoint.url, endpoint.rate_limit_per_second, endpoint.ordering = 'FIFO' as fifo,
+        event.body,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
         (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
           where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
@@ -399,6 +496,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       from claimed
       join webhook_endpoints endpoint on endpoint.id = claimed.endpoint_id
       join webhook_outbox event on event.id = claimed.event_id
+      order by claimed.fifo_seq, claimed.id
     `.execute(trx);
     return rows.map((row) => ({
       id: row.id,
@@ -407,6 +505,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       orgId: row.org_id,
       endpointId: row.endpoint_id,
       url: row.url,
+      ...(row.fifo ? { fifo: true } : {}),
       body: row.body,
       secrets: row.secrets ?? [],
       attemptCount: row.attempt_count,
@@ -451,10 +550,12 @@ export async function growEndpointSlots(
         from slot
       ), grown as (
         update webhook_endpoint_slots slot
-        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int))
-        from others
+        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int,
+          -- A FIFO endpoint: one attempt at a time.
+          case when endpoint.ordering = 'FIFO' then 1 end))
+        from others, webhook_endpoints endpoint
         where slot.endpoint_id = ${endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
-          and slot.slots > 0
+          and slot.slots > 0 and endpoint.id = ${endpointId}::text
         returning slot.slots
       )
       select (select slots from grown) as slots, others.n as others from others
@@ -542,6 +643,11 @@ export interface HandOver {
    * deliveries whose a-lease was still live (a batch's hand-over: one for one)
    */
   take?: number;
+  /**
+   * The endpoint is FIFO (as its deliveries said): take the next deliveries of its line, in order, up
+   * to the first one that may not be taken (see "FIFO endpoints"). @default false
+   */
+  fifo?: boolean;
 }
 
 /**
@@ -718,9 +824,52 @@ export async function recordOutcomes(
       handOver?.take !== undefined
         ? sql`${handOver.take}::int`
         : sql`(select count(1) from updated where updated.id in (select id from live))`;
-    ctes.push(sql`handed as (
+    const endpointId = sql`${handOver?.endpointId ?? null}::text`;
+    ctes.push(
+      handOver?.fifo
+        ? sql`line as (
+      -- A FIFO endpoint's line behind what the lane holds, in order (see "FIFO endpoints"): taken up to
+      -- the first delivery it may not take (held by another, due later, locked, or behind an event of
+      -- the organisation not fanned out yet), never past it.
+      select next.id, next.fifo_seq,
+        coalesce(next.next_attempt_at <= now(), true)
+          and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%') as free
+      from webhook_deliveries next
+      where next.endpoint_id = ${endpointId} and next.status = 'PENDING' and next.fifo_seq is not null
+        and next.lease_token is distinct from ${lease}
+        and exists (
+          select 1 from webhook_endpoints endpoint
+          where endpoint.id = next.endpoint_id and endpoint.status = 'ENABLED' and endpoint.deleted_at is null
+            and not coalesce(endpoint.paused_until > now(), false) and endpoint.ordering = 'FIFO'
+        )
+      order by next.fifo_seq
+      limit ${take}
+    ), line_locked as (
+      -- Row by row through the primary key. (The status as a parameter: a generic plan made while
+      -- the table was small could otherwise walk the partial index of every pending delivery, which
+      -- a literal 'PENDING' matches, instead; see "Plans".)
+      select locked.id from line
+      cross join lateral (
+        select next.id from webhook_deliveries next
+        where next.id = line.id and next.status = ${'PENDING'}::text
+          and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
+        for update skip locked
+      ) locked
+      where line.free
+    ), line_taken as (
+      select line.id from line
+      where line.fifo_seq < coalesce(least(
+        (select min(stop.fifo_seq) from line stop where stop.id not in (select id from line_locked)),
+        (select min(event.seq) from webhook_outbox event
+          where event.dispatched_at is null and event.seq < (select max(fifo_seq) from line)
+            and event.org_id = (select org_id from webhook_endpoints where id = ${endpointId}))
+      ), 9223372036854775807)
+    ), handed as (
+      select id from line_taken
+    )`
+        : sql`handed as (
       select next.id from webhook_deliveries next
-      where next.endpoint_id = ${handOver?.endpointId ?? null}::text and next.status = 'PENDING'
+      where next.endpoint_id = ${endpointId} and next.status = 'PENDING'
         and next.next_attempt_at <= now()
         and (next.leased_until is null or next.leased_until <= now() or next.lease_token like 'q:%')
         and next.id <> all(${outcomeIds}::text[]) and next.id <> all(${renew}::text[])
@@ -733,12 +882,14 @@ export async function recordOutcomes(
       order by next.next_attempt_at, next.seq
       limit ${take}
       for update skip locked
-    ), taken as (
+    )`,
+    );
+    ctes.push(sql`taken as (
       update webhook_deliveries delivery
       set lease_token = ${lease}, leased_until = now() + ${ms(handOver?.leaseMs ?? 0)}
       from handed where delivery.id = handed.id
       returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
-        delivery.attempt_count, delivery.horizon_from
+        delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
     )`);
   }
   if (handOver) {
@@ -786,13 +937,15 @@ export async function recordOutcomes(
     // The endpoint's URL and secrets once, not once per delivery (they are one endpoint's).
     branches.push(sql`select 'handed', null, (
       select json_build_object('url', endpoint.url, 'rateLimitPerSecond', endpoint.rate_limit_per_second,
+        'fifo', endpoint.ordering = 'FIFO',
         'secrets', (select coalesce(array_agg(secret.sealed_secret order by secret.id desc), '{}') from webhook_endpoint_secrets secret
           where secret.endpoint_id = endpoint.id and secret.sealed_secret is not null
             and (secret.expires_at is null or secret.expires_at > now())),
         'deliveries', (
           select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
             'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
-            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000))
+            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000)
+            order by taken.fifo_seq)
           from taken join webhook_outbox event on event.id = taken.event_id
         ))::text
       from webhook_endpoints endpoint
@@ -835,6 +988,7 @@ export async function recordOutcomes(
       const taken = JSON.parse(row.reason) as {
         url: string;
         rateLimitPerSecond: number | null;
+        fifo: boolean;
         secrets: string[];
         deliveries: Array<Omit<ClaimedDelivery, 'lease' | 'url' | 'secrets' | 'rateLimitPerSecond'>> | null;
       };
@@ -847,6 +1001,7 @@ export async function recordOutcomes(
         secrets: taken.secrets,
         ageMs: Number(delivery.ageMs),
         lease,
+        ...(taken.fifo ? { fifo: true } : {}),
       }));
     } else if (row.kind === 'disabled' && row.id)
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });

@@ -12,6 +12,7 @@ import {
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   findWebhookEndpointById,
+  findWebhookFifoHead,
   InvalidWebhookEventError,
   insertTestWebhook,
   insertWebhookEndpoint,
@@ -21,11 +22,13 @@ import {
   replayDeadWebhookDeliveries,
   replayWebhookDelivery,
   rotateWebhookSecret,
+  setWebhookEndpointOrdering,
   setWebhookEndpointRateLimit,
   type WebhookAttempt,
   type WebhookAttemptsLoader,
   type WebhookDelivery,
   type WebhookEndpoint,
+  type WebhookFifoHead,
 } from '@herald/db';
 import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
 import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
@@ -72,9 +75,29 @@ export const WebhookEndpointStatusEnum = builder.enumType('WebhookEndpointStatus
   } as const,
 });
 
+export const WebhookEndpointOrderingEnum = builder.enumType('WebhookEndpointOrdering', {
+  description: 'In what order an endpoint gets its deliveries.',
+  values: {
+    UNORDERED: {
+      value: 'UNORDERED',
+      description: 'Several deliveries at once, each retried on its own schedule: the fastest.',
+    },
+    FIFO: {
+      value: 'FIFO',
+      description:
+        "Strictly in the order the organisation's events were committed, one at a time: a delivery is attempted only " +
+        'once the one before it succeeded or went DEAD, so a failing delivery holds back those after it.',
+    },
+  } as const,
+});
+
 export const WebhookDeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', {
   values: {
-    PENDING: { value: 'PENDING', description: 'Not delivered yet; an attempt is due at `nextAttemptAt`.' },
+    PENDING: {
+      value: 'PENDING',
+      description:
+        'Not delivered yet; an attempt is due at `nextAttemptAt` (on a FIFO endpoint, once it heads the line).',
+    },
     SUCCEEDED: { value: 'SUCCEEDED', description: 'The receiver answered 2xx.' },
     DEAD: { value: 'DEAD', description: 'Retries ran out (WEBHOOK_RETRY_HORIZON); parked as a dead letter.' },
     SKIPPED: { value: 'SKIPPED', description: 'Recorded while the endpoint was disabled; never sent.' },
@@ -114,7 +137,8 @@ export const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDel
     nextAttemptAt: t.field({
       type: 'DateTime',
       nullable: true,
-      description: 'When the next attempt is due; null once SUCCEEDED or DEAD.',
+      description:
+        "When the next attempt is due; null once SUCCEEDED or DEAD, and while waiting in a FIFO endpoint's line.",
       resolve: (delivery) => (delivery.status === 'PENDING' ? delivery.next_attempt_at : null),
     }),
     createdAt: t.field({ type: 'DateTime', resolve: (delivery) => delivery.created_at }),
@@ -125,6 +149,14 @@ const WebhookDeliveryConnection = builder.connectionObject(
   { type: WebhookDeliveryRef, name: 'WebhookDeliveryConnection' },
   { name: 'WebhookDeliveryEdge' },
 );
+
+const WebhookFifoHeadRef = builder.objectRef<WebhookFifoHead>('WebhookFifoHead').implement({
+  description: "The head of a FIFO endpoint's line: the delivery every later one waits for.",
+  fields: (t) => ({
+    delivery: t.field({ type: WebhookDeliveryRef, resolve: (head) => head.delivery }),
+    heldBack: t.exposeInt('heldBack', { description: 'Pending deliveries of the endpoint waiting behind it.' }),
+  }),
+});
 
 /** An endpoint; only ever handed to members of its organisation, so its fields need no further check. */
 export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEndpoint').implement({
@@ -142,6 +174,16 @@ export const WebhookEndpointRef = builder.objectRef<WebhookEndpoint>('WebhookEnd
       resolve: (endpoint) => endpoint.rate_limit_per_second ?? null,
     }),
     status: t.field({ type: WebhookEndpointStatusEnum, resolve: (endpoint) => endpoint.status }),
+    ordering: t.field({ type: WebhookEndpointOrderingEnum, resolve: (endpoint) => endpoint.ordering }),
+    fifoHead: t.field({
+      type: WebhookFifoHeadRef,
+      nullable: true,
+      description:
+        'For a FIFO endpoint, the delivery at the head of its line and how many wait behind it (a head that keeps ' +
+        'failing holds them all back); null when nothing is pending or the endpoint is unordered.',
+      resolve: (endpoint, _args, context) =>
+        endpoint.ordering === 'FIFO' ? findWebhookFifoHead(context.db, endpoint.id) : null,
+    }),
     disabledAt: t.field({ type: 'DateTime', nullable: true, resolve: (endpoint) => endpoint.disabled_at }),
     disabledReason: t.exposeString('disabled_reason', {
       nullable: true,
@@ -271,6 +313,22 @@ const CreateWebhookEndpointInput = builder.inputType('CreateWebhookEndpointInput
     rateLimitPerSecond: t.int({
       description: `Attempts per second at most, 1 to ${MAX_RATE_LIMIT_PER_SECOND}. @default null (no limit)`,
     }),
+    ordering: t.field({
+      type: WebhookEndpointOrderingEnum,
+      description: 'In what order deliveries are made. @default UNORDERED',
+    }),
+  }),
+});
+
+const UpdateWebhookEndpointInput = builder.inputType('UpdateWebhookEndpointInput', {
+  description: 'The settings to change; a field left out keeps its value.',
+  fields: (t) => ({
+    ordering: t.field({
+      type: WebhookEndpointOrderingEnum,
+      description:
+        'FIFO orders the deliveries made from now on (those already pending keep no order among themselves); ' +
+        'UNORDERED lets every waiting delivery go at once.',
+    }),
   }),
 });
 
@@ -349,6 +407,7 @@ builder.mutationFields((t) => ({
         keyring: keyringOf(context),
         filter,
         rateLimitPerSecond,
+        ordering: input.ordering ?? 'UNORDERED',
       });
       return { endpoint, secret: shown, signatureScheme };
     },
@@ -408,6 +467,27 @@ builder.mutationFields((t) => ({
         keyring: keyringOf(context),
       });
       return { endpoint, secret: shown, signatureScheme };
+    },
+  }),
+  updateWebhookEndpoint: t.withAuth({ viewer: true }).field({
+    type: WebhookEndpointRef,
+    description: "Changes an endpoint's settings.",
+    args: {
+      id: t.arg.id({ required: true }),
+      input: t.arg({ type: UpdateWebhookEndpointInput, required: true }),
+    },
+    resolve: async (_root, { id, input }, context) => {
+      let endpoint = await findOwnEndpoint(context, String(id));
+      if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      if (input.ordering && input.ordering !== endpoint.ordering) {
+        endpoint = await setWebhookEndpointOrdering(context.db, {
+          id: endpoint.id,
+          orgIds: context.viewer.orgs,
+          ordering: input.ordering,
+        });
+        if (!endpoint) throw new NotFoundError('Webhook endpoint');
+      }
+      return endpoint;
     },
   }),
   deleteWebhookEndpoint: t.withAuth({ viewer: true }).field({

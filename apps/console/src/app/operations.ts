@@ -5,6 +5,7 @@
 
 export type EndpointStatus = 'ENABLED' | 'DISABLED';
 export type DeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD' | 'SKIPPED';
+export type EndpointOrdering = 'UNORDERED' | 'FIFO';
 
 export interface Viewer {
   id: string;
@@ -28,6 +29,14 @@ export interface EndpointSummary {
   successRate: number | null;
   /** JSON object the event body must contain for the endpoint to get it; null: every event. */
   filter: string | null;
+  /** FIFO: one delivery at a time, in event order; a failing one holds back the rest. */
+  ordering: EndpointOrdering;
+}
+
+/** One endpoint as its own view shows it. */
+export interface EndpointDetail extends EndpointSummary {
+  /** For a FIFO endpoint with pending deliveries: the one every later one waits for. */
+  fifoHead: { heldBack: number; delivery: Delivery } | null;
 }
 
 /** An entry of the event catalog (`webhookEventTypes`). */
@@ -68,7 +77,7 @@ export const DELIVERY_PAGE_SIZE = 25;
 
 const ENDPOINT_FIELDS = `
   id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil filter
-  successRate(lastAttempts: ${RECENT_ATTEMPTS})
+  successRate(lastAttempts: ${RECENT_ATTEMPTS}) ordering
 `;
 
 const DELIVERY_FIELDS = `
@@ -81,7 +90,9 @@ export const EVENT_TYPES = 'query EventTypes { webhookEventTypes { name descript
 
 export const ENDPOINTS = `query Endpoints($orgId: ID!) { webhookEndpoints(orgId: $orgId) { ${ENDPOINT_FIELDS} } }`;
 
-export const ENDPOINT = `query Endpoint($id: ID!) { webhookEndpoint(id: $id) { ${ENDPOINT_FIELDS} } }`;
+export const ENDPOINT = `query Endpoint($id: ID!) {
+  webhookEndpoint(id: $id) { ${ENDPOINT_FIELDS} fifoHead { heldBack delivery { ${DELIVERY_FIELDS} } } }
+}`;
 
 export const DELIVERIES = `
   query Deliveries(

@@ -214,7 +214,14 @@ function DeliveryRows(props: { delivery: Delivery; request: Request; onReplayed:
         </td>
         <td class="number">{delivery.attempts.length}</td>
         <td>{last ? describeAttempt(last) : '—'}</td>
-        <td>{formatTime(delivery.nextAttemptAt)}</td>
+        <td>
+          {delivery.status === 'PENDING' && !delivery.nextAttemptAt ? (
+            // A FIFO endpoint's delivery waiting for the ones before it.
+            <span class="muted">in line</span>
+          ) : (
+            formatTime(delivery.nextAttemptAt)
+          )}
+        </td>
         <td>
           <div class="row-actions">
             {delivery.attempts.length > 0 && (

@@ -6,7 +6,7 @@ import {
   DISABLE_ENDPOINT,
   ENABLE_ENDPOINT,
   ENDPOINT,
-  type EndpointSummary,
+  type EndpointDetail,
   RECENT_ATTEMPTS,
   REPLAY_DEAD,
   ROTATE_SECRET,
@@ -26,7 +26,7 @@ type EndpointRoute = Route & { orgId: string; endpointId: string };
 export function EndpointView({ request, route }: { request: Request; route: EndpointRoute }) {
   const { endpointId, orgId } = route;
   const endpoint = useQuery(`endpoint:${endpointId}`, () =>
-    request<{ webhookEndpoint: EndpointSummary | null }>(ENDPOINT, { id: endpointId }),
+    request<{ webhookEndpoint: EndpointDetail | null }>(ENDPOINT, { id: endpointId }),
   );
   const [notice, setNotice] = useState<string | undefined>(undefined);
   const [secret, setSecret] = useState<string | undefined>(undefined);
@@ -76,6 +76,11 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
             <dd data-testid="health">{describeHealth(data)}</dd>
             <dt>Event types</dt>
             <dd>{data.eventTypes.join(', ')}</dd>
+            <dt>Ordering</dt>
+            <dd data-testid="ordering">
+              {data.ordering === 'FIFO' ? 'FIFO: one at a time, in event order' : 'Unordered'}
+            </dd>
+            {data.fifoHead && <FifoHead head={data.fifoHead} />}
             <dt>Created</dt>
             <dd>{formatTime(data.createdAt)}</dd>
             {data.status === 'DISABLED' && (
@@ -193,5 +198,26 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
         </>
       )}
     </section>
+  );
+}
+
+/** The head of a FIFO endpoint's line: the delivery the others wait for, and how many do. */
+function FifoHead({ head }: { head: NonNullable<EndpointDetail['fifoHead']> }) {
+  const { delivery, heldBack } = head;
+  const last = delivery.attempts.at(-1);
+  return (
+    <>
+      <dt>Head of the line</dt>
+      <dd data-testid="fifo-head">
+        <code>{delivery.eventId}</code> ({delivery.eventType}), {delivery.attempts.length}{' '}
+        {delivery.attempts.length === 1 ? 'attempt' : 'attempts'}
+        {last && ` (last: ${last.statusCode ?? last.error ?? 'no answer'})`}
+        {delivery.nextAttemptAt && `, next at ${formatTime(delivery.nextAttemptAt)}`}
+        <br />
+        <span class={heldBack > 0 ? 'warning' : 'muted'}>
+          holds back {heldBack} {heldBack === 1 ? 'delivery' : 'deliveries'}
+        </span>
+      </dd>
+    </>
   );
 }

@@ -1,0 +1,321 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  createDatabase,
+  type Database,
+  findWebhookFifoHead,
+  insertOutboxEvent,
+  insertWebhookEndpoint,
+  migrateToLatest,
+  newWebhookEventId,
+} from '@herald/db';
+import { TEST_KEYRING } from '@herald/testing';
+import { generateWebhookSecret } from '@herald/webhooks';
+import { type Kysely, sql } from 'kysely';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { replayDeadLetters } from './dead-letters.js';
+import { createEmbeddedDispatcher } from './embedded.js';
+import { createDispatcherHarness, type DispatcherHarness, FAST_SETTINGS } from './testing/harness.js';
+import { type ReceivedRequest, startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+
+// FIFO endpoints (lease-protocol.ts, "FIFO endpoints") against real dispatchers, a real Redis stream,
+// a real PostgreSQL schema (and PGlite) and a real HTTP receiver: the receiver sees an endpoint's
+// events strictly in the order they were published, a failing head holds the rest, and nothing else
+// of the organisation waits for it.
+
+let harness: DispatcherHarness;
+let receiver: TestReceiver;
+
+beforeAll(async () => {
+  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
+  receiver = await startTestReceiver();
+});
+
+afterAll(async () => {
+  await receiver?.close();
+  await harness?.close();
+});
+
+const eventIdOf = (request: ReceivedRequest): string => request.headers['webhook-id'] ?? '';
+
+async function fifoEndpoint(orgId: string, path: string): Promise<string> {
+  const { id } = await harness.createEndpoint(orgId, receiver.url(path));
+  await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
+  return id;
+}
+
+async function statusesOf(db: Kysely<Database>, endpointId: string, eventIds: readonly string[]) {
+  const rows = await db
+    .selectFrom('webhook_deliveries')
+    .select(['event_id', 'status'])
+    .where('endpoint_id', '=', endpointId)
+    .execute();
+  const byEvent = new Map(rows.map((row) => [row.event_id, row.status]));
+  return eventIds.map((id) => byEvent.get(id));
+}
+
+/**
+ * The receiver saw `events` in order: the first sighting of each is in publish order, and no request
+ * skips ahead of one not yet seen (an event may come again, as delivery is at least once, e.g. after a
+ * lease lapsed on a stalled machine; never one before its turn).
+ */
+function expectInOrder(seen: readonly string[], events: readonly string[]): void {
+  expect([...new Set(seen)]).toEqual(events);
+  let highest = -1;
+  for (const id of seen) {
+    const index = events.indexOf(id);
+    expect(index).toBeLessThanOrEqual(highest + 1);
+    highest = Math.max(highest, index);
+  }
+}
+
+async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+describe('a FIFO endpoint', () => {
+  it('holds later events while its head is retried, then delivers them in order', async () => {
+    const path = '/fifo-retry';
+    const endpointId = await fifoEndpoint('org-fifo-retry', path);
+    let events: string[] = [];
+    // The head fails twice; every later event would succeed at once if it were (wrongly) attempted.
+    receiver.behave((request) => {
+      const failures = receiver.requestsTo(path).filter((seen) => eventIdOf(seen) === eventIdOf(request)).length;
+      return eventIdOf(request) === events[0] && failures <= 2 ? { status: 500 } : { status: 200 };
+    }, path);
+    events = await harness.publish('org-fifo-retry', 5);
+    await harness.startDispatcher();
+    await receiver.waitFor(() => receiver.requestsTo(path).length >= 7, 20_000);
+    await until(
+      () => statusesOf(harness.db, endpointId, events),
+      (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+    );
+    const seen = receiver.requestsTo(path).map(eventIdOf);
+    expectInOrder(seen, events);
+    // The second event went only after the head's third attempt, its first success.
+    expect(seen.indexOf(events[1]!)).toBeGreaterThan(seen.lastIndexOf(events[0]!));
+    expect(seen.filter((id) => id === events[0]).length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('FIFO endpoints with a stuck head', () => {
+  it('let the next event go once the head is DEAD, keep an unordered endpoint of the organisation going, and put a replay at the back of the line', async () => {
+    const orgId = 'org-fifo-dead';
+    const fifoPath = '/fifo-dead';
+    const unorderedPath = '/fifo-dead-unordered';
+    const endpointId = await fifoEndpoint(orgId, fifoPath);
+    await harness.createEndpoint(orgId, receiver.url(unorderedPath));
+    const failing = new Set<string>();
+    receiver.behave((request) => (failing.has(eventIdOf(request)) ? { status: 500 } : { status: 200 }), fifoPath);
+    const [head, ...rest] = await harness.publish(orgId, 1);
+    failing.add(head!);
+    rest.push(...(await harness.publish(orgId, 4)));
+    // Retries give up after 3 s: the head goes DEAD within a few attempts.
+    await harness.startDispatcher({ retryHorizonMs: 3_000 });
+
+    // The unordered endpoint gets every event while the FIFO head is still failing.
+    await receiver.waitFor(() => receiver.requestsTo(unorderedPath).length === 5, 20_000);
+    const whileStuck = receiver.requestsTo(fifoPath).map(eventIdOf);
+    expect(whileStuck.every((id) => id === head)).toBe(true);
+    const stuck = await findWebhookFifoHead(harness.db, endpointId);
+    if (stuck) {
+      // Still stuck (not DEAD yet): the head is the first event and holds back the four after it.
+      expect(stuck.delivery.event_id).toBe(head);
+      expect(stuck.heldBack).toBe(4);
+    }
+
+    await until(
+      () => statusesOf(harness.db, endpointId, [head!, ...rest]),
+      (statuses) => statuses.join() === ['DEAD', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED'].join(),
+    );
+    const seen = receiver.requestsTo(fifoPath).map(eventIdOf);
+    const lastOfHead = seen.lastIndexOf(head!);
+    expect(seen.slice(0, lastOfHead + 1).every((id) => id === head)).toBe(true);
+    expect(seen.slice(lastOfHead + 1)).toEqual(rest);
+
+    // A new stuck head, then a replay of the dead one: the replay waits behind it, at the back.
+    const [second] = await harness.publish(orgId, 1);
+    failing.add(second!);
+    await receiver.waitFor(() => receiver.requestsTo(fifoPath).some((request) => eventIdOf(request) === second));
+    failing.delete(head!);
+    expect(await replayDeadLetters(harness.db, { all: true, endpointId })).toHaveLength(1);
+    const line = await findWebhookFifoHead(harness.db, endpointId);
+    expect(line?.delivery.event_id).toBe(second);
+    expect(line?.heldBack).toBe(1);
+    // The replay is not attempted while the head before it fails…
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const beforeRelease = receiver.requestsTo(fifoPath).map(eventIdOf);
+    expect(beforeRelease.slice(lastOfHead + 1 + rest.length).every((id) => id === second)).toBe(true);
+    // …and goes once that head succeeds.
+    failing.delete(second!);
+    await until(
+      () => statusesOf(harness.db, endpointId, [head!, second!]),
+      (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+    );
+    const after = receiver
+      .requestsTo(fifoPath)
+      .map(eventIdOf)
+      .slice(lastOfHead + 1 + rest.length);
+    expect(after.at(-1)).toBe(head);
+    expect(after.slice(0, -1).every((id) => id === second)).toBe(true);
+  });
+});
+
+describe('two dispatchers on one FIFO endpoint', () => {
+  it('deliver a backlog in strict publish order', async () => {
+    const path = '/fifo-two';
+    const endpointId = await fifoEndpoint('org-fifo-two', path);
+    // A receiver that takes a moment, so both dispatchers hold work at once.
+    receiver.behave(() => ({ status: 200, delayMs: 2 }), path);
+    await harness.startDispatcher();
+    await harness.startDispatcher();
+    const events = await harness.publish('org-fifo-two', 150);
+    await receiver.waitFor(() => receiver.requestsTo(path).length >= events.length, 30_000);
+    await until(
+      () => statusesOf(harness.db, endpointId, events),
+      (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+    );
+    expectInOrder(receiver.requestsTo(path).map(eventIdOf), events);
+  });
+});
+
+describe('a FIFO endpoint with a fast receiver', () => {
+  it('gets the next delivery while the last one is still being recorded, one POST at a time', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const arrived: string[] = [];
+    let answerHeld: (() => void) | undefined;
+    let heldArrived!: () => void;
+    const held = new Promise<void>((resolve) => {
+      heldArrived = resolve;
+    });
+    // The fifth request is held until the test has locked its delivery's row; every other is answered at once.
+    const server = createServer((req, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      arrived.push(String(req.headers['webhook-id']));
+      req.resume();
+      const answer = () => {
+        inFlight--;
+        res.end('ok');
+      };
+      if (arrived.length === 5) {
+        answerHeld = answer;
+        heldArrived();
+      } else answer();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let unlock: (() => void) | undefined;
+    try {
+      const { port } = server.address() as AddressInfo;
+      const orgId = 'org-fifo-pipeline';
+      const { id } = await harness.createEndpoint(orgId, `http://127.0.0.1:${port}/pipeline`);
+      await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
+      await harness.startDispatcher();
+      const events = await harness.publish(orgId, 30);
+      await held;
+      // Recording the fifth delivery's outcome must now wait for this lock…
+      const unlocked = new Promise<void>((resolve) => {
+        unlock = resolve;
+      });
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => {
+        locked = resolve;
+      });
+      const holder = harness.db.transaction().execute(async (trx) => {
+        await sql`select id from webhook_deliveries where event_id = ${arrived[4]} for update`.execute(trx);
+        locked();
+        await unlocked;
+      });
+      await isLocked;
+      answerHeld?.();
+      // …yet the lane POSTs the deliveries it holds next, in order, without waiting for it.
+      await until(
+        async () => arrived.length,
+        (count) => count >= 7,
+      );
+      const fifth = await harness.db
+        .selectFrom('webhook_deliveries')
+        .select('status')
+        .where('event_id', '=', arrived[4]!)
+        .executeTakeFirstOrThrow();
+      expect(fifth.status).toBe('PENDING');
+      unlock?.();
+      await holder;
+      await until(
+        () => statusesOf(harness.db, id, events),
+        (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+      );
+      expectInOrder(arrived, events);
+      expect(maxInFlight).toBe(1);
+    } finally {
+      unlock?.();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
+
+describe('a FIFO endpoint in embedded mode (PGlite)', () => {
+  it('delivers in publish order and holds later events behind a failing head', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'herald-embedded-fifo-'));
+    const database = await createDatabase({ kind: 'embedded', dataDir });
+    const dispatcher = createEmbeddedDispatcher({
+      db: database.db,
+      logger: pino({ level: 'silent' }),
+      keyring: TEST_KEYRING,
+      settings: FAST_SETTINGS,
+    });
+    try {
+      await migrateToLatest(database.db);
+      const path = '/fifo-embedded';
+      const endpoint = await insertWebhookEndpoint(database.db, {
+        orgId: 'org-fifo-embedded',
+        url: receiver.url(path),
+        eventTypes: ['post.published'],
+        secret: generateWebhookSecret(),
+        keyring: TEST_KEYRING,
+        ordering: 'FIFO',
+      });
+      const events: string[] = [];
+      for (let i = 0; i < 20; i++) {
+        const id = newWebhookEventId();
+        const body = JSON.stringify({ id, type: 'post.published', created: new Date().toISOString(), data: { i } });
+        await insertOutboxEvent(database.db, {
+          id,
+          orgId: 'org-fifo-embedded',
+          type: 'post.published',
+          body,
+          createdAt: new Date(),
+        });
+        events.push(id);
+      }
+      receiver.behave(
+        (request, nth) => (eventIdOf(request) === events[0] && nth <= 2 ? { status: 500 } : { status: 200 }),
+        path,
+      );
+      await dispatcher.start();
+      await until(
+        () => statusesOf(database.db, endpoint.id, events),
+        (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+      );
+      const seen = receiver.requestsTo(path).map(eventIdOf);
+      expectInOrder(seen, events);
+      expect(seen.indexOf(events[1]!)).toBeGreaterThan(seen.lastIndexOf(events[0]!));
+      expect(seen.filter((id) => id === events[0]).length).toBeGreaterThanOrEqual(3);
+    } finally {
+      await dispatcher.stop();
+      await database.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,125 @@
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { waitFor } from '@herald/testing/ports';
+import type { BrowserContext, Route } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
+import { type ApiProcess, startApiProcess } from '../support/api-process.js';
+import { launchChromium } from '../support/chromium.js';
+
+// The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API:
+// a FIFO endpoint whose receiver keeps failing shows its ordering, the delivery at the head of its
+// line, and how many deliveries that head holds back.
+
+/** Upper bound of every single wait in this file. */
+const WAIT_MS = 30_000;
+/** `HERALD_UPDATE_SCREENSHOTS=1` writes the screenshot into docs/ (committed beside the others). */
+const SCREENSHOT_DIR = process.env.HERALD_UPDATE_SCREENSHOTS
+  ? fileURLToPath(new URL('../../docs/console', import.meta.url))
+  : join(tmpdir(), 'herald-console-screenshots');
+
+let receiver: Server;
+let receiverUrl: string;
+const received: string[] = [];
+let dataDir: string | undefined;
+let profileDir: string | undefined;
+let api: ApiProcess | undefined;
+let token: string;
+let browser: BrowserContext | undefined;
+
+beforeAll(async () => {
+  // Every delivery fails: the FIFO endpoint's head stays stuck and holds the rest back.
+  receiver = createServer((request, response) => {
+    let body = '';
+    request.setEncoding('utf8').on('data', (chunk: string) => {
+      body += chunk;
+    });
+    request.on('end', () => {
+      received.push((JSON.parse(body) as { id: string }).id);
+      response.writeHead(500, { 'content-type': 'text/plain' });
+      response.end('receiver down');
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/ledger`;
+  if (isConsoleBuildStale()) await buildConsole();
+  dataDir = await mkdtemp(join(tmpdir(), 'herald-console-fifo-'));
+  // A retry only after a minute: the head stays stuck for the whole test.
+  api = await startApiProcess({ HERALD_DATA_DIR: dataDir, WEBHOOK_RETRY_BASE_MS: '60000' });
+  token = (await api.waitForStderr(/Bearer ([\w-]+\.[\w-]+\.[\w-]+)/))[1]!;
+  await mkdir(SCREENSHOT_DIR, { recursive: true });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await api?.stop();
+  await new Promise((resolve) => receiver?.close(resolve));
+  for (const dir of [profileDir, dataDir]) if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+async function graphql(query: string, variables: Record<string, unknown> = {}): Promise<any> {
+  const response = await fetch(`http://127.0.0.1:${api!.port}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+    signal: AbortSignal.timeout(WAIT_MS),
+  });
+  const body = (await response.json()) as { data?: any; errors?: unknown[] };
+  if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
+  return body.data;
+}
+
+async function publishPost(title: string): Promise<void> {
+  const { createPost } = await graphql(
+    'mutation($title: String!) { createPost(input: { orgId: "demo", title: $title }) { id } }',
+    { title },
+  );
+  await graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id: createPost.id });
+}
+
+describe('the console on a FIFO endpoint', () => {
+  it('shows the ordering, the stuck head of the line and how many deliveries it holds back', async () => {
+    await graphql(
+      `mutation($url: String!) {
+        createWebhookEndpoint(input: { orgId: "demo", url: $url, eventTypes: ["post.published"], ordering: FIFO }) {
+          endpoint { id }
+        }
+      }`,
+      { url: receiverUrl },
+    );
+    for (const title of ['first', 'second', 'third']) await publishPost(`FIFO: ${title}`);
+    await waitFor('the head to be attempted', async () => received.length > 0, {
+      timeoutMs: WAIT_MS,
+      intervalMs: 100,
+    });
+    const head = received[0]!;
+
+    const launched = await launchChromium({ timeoutMs: WAIT_MS, viewport: { width: 1280, height: 800 } });
+    profileDir = launched.profileDir;
+    browser = launched.context;
+    await browser.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route: Route) => route.abort('internetdisconnected'));
+    const page = browser.pages()[0] ?? (await browser.newPage());
+    await page.goto(`http://127.0.0.1:${api!.port}/console`, { timeout: WAIT_MS });
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: /Webhook endpoints/ }).waitFor({ timeout: WAIT_MS });
+    await page.getByRole('link', { name: receiverUrl }).click();
+    await page.getByRole('heading', { name: receiverUrl }).waitFor({ timeout: WAIT_MS });
+
+    expect(await page.getByTestId('ordering').textContent()).toContain('FIFO');
+    const line = page.getByTestId('fifo-head');
+    await line.waitFor({ timeout: WAIT_MS });
+    expect(await line.textContent()).toContain(head);
+    expect(await line.textContent()).toContain('holds back 2 deliveries');
+    // The two behind it show in the delivery log as waiting in line.
+    const waiting = page.locator('tbody.delivery', { hasText: 'in line' });
+    await waiting.nth(1).waitFor({ timeout: WAIT_MS });
+    expect(await waiting.count()).toBe(2);
+    await page.screenshot({ path: join(SCREENSHOT_DIR, 'endpoint-fifo.png') });
+    // Only the head was attempted.
+    expect(new Set(received)).toEqual(new Set([head]));
+  });
+});

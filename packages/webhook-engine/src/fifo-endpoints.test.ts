@@ -289,7 +289,15 @@ describe('a FIFO endpoint in embedded mode (PGlite)', () => {
       const events: string[] = [];
       for (let i = 0; i < 20; i++) {
         const id = newWebhookEventId();
-        const body = JSON.stringify({ id, type: 'post.published', created: new Date().toISOString(), data: { i } });
+        const created = new Date().toISOString();
+        const data = { id: `post_${i}`, orgId: 'org-fifo-embedded', title: `post ${i}`, tags: [], status: 'PUBLISHED' };
+        const author = { id: 'user_1', name: 'Ada' };
+        const body = JSON.stringify({
+          id,
+          type: 'post.published',
+          created,
+          data: { ...data, publishedAt: created, author },
+        });
         await insertOutboxEvent(database.db, {
           id,
           orgId: 'org-fifo-embedded',

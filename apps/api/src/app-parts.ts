@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
-import { type EncryptionKeyring, type LifecyclePart, notReady, READY, type Readiness } from '@herald/config';
+import { type EncryptionKeyring, type LifecyclePart, notReady, READY } from '@herald/config';
 import { createRedisClient } from '@herald/config/redis';
 import { type HeraldDatabase, migrateToLatest, prepareWebhookSecrets } from '@herald/db';
 import type { Dispatcher } from '@herald/webhook-engine';
 import type { ApiConfig } from './env.js';
 import type { Logger } from './logger.js';
+import { databaseReadiness, pubsubReadiness } from './readiness.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createSocketRebalancer, type SocketRebalancer } from './realtime/socket-rebalancer.js';
 import type { HeraldServer } from './server.js';
@@ -20,22 +21,6 @@ import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 export const REDIS_CONNECT_TIMEOUT_MS = 10_000;
 /** During shutdown, how often connections that went idle are closed. */
 const IDLE_SWEEP_INTERVAL_MS = 100;
-
-/** The database answers a ping (bounded by the ping's timeout); a failure is logged and named. */
-export async function databaseReadiness(database: HeraldDatabase, logger: Logger): Promise<Readiness> {
-  try {
-    await database.ping();
-    return READY;
-  } catch (error) {
-    logger.warn({ err: error }, 'readiness: database unreachable');
-    return notReady('database unreachable');
-  }
-}
-
-/** Redis answers (always ready in memory). */
-export function pubsubReadiness(pubsub: PubSubService): Readiness {
-  return pubsub.readiness ? READY : notReady('redis unreachable');
-}
 
 /** The opened database: migrated at start, closed at stop. */
 export function databasePart(database: HeraldDatabase, logger: Logger): LifecyclePart {

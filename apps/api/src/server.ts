@@ -10,7 +10,6 @@ import {
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga';
-import { databaseReadiness, pubsubReadiness } from './app-parts.js';
 import type { ConsoleAssets } from './console-assets.js';
 import { type Context, createContextBuilder, type TransportContext } from './context.js';
 import type { ApiConfig } from './env.js';
@@ -32,6 +31,7 @@ import { useScopeCacheRelease } from './plugins/use-scope-cache-release.js';
 import { useTextInputGuard } from './plugins/use-text-input-guard.js';
 import { useValidationCache } from './plugins/use-validation-cache.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
+import { databaseReadiness, pubsubReadiness } from './readiness.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
 import { schema } from './schema/index.js';

@@ -2,6 +2,7 @@ import { createServer as createHttpServer, type Server } from 'node:http';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import type { TokenVerifier } from '@herald/auth';
 import type { HeraldDatabase } from '@herald/db';
+import { isTracing } from '@herald/telemetry';
 import {
   createYoga,
   type Plugin,
@@ -24,6 +25,7 @@ import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { useOperationQuota } from './plugins/use-operation-quota.js';
+import { useOperationSpanName } from './plugins/use-operation-span-name.js';
 import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { useRequestLogging } from './plugins/use-request-logging.js';
 import { useScopeCacheRelease } from './plugins/use-scope-cache-release.js';
@@ -32,6 +34,7 @@ import { useValidationCache } from './plugins/use-validation-cache.js';
 import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subscriptions.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
+import { traceGraphQLRequests } from './request-tracing.js';
 import { schema } from './schema/index.js';
 import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 
@@ -127,6 +130,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
     compiled.plugin,
     // Last: it must see every validation rule the plugins above add.
     useValidationCache(),
+    // Tracing on (OTEL_* variables): the request span takes the operation's name (request-tracing.ts).
+    ...(isTracing() ? [useOperationSpanName()] : []),
   ];
 
   const yoga = createYoga<Record<string, unknown>, Context>({
@@ -159,19 +164,23 @@ export function createServer(deps: ServerDeps): HeraldServer {
   });
 
   // POST /graphql with a JSON body skips Yoga's fetch-API machinery (http-fast-path.ts); the rest is Yoga's.
+  // With tracing on, requests to /graphql get their operation span first (request-tracing.ts).
   const httpServer = createHttpServer(
-    config.http.fastPath
-      ? createGraphQLFastPath({
-          yoga,
-          path: GRAPHQL_PATH,
-          maxRequestBodyBytes: config.http.maxRequestBodyBytes,
-          logger,
-          errorDetails: config.graphql.errorDetails,
-          context,
-          compiled,
-          requests: deps.metrics.httpRequests,
-        })
-      : yoga,
+    traceGraphQLRequests(
+      config.http.fastPath
+        ? createGraphQLFastPath({
+            yoga,
+            path: GRAPHQL_PATH,
+            maxRequestBodyBytes: config.http.maxRequestBodyBytes,
+            logger,
+            errorDetails: config.graphql.errorDetails,
+            context,
+            compiled,
+            requests: deps.metrics.httpRequests,
+          })
+        : yoga,
+      GRAPHQL_PATH,
+    ),
   );
   const webSockets = createWebSocketServer({
     httpServer,

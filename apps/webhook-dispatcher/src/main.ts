@@ -10,10 +10,15 @@ import {
 import { registerLogDropMetric } from '@herald/config/log-output-metric';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
+import { TracingConfigError } from '@herald/telemetry';
+import { startTracing } from '@herald/telemetry/start';
 import { createDispatcher, createOutboxWakeListener, createRedisStreamQueue } from '@herald/webhook-engine';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
+
+/** How long the stop waits for the last spans to be exported. */
+const TRACING_SHUTDOWN_MS = 2_000;
 
 // Logs never block or throw, whatever their reader does (see log-output.ts in @herald/config).
 const logs = stdoutLogOutput();
@@ -26,6 +31,12 @@ const config = await Promise.resolve()
     return exitWithLines(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
   });
 
+// Tracing first (OTEL_* variables; off without an endpoint): the logger's trace fields and the database
+// and Redis instrumentations must be in place before the first line and the first connection.
+const tracing = await startTracing({ serviceName: 'herald-webhook-dispatcher' }).catch((error: unknown) => {
+  if (!(error instanceof TracingConfigError)) throw error;
+  return exitWithLines(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
+});
 const logger = createLogger(config.logLevel, logs);
 // Prepared: the engine's few statements are large CTEs whose planning costs more than running them.
 const database = await createDatabase({
@@ -71,6 +82,7 @@ await wake.start().catch((error: unknown) => {
 });
 
 registerLogDropMetric(dispatcher.metrics.registry, [logs, errors]);
+tracing.registerMetrics(dispatcher.metrics.registry);
 const ops = createOpsServer({ registry: dispatcher.metrics.registry, readiness: () => dispatcher.readiness() });
 await new Promise<void>((resolve, reject) => {
   ops.once('error', reject);
@@ -89,6 +101,7 @@ handleShutdownSignals({
     await dispatcher.stop();
     await queue.close();
     await database.close();
+    await tracing.shutdown(TRACING_SHUTDOWN_MS);
   },
   hardExitMs: config.http.shutdownGraceMs,
   beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), errors.flush(timeoutMs)]).then(() => {}),

@@ -2,6 +2,7 @@ import type { Database } from '@herald/db';
 import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import { endAttemptSpan, startAttemptSpan, TRACEPARENT_HEADER } from './attempt-span.js';
 import { markDeadLettersStreamed } from './dead-letters.js';
 import type { Deliverer, DeliveryOutcome } from './deliver.js';
 import {
@@ -166,15 +167,22 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   async function attemptOne(delivery: ClaimedDelivery): Promise<AttemptOutcome> {
     const at = new Date();
     const secrets = openSecrets(delivery);
-    const outcome: DeliveryOutcome =
-      typeof secrets === 'string'
-        ? { ok: false, statusCode: null, durationMs: 0, error: secrets, retryAfter: null }
-        : await deliverer.deliver({
-            endpointId: delivery.endpointId,
-            url: delivery.url,
-            body: delivery.body,
-            headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets }),
-          });
+    // Tracing on: the attempt's span, in the publishing trace, and its traceparent on the POST (attempt-span.ts).
+    const traced = startAttemptSpan(delivery);
+    let outcome: DeliveryOutcome;
+    if (typeof secrets === 'string') {
+      outcome = { ok: false, statusCode: null, durationMs: 0, error: secrets, retryAfter: null };
+    } else {
+      const headers = signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets });
+      if (traced?.traceparent) headers[TRACEPARENT_HEADER] = traced.traceparent;
+      outcome = await deliverer.deliver({
+        endpointId: delivery.endpointId,
+        url: delivery.url,
+        body: delivery.body,
+        headers,
+      });
+    }
+    if (traced) endAttemptSpan(traced.span, outcome);
     const series = outcome.ok ? succeeded : failed;
     series.attempts.inc();
     series.seconds.observe(outcome.durationMs / 1_000);

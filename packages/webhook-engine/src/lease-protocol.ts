@@ -233,6 +233,12 @@ export interface ClaimedDelivery {
   ageMs: number;
   /** The a-lease that {@link recordOutcomes} must present. */
   lease: string;
+  /**
+   * The W3C `traceparent` stored with the event by the operation that published it (null when tracing
+   * was off there): the attempt's span joins that trace. Read from the outbox row the claim joins for
+   * the body anyway, so deliveries carry no copy of it.
+   */
+  traceparent?: string | null;
 }
 
 export interface ClaimRequest {
@@ -277,6 +283,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       url: string;
       body: string;
       secrets: string[] | null;
+      traceparent: string | null;
     }>`
       with input as (
         select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
@@ -374,7 +381,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         returning delivery.id
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
-        claimed.attempt_count, endpoint.url, event.body,
+        claimed.attempt_count, endpoint.url, event.body, event.traceparent,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
         (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
           where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
@@ -396,6 +403,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       attemptCount: row.attempt_count,
       ageMs: Number(row.age_ms),
       lease,
+      traceparent: row.traceparent,
     }));
   });
 }
@@ -775,7 +783,8 @@ export async function recordOutcomes(
         'deliveries', (
           select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
             'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
-            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000))
+            'body', event.body, 'traceparent', event.traceparent,
+            'ageMs', extract(epoch from now() - taken.horizon_from) * 1000))
           from taken join webhook_outbox event on event.id = taken.event_id
         ))::text
       from webhook_endpoints endpoint

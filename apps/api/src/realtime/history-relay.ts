@@ -115,7 +115,9 @@ export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
     const { moved, error } = await withHistoryRelayLock(db, async (trx) => {
       const pending = await listPendingPostEvents(trx, HISTORY_RELAY_BATCH, orphanAfterMs);
       if (pending.length === 0) return { moved: 0, error: undefined };
-      const outcomes = await history.append(pending.map(({ eventId, post }) => toPostPublishedEvent(post, eventId)));
+      const outcomes = await history.append(
+        pending.map(({ eventId, post, traceparent }) => toPostPublishedEvent(post, eventId, traceparent)),
+      );
       const appended: string[] = [];
       let failure: Error | undefined;
       for (const [index, outcome] of outcomes.entries()) {

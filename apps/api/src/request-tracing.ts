@@ -1,0 +1,55 @@
+import type { RequestListener } from 'node:http';
+import { isTracing, tracer } from '@herald/telemetry';
+import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { type DocumentNode, getOperationAST } from 'graphql';
+
+/**
+ * The GraphQL operation span of an HTTP request, made by hand: no HTTP server instrumentation is loaded.
+ * The HTTP fast path (http-fast-path.ts) answers most requests without Yoga's fetch pipeline, so a Yoga
+ * or envelop tracing plugin would never see them, and node:http's instrumentation costs every request
+ * (every path, headers copied into attributes) what this does only for `/graphql`.
+ *
+ * One SERVER span per request to `path`, a child of the caller's span when the request carries a W3C
+ * `traceparent` (and `tracestate`), started before the body is read and ended when the response closes.
+ * It is named `POST /graphql` until the operation is known, then `<type> <name>` (`mutation
+ * publishPost`) by {@link nameOperationSpan}. The PostgreSQL and Redis calls of the request, and the
+ * trace context `publishPost` stores with its event, are under it.
+ *
+ * With tracing off `listener` is returned untouched: not even a wrapper call per request.
+ */
+export function traceGraphQLRequests(listener: RequestListener, path: string): RequestListener {
+  if (!isTracing()) return listener;
+  return (req, res) => {
+    const url = req.url ?? '';
+    if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
+    const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    const span = tracer.startSpan(
+      `${req.method} ${path}`,
+      { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': path } },
+      parent,
+    );
+    res.once('close', () => {
+      span.setAttribute('http.response.status_code', res.statusCode);
+      if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.end();
+    });
+    context.with(trace.setSpan(parent, span), () => listener(req, res));
+  };
+}
+
+/**
+ * Names the active request span after the operation (`query posts`, `mutation publishPost`) and records
+ * `graphql.operation.type` and `graphql.operation.name`. Called where a document is about to run: the
+ * Yoga pipeline (`useOperationSpanName`) and the fast path's compiled queries. Nothing when tracing is off.
+ */
+export function nameOperationSpan(document: DocumentNode, operationName: string | null | undefined): void {
+  if (!isTracing()) return;
+  const span: Span | undefined = trace.getActiveSpan();
+  if (!span?.isRecording()) return;
+  const operation = getOperationAST(document, operationName);
+  if (!operation) return;
+  const name = operation.name?.value ?? operationName ?? '';
+  span.updateName(name ? `${operation.operation} ${name}` : operation.operation);
+  span.setAttribute('graphql.operation.type', operation.operation);
+  if (name) span.setAttribute('graphql.operation.name', name);
+}

@@ -1,0 +1,13 @@
+export {
+  activeTraceparent,
+  contextFromTraceparent,
+  formatTraceparent,
+  isTracing,
+  linksFromTraceparents,
+  parseTraceparent,
+  traceLogFields,
+  traceLogMixin,
+  tracer,
+  withSpan,
+} from './trace-context.js';
+export { type OtlpProtocol, readTracingConfig, type TracingConfig, TracingConfigError } from './tracing-config.js';

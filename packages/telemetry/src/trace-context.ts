@@ -1,0 +1,102 @@
+import {
+  type Context,
+  context,
+  isSpanContextValid,
+  type Link,
+  ROOT_CONTEXT,
+  type Span,
+  type SpanContext,
+  trace,
+} from '@opentelemetry/api';
+
+/**
+ * What the rest of Herald uses to trace: only `@opentelemetry/api`, whose calls are no-ops until an SDK
+ * registers (start-tracing.ts). Hot paths still check {@link isTracing} first, so with tracing off they
+ * do not even format a traceparent or allocate a span.
+ */
+
+let tracing = false;
+
+/** True once `startTracing` registered an SDK in this process. One boolean read: cheap enough for hot paths. */
+export function isTracing(): boolean {
+  return tracing;
+}
+
+/** For start-tracing.ts only. */
+export function setTracing(on: boolean): void {
+  tracing = on;
+}
+
+/** The tracer every hand-made Herald span comes from. */
+export const tracer = trace.getTracer('herald');
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/**
+ * The W3C `traceparent` of the span active here, or null (tracing off, no span). An unsampled span's
+ * context is returned too (flags `00`), so work done later for the same event stays unsampled.
+ */
+export function activeTraceparent(): string | null {
+  if (!tracing) return null;
+  const span = trace.getActiveSpan();
+  return span ? formatTraceparent(span.spanContext()) : null;
+}
+
+/** `00-<trace id>-<span id>-<flags>`, or null for an invalid context. */
+export function formatTraceparent(spanContext: SpanContext): string | null {
+  if (!isSpanContextValid(spanContext)) return null;
+  const flags = (spanContext.traceFlags & 0xff).toString(16).padStart(2, '0');
+  return `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
+}
+
+/** The remote span context a stored `traceparent` names; undefined when it is absent or malformed. */
+export function parseTraceparent(traceparent: string | null | undefined): SpanContext | undefined {
+  if (!traceparent) return undefined;
+  const match = TRACEPARENT.exec(traceparent);
+  if (!match) return undefined;
+  const spanContext: SpanContext = {
+    traceId: match[1] as string,
+    spanId: match[2] as string,
+    traceFlags: Number.parseInt(match[3] as string, 16),
+    isRemote: true,
+  };
+  return isSpanContextValid(spanContext) ? spanContext : undefined;
+}
+
+/**
+ * A context whose parent is the stored `traceparent`: spans started in it join that trace. A missing or
+ * malformed value gives the root context (a new trace), never an error: the event is delivered anyway.
+ */
+export function contextFromTraceparent(traceparent: string | null | undefined): Context {
+  const spanContext = parseTraceparent(traceparent);
+  return spanContext ? trace.setSpanContext(ROOT_CONTEXT, spanContext) : ROOT_CONTEXT;
+}
+
+/** Span links for work that serves several events at once (one batch statement, one append). */
+export function linksFromTraceparents(traceparents: Iterable<string | null | undefined>): Link[] {
+  const links: Link[] = [];
+  for (const traceparent of traceparents) {
+    const spanContext = parseTraceparent(traceparent);
+    if (spanContext) links.push({ context: spanContext });
+  }
+  return links;
+}
+
+/** Runs `work` with `span` active (so PostgreSQL and Redis spans nest under it). */
+export function withSpan<T>(span: Span, work: () => T): T {
+  return context.with(trace.setSpan(context.active(), span), work);
+}
+
+/** The active span's ids as log fields (`trace_id`, `span_id`), or nothing. A pino `mixin`. */
+export function traceLogFields(): Record<string, string> {
+  const span = trace.getActiveSpan();
+  if (!span) return NO_FIELDS;
+  const { traceId, spanId } = span.spanContext();
+  return { trace_id: traceId, span_id: spanId };
+}
+const NO_FIELDS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
+/** The pino `mixin` option: the trace fields when tracing is on, undefined (no per-line call) when off. */
+export function traceLogMixin(): (() => Record<string, string>) | undefined {
+  return tracing ? traceLogFields : undefined;
+}

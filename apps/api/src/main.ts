@@ -39,7 +39,12 @@ const tracing = await startTracing({ serviceName: 'herald-api' }).catch((error: 
 });
 const logger = createLogger(config.logLevel, logs);
 logger.info(
-  { mode: config.mode, database: config.database.kind, pubsub: config.redisUrl ? 'redis' : 'memory' },
+  {
+    mode: config.mode,
+    database: config.database.kind,
+    pubsub: config.redisUrl ? 'redis' : 'memory',
+    tracing: tracing.enabled,
+  },
   `herald api starting in ${config.mode} mode`,
 );
 const app = await createApp(config, logger).catch((error: unknown) => {

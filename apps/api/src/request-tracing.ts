@@ -23,7 +23,7 @@ export function traceGraphQLRequests(listener: RequestListener, path: string): R
     const url = req.url ?? '';
     if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);
-    const span = tracer.startSpan(
+    const span = tracer().startSpan(
       `${req.method} ${path}`,
       { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': path } },
       parent,
@@ -33,7 +33,12 @@ export function traceGraphQLRequests(listener: RequestListener, path: string): R
       if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
       span.end();
     });
-    context.with(trace.setSpan(parent, span), () => listener(req, res));
+    const active = trace.setSpan(parent, span);
+    // The fast path reads the body in `data`/`end` listeners: bound, they run inside the request's span
+    // (an emitter's listeners otherwise run in whatever context emitted the event).
+    context.bind(active, req);
+    context.bind(active, res);
+    context.with(active, () => listener(req, res));
   };
 }
 

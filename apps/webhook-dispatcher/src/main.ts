@@ -110,6 +110,6 @@ handleShutdownSignals({
 
 const address = ops.address() as AddressInfo;
 logger.info(
-  { address: address.address, port: address.port, redisPrefix: config.redisPrefix },
+  { address: address.address, port: address.port, redisPrefix: config.redisPrefix, tracing: tracing.enabled },
   'herald webhook dispatcher ready',
 );

@@ -1,6 +1,9 @@
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { ExportResult } from '@opentelemetry/core';
+import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
 import { setTracing } from './trace-context.js';
@@ -16,10 +19,9 @@ import { readTracingConfig } from './tracing-config.js';
  * PostgreSQL (`pg`) and Redis (`ioredis`) instrumentations, which only record a query inside a Herald
  * span (background polling makes no traces of its own).
  *
- * Order: instrumentations patch a module when it is required. An app's main.ts has usually loaded `pg`
- * and `ioredis` already (static imports, or a bundle whose imports all load first), so after
- * registering, they are required again here: the hook then patches the cached module's prototypes,
- * which live connections share. Call this before the first connection is opened.
+ * Order: instrumentations patch a module when it is required, but an app's main.ts has usually loaded
+ * `pg` and `ioredis` already, so those are patched in place (see `patchAppModules`). Call this
+ * before the first connection is opened.
  *
  * A collector that is down, slow or answering errors never slows a request: spans are queued in memory
  * (bounded, `OTEL_BSP_MAX_QUEUE_SIZE`, default 2048) and exported in the background; a span that finds
@@ -82,15 +84,13 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     .merge(resources.detectResources({ detectors: [resources.envDetector] }));
   const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
   provider.register();
-  registerInstrumentations({
-    tracerProvider: provider,
-    instrumentations: [
-      new pg.PgInstrumentation({ requireParentSpan: true }),
-      new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
-    ],
-  });
-  patchLoadedModules();
-  setTracing(true);
+  const instrumentations = [
+    new pg.PgInstrumentation({ requireParentSpan: true }),
+    new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
+  ];
+  registerInstrumentations({ tracerProvider: provider, instrumentations });
+  await patchAppModules(instrumentations);
+  setTracing(true, provider.getTracer('herald'));
 
   let stopping: Promise<void> | undefined;
   return {
@@ -119,23 +119,57 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
 }
 
 /**
- * Requires `pg`, `pg-pool` (from pg's own folder: it is pg's dependency, not ours) and `ioredis` again,
- * so the instrumentations patch modules that were loaded before they were registered. A module the app
- * does not have is skipped.
+ * Applies `instrumentations` to the very module objects the app uses. Registering them hooks `require`,
+ * which patches a module when it is required; but an app's main.ts imports `pg` and `ioredis` as ES
+ * modules (or a bundle does), usually before tracing starts, and depending on the loader such an import
+ * never goes through `require` at all. So each module definition is resolved as the app resolves it
+ * (`pg`, `ioredis`; `pg-pool` is pg's `Pool` base class), imported (the ES module cache hands back the
+ * instance the app has), and patched in place: the prototypes, which every connection shares, get the
+ * wrappers. A module this app does not have is skipped.
  */
-function patchLoadedModules(): void {
+async function patchAppModules(instrumentations: readonly InstrumentationBase[]): Promise<void> {
   const require = createRequire(import.meta.url);
-  for (const load of [
-    () => require('pg'),
-    () => createRequire(dirname(require.resolve('pg')))('pg-pool'),
-    () => require('ioredis'),
-  ]) {
-    try {
-      load();
-    } catch {
-      // Not installed beside this app (the dispatcher has no use for some): nothing to patch.
+  const found = new Map<string, { exports: unknown; version: string } | undefined>();
+  const load = async (name: string) => {
+    if (!found.has(name)) found.set(name, await appModule(require, name).catch(() => undefined));
+    return found.get(name);
+  };
+  for (const instrumentation of instrumentations) {
+    for (const definition of instrumentation.getModuleDefinitions()) {
+      let module: { exports: unknown; version: string } | undefined;
+      if (definition.name === 'pg-pool') {
+        const pg = await load('pg');
+        const base = pg && Object.getPrototypeOf((pg.exports as { Pool: object }).Pool);
+        const version =
+          pg && packageVersion(createRequire(realpathSync(require.resolve('pg'))).resolve('pg-pool'), 'pg-pool');
+        module = base && version ? { exports: base, version } : undefined;
+      } else {
+        module = await load(definition.name);
+      }
+      if (module && definition.patch) definition.patch(module.exports, module.version);
     }
   }
+}
+
+/** The CommonJS exports of `name` as the app's ES modules see them, and its version. */
+async function appModule(require: NodeJS.Require, name: string): Promise<{ exports: unknown; version: string }> {
+  // The real path, as the app's imports resolve it (pnpm links packages): the same module instance.
+  const entry = realpathSync(require.resolve(name));
+  const imported = (await import(pathToFileURL(entry).href)) as { default: unknown };
+  const version = packageVersion(entry, name);
+  if (!version) throw new Error(`no package.json for ${name}`);
+  return { exports: imported.default, version };
+}
+
+/** The version in the nearest `package.json` named `name` above `entry`. */
+function packageVersion(entry: string, name: string): string | undefined {
+  for (let dir = dirname(entry); dirname(dir) !== dir; dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json');
+    if (!existsSync(manifest)) continue;
+    const { name: found, version } = JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string; version: string };
+    if (found === name) return version;
+  }
+  return undefined;
 }
 
 /** Counts spans whose export did not succeed, and those that left the queue. */

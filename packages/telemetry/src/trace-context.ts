@@ -6,6 +6,7 @@ import {
   ROOT_CONTEXT,
   type Span,
   type SpanContext,
+  type Tracer,
   trace,
 } from '@opentelemetry/api';
 
@@ -16,19 +17,27 @@ import {
  */
 
 let tracing = false;
+let heraldTracer: Tracer = trace.getTracer('herald');
 
 /** True once `startTracing` registered an SDK in this process. One boolean read: cheap enough for hot paths. */
 export function isTracing(): boolean {
   return tracing;
 }
 
-/** For start-tracing.ts only. */
-export function setTracing(on: boolean): void {
+/**
+ * For start-tracing.ts only: the SDK's own tracer, held directly. A tracer taken from the API before the
+ * SDK registered is a proxy bound to the API copy that made it, and `@opentelemetry/api` ships an ESM and
+ * a CommonJS build: a proxy made by one never learns of a provider the other registered.
+ */
+export function setTracing(on: boolean, sdkTracer?: Tracer): void {
   tracing = on;
+  heraldTracer = sdkTracer ?? trace.getTracer('herald');
 }
 
 /** The tracer every hand-made Herald span comes from. */
-export const tracer = trace.getTracer('herald');
+export function tracer(): Tracer {
+  return heraldTracer;
+}
 
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
@@ -87,14 +96,16 @@ export function withSpan<T>(span: Span, work: () => T): T {
   return context.with(trace.setSpan(context.active(), span), work);
 }
 
-/** The active span's ids as log fields (`trace_id`, `span_id`), or nothing. A pino `mixin`. */
+/**
+ * The active span's ids as log fields (`trace_id`, `span_id`), or nothing. A pino `mixin`: pino merges
+ * the line's own fields into what it returns, so it is a fresh object every time.
+ */
 export function traceLogFields(): Record<string, string> {
   const span = trace.getActiveSpan();
-  if (!span) return NO_FIELDS;
+  if (!span) return {};
   const { traceId, spanId } = span.spanContext();
   return { trace_id: traceId, span_id: spanId };
 }
-const NO_FIELDS: Record<string, string> = Object.freeze({}) as Record<string, string>;
 
 /** The pino `mixin` option: the trace fields when tracing is on, undefined (no per-line call) when off. */
 export function traceLogMixin(): (() => Record<string, string>) | undefined {

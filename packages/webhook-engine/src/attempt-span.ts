@@ -22,7 +22,7 @@ export const TRACEPARENT_HEADER = 'traceparent';
  */
 export function startAttemptSpan(delivery: ClaimedDelivery): { span: Span; traceparent: string | null } | undefined {
   if (!isTracing()) return undefined;
-  const span = tracer.startSpan(
+  const span = tracer().startSpan(
     'webhook attempt',
     {
       kind: SpanKind.CLIENT,

@@ -13,7 +13,7 @@ import { type Span, SpanKind } from '@opentelemetry/api';
  */
 export function startFanOutSpan(traceparent: string, members: number): Span | undefined {
   if (!isTracing()) return undefined;
-  return tracer.startSpan(
+  return tracer().startSpan(
     'subscription fan-out',
     { kind: SpanKind.CONSUMER, attributes: { 'herald.subscription.members': members } },
     contextFromTraceparent(traceparent),

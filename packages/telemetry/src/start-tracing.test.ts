@@ -11,7 +11,7 @@ describe('startTracing', () => {
     expect(tracing.enabled).toBe(false);
     expect(isTracing()).toBe(false);
     // The API's global provider is still its proxy with nothing behind it: every span is a no-op.
-    const provider = trace.getTracerProvider() as { getDelegate?: () => unknown };
+    const provider = trace.getTracerProvider() as { getDelegate?: () => object };
     expect(provider.getDelegate?.().constructor.name).toBe('NoopTracerProvider');
     expect(trace.getTracer('herald').startSpan('x').isRecording()).toBe(false);
     const registry = new Registry();

@@ -3,7 +3,9 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
+import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type DispatcherProcess, startDispatcherProcess } from './support/dispatcher-process.js';
 import { postGraphql } from './support/graphql-http.js';
@@ -173,6 +175,55 @@ describe('one publishPost, traced end to end', () => {
       .map((line) => JSON.parse(line) as { msg?: string; trace_id?: string; span_id?: string })
       .find((line) => line.msg === 'request completed' && line.trace_id === CALLER_TRACE_ID);
     expect(logged?.span_id).toBe(operation?.spanId);
+  });
+});
+
+describe('an operation over graphql-ws', () => {
+  it('continues extensions.traceparent, and the publish it runs carries that trace to the webhook', {
+    timeout: 60_000,
+  }, async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const callerSpanId = randomBytes(8).toString('hex');
+    const created = await postGraphql(
+      publisher.baseUrl,
+      token,
+      'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+      { input: { orgId: ORG, title: 'traced over a socket' } },
+    );
+    const client = createClient({
+      url: `ws://127.0.0.1:${publisher.port}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authToken: token },
+      retryAttempts: 0,
+    });
+    try {
+      const result = await new Promise<unknown>((resolve, reject) => {
+        let value: unknown;
+        client.subscribe(
+          {
+            query: 'mutation PublishOverSocket($id: ID!) { publishPost(id: $id) { status } }',
+            variables: { id: created.body.data.createPost.id },
+            extensions: { traceparent: `00-${traceId}-${callerSpanId}-01` },
+          },
+          { next: (next) => (value = next), error: reject, complete: () => resolve(value) },
+        );
+      });
+      expect(result).toEqual({ data: { publishPost: { status: 'PUBLISHED' } } });
+    } finally {
+      await client.dispose();
+    }
+    await waitFor('the attempt span of the socket publish', () =>
+      collector.spans.some((span) => span.traceId === traceId && span.name === 'webhook attempt'),
+    );
+    const spans = collector.spans.filter((span) => span.traceId === traceId);
+    const operation = spans.find((span) => span.name === 'mutation PublishOverSocket');
+    expect(operation).toMatchObject({
+      parentSpanId: callerSpanId,
+      kind: 2,
+      attributes: { 'graphql.operation.type': 'mutation', 'network.protocol.name': 'websocket' },
+    });
+    expect(spans.some((span) => span.parentSpanId === operation?.spanId && isPostgres(span))).toBe(true);
+    expect(spans.find((span) => span.name === 'webhook attempt')?.parentSpanId).toBe(operation?.spanId);
   });
 });
 

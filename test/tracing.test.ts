@@ -170,6 +170,15 @@ describe('one publishPost, traced end to end', () => {
     expect(attempt?.attributes['herald.webhook.duration_ms']).toEqual(expect.any(Number));
     expect(webhookHeaders[0]?.traceparent).toBe(`00-${CALLER_TRACE_ID}-${attempt?.spanId}-01`);
 
+    // The dispatcher's batch statements serve many events: one span each, linked to the publishing span.
+    await waitFor('the fan-out and claim spans', () =>
+      ['webhook fan-out', 'webhook claim'].every((name) =>
+        collector.spans.some((span) => span.name === name && linksTo(span, operation?.spanId)),
+      ),
+    );
+    const batchSpans = collector.spans.filter((span) => linksTo(span, operation?.spanId));
+    expect(batchSpans.every((span) => span.traceId !== CALLER_TRACE_ID && span.parentSpanId === '')).toBe(true);
+
     // The publisher's access-log line for the request carries the trace's ids.
     const logged = publisher.stdout
       .map((line) => JSON.parse(line) as { msg?: string; trace_id?: string; span_id?: string })
@@ -229,4 +238,8 @@ describe('an operation over graphql-ws', () => {
 
 function isPostgres(span: ReceivedSpan): boolean {
   return span.attributes['db.system.name'] === 'postgresql';
+}
+
+function linksTo(span: ReceivedSpan, spanId: string | undefined): boolean {
+  return span.links.some((link) => link.traceId === CALLER_TRACE_ID && link.spanId === spanId);
 }

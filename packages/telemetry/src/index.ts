@@ -5,6 +5,7 @@ export {
   isTracing,
   linksFromTraceparents,
   parseTraceparent,
+  recordBatchSpan,
   traceLogFields,
   traceLogMixin,
   tracer,

@@ -1,4 +1,5 @@
 import {
+  type Attributes,
   type Context,
   context,
   isSpanContextValid,
@@ -6,6 +7,7 @@ import {
   ROOT_CONTEXT,
   type Span,
   type SpanContext,
+  SpanKind,
   type Tracer,
   trace,
 } from '@opentelemetry/api';
@@ -89,6 +91,26 @@ export function linksFromTraceparents(traceparents: Iterable<string | null | und
     if (spanContext) links.push({ context: spanContext });
   }
   return links;
+}
+
+/**
+ * Records, once it is done, work that served several events at once (one batch statement, one history
+ * append): a span of its own, started at `startTimeMs` (ms since the epoch), with a link to each event's
+ * trace, never a span per event. Nothing when tracing is off or no event carried a trace context (a
+ * batch of events published untraced is not worth a trace of its own).
+ */
+export function recordBatchSpan(
+  name: string,
+  startTimeMs: number,
+  traceparents: Iterable<string | null | undefined>,
+  attributes: Attributes,
+): void {
+  if (!tracing) return;
+  const links = linksFromTraceparents(traceparents);
+  if (links.length === 0) return;
+  heraldTracer
+    .startSpan(name, { kind: SpanKind.INTERNAL, startTime: startTimeMs, links, attributes }, ROOT_CONTEXT)
+    .end();
 }
 
 /** Runs `work` with `span` active (so PostgreSQL and Redis spans nest under it). */

@@ -1,4 +1,5 @@
 import type { Database } from '@herald/db';
+import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
@@ -258,6 +259,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   return {
     onStep: deps.onStep,
     async claim(queued, chainEndpoints, lease) {
+      const startedAt = isTracing() ? Date.now() : 0;
       const claimed = await claimDeliveries(db, {
         queued,
         chainEndpoints,
@@ -265,6 +267,14 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
         leaseMs: deps.attemptLeaseMs,
         lease,
       });
+      // One statement for many events: one span linked to their traces (nothing with tracing off).
+      if (startedAt > 0)
+        recordBatchSpan(
+          'webhook claim',
+          startedAt,
+          claimed.map((delivery) => delivery.traceparent),
+          { 'herald.webhook.deliveries': claimed.length },
+        );
       // Nothing to wait for unless work entries are to be acknowledged.
       const settled = queued.length > 0 ? barrier.wait() : Promise.resolve();
       track(settled);

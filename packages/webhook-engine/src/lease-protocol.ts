@@ -142,6 +142,8 @@ export interface FanOutResult {
   queued: QueuedDelivery[];
   /** New SKIPPED deliveries (disabled endpoints). */
   skipped: number;
+  /** The events' stored `traceparent`s, those that have one (for the pass's span links). */
+  traceparents: string[];
 }
 
 /** Step 1: outbox events become their deliveries, in one statement. */
@@ -150,14 +152,20 @@ export async function fanOutOutbox(
   options: { limit: number; queueLeaseMs: number },
 ): Promise<FanOutResult> {
   const lease = newLease(QUEUED_LEASE_PREFIX);
-  const { rows } = await sql<{ events: number; id: string | null; endpoint_id: string | null; status: string | null }>`
+  const { rows } = await sql<{
+    events: number;
+    traceparents: string[] | null;
+    id: string | null;
+    endpoint_id: string | null;
+    status: string | null;
+  }>`
     with event as (
       update webhook_outbox set dispatched_at = now()
       where id in (
         select id from webhook_outbox where dispatched_at is null order by seq limit ${options.limit}
         for update skip locked
       )
-      returning id, seq, org_id, type, target_endpoint_id, exclude_endpoint_id
+      returning id, seq, org_id, type, target_endpoint_id, exclude_endpoint_id, traceparent
     ), created as (
       insert into webhook_deliveries
         (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until)
@@ -179,9 +187,10 @@ export async function fanOutOutbox(
       on conflict (event_id, endpoint_id) do nothing
       returning id, endpoint_id, status
     )
-    select counted.events, created.id, created.endpoint_id, created.status,
+    select counted.events, counted.traceparents, created.id, created.endpoint_id, created.status,
       set_config('synchronous_commit', 'off', true) as async_commit
-    from (select count(1)::int as events from event) counted left join created on true
+    from (select count(1)::int as events, array_agg(traceparent) filter (where traceparent is not null) as traceparents
+      from event) counted left join created on true
   `.execute(db);
   const queued: QueuedDelivery[] = [];
   let skipped = 0;
@@ -190,7 +199,7 @@ export async function fanOutOutbox(
     if (row.status === 'PENDING') queued.push({ deliveryId: row.id, endpointId: row.endpoint_id, lease });
     else skipped++;
   }
-  return { events: rows[0]?.events ?? 0, queued, skipped };
+  return { events: rows[0]?.events ?? 0, queued, skipped, traceparents: rows[0]?.traceparents ?? [] };
 }
 
 /** Step 2: due, free deliveries get a q-lease, earliest due first, through the index with a LIMIT. */

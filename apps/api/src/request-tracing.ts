@@ -35,9 +35,9 @@ export function traceGraphQLRequests(listener: RequestListener, path: string): R
     });
     const active = trace.setSpan(parent, span);
     // The fast path reads the body in `data`/`end` listeners: bound, they run inside the request's span
-    // (an emitter's listeners otherwise run in whatever context emitted the event).
+    // (an emitter's listeners otherwise run in whatever context emitted the event). The response needs
+    // no binding: it is written from the request's own async chain.
     context.bind(active, req);
-    context.bind(active, res);
     context.with(active, () => listener(req, res));
   };
 }

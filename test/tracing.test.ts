@@ -236,6 +236,40 @@ describe('an operation over graphql-ws', () => {
   });
 });
 
+describe('a caller that does not sample', () => {
+  it('is followed end to end: nothing exported, and the webhook POST says not sampled in the same trace', {
+    timeout: 60_000,
+  }, async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const created = await postGraphql(
+      publisher.baseUrl,
+      token,
+      'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+      { input: { orgId: ORG, title: 'not sampled' } },
+    );
+    const seen = webhookHeaders.length;
+    const response = await fetch(`${publisher.baseUrl}/graphql`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${token}`,
+        traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-00`,
+      },
+      body: JSON.stringify({
+        query: 'mutation Publish($id: ID!) { publishPost(id: $id) { id } }',
+        variables: { id: created.body.data.createPost.id },
+      }),
+    });
+    expect(response.status).toBe(200);
+    await waitFor('the webhook POST', () => webhookHeaders.length > seen);
+    const traceparent = String(webhookHeaders.at(-1)?.traceparent);
+    expect(traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-00$`));
+    // Whatever was exported meanwhile (other tests' spans, batch spans linking elsewhere), none is in it.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(collector.spans.filter((span) => span.traceId === traceId)).toEqual([]);
+  });
+});
+
 function isPostgres(span: ReceivedSpan): boolean {
   return span.attributes['db.system.name'] === 'postgresql';
 }

@@ -1,5 +1,5 @@
 import type { RequestListener } from 'node:http';
-import { isTracing, tracer } from '@herald/telemetry';
+import { contextWithSpan, isTracing, tracer } from '@herald/telemetry';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
 
@@ -33,7 +33,8 @@ export function traceGraphQLRequests(listener: RequestListener, path: string): R
       if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
       span.end();
     });
-    const active = trace.setSpan(parent, span);
+    // An unsampled span is not made active (contextWithSpan): its queries then make no spans at all.
+    const active = contextWithSpan(parent, span);
     // The fast path reads the body in `data`/`end` listeners: bound, they run inside the request's span
     // (an emitter's listeners otherwise run in whatever context emitted the event). The response needs
     // no binding: it is written from the request's own async chain.

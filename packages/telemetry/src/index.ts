@@ -1,6 +1,7 @@
 export {
   activeTraceparent,
   contextFromTraceparent,
+  contextWithSpan,
   formatTraceparent,
   isTracing,
   linksFromTraceparents,

@@ -2,6 +2,7 @@ import {
   type Attributes,
   type Context,
   context,
+  createContextKey,
   isSpanContextValid,
   type Link,
   ROOT_CONTEXT,
@@ -44,13 +45,35 @@ export function tracer(): Tracer {
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 /**
- * The W3C `traceparent` of the span active here, or null (tracing off, no span). An unsampled span's
- * context is returned too (flags `00`), so work done later for the same event stays unsampled.
+ * Where an unsampled operation keeps its span context: not as the active span, so the PostgreSQL and
+ * Redis instrumentations (which only record under an active span) skip its queries entirely instead of
+ * making a no-op span for each, but still there for {@link activeTraceparent} and the log fields.
+ */
+const UNSAMPLED_SPAN_KEY = createContextKey('herald unsampled span context');
+
+/**
+ * The context an operation's work runs in: `span` as the active span when it records, else only its
+ * span context under a key of Herald's own (see above): with a ratio sampler most operations are
+ * unsampled, and they then pay for no span below them.
+ */
+export function contextWithSpan(parent: Context, span: Span): Context {
+  return span.isRecording() ? trace.setSpan(parent, span) : parent.setValue(UNSAMPLED_SPAN_KEY, span.spanContext());
+}
+
+/** The span context of the operation running here, recorded or not. */
+function activeSpanContext(): SpanContext | undefined {
+  const active = context.active();
+  return trace.getSpan(active)?.spanContext() ?? (active.getValue(UNSAMPLED_SPAN_KEY) as SpanContext | undefined);
+}
+
+/**
+ * The W3C `traceparent` of the operation running here, or null (tracing off, no operation). An unsampled
+ * operation's is returned too (flags `00`), so work done later for the same event stays unsampled.
  */
 export function activeTraceparent(): string | null {
   if (!tracing) return null;
-  const span = trace.getActiveSpan();
-  return span ? formatTraceparent(span.spanContext()) : null;
+  const spanContext = activeSpanContext();
+  return spanContext ? formatTraceparent(spanContext) : null;
 }
 
 /** `00-<trace id>-<span id>-<flags>`, or null for an invalid context. */
@@ -113,9 +136,9 @@ export function recordBatchSpan(
     .end();
 }
 
-/** Runs `work` with `span` active (so PostgreSQL and Redis spans nest under it). */
+/** Runs `work` in {@link contextWithSpan} (so PostgreSQL and Redis spans nest under a recorded span). */
 export function withSpan<T>(span: Span, work: () => T): T {
-  return context.with(trace.setSpan(context.active(), span), work);
+  return context.with(contextWithSpan(context.active(), span), work);
 }
 
 /**
@@ -123,10 +146,9 @@ export function withSpan<T>(span: Span, work: () => T): T {
  * the line's own fields into what it returns, so it is a fresh object every time.
  */
 export function traceLogFields(): Record<string, string> {
-  const span = trace.getActiveSpan();
-  if (!span) return {};
-  const { traceId, spanId } = span.spanContext();
-  return { trace_id: traceId, span_id: spanId };
+  const spanContext = activeSpanContext();
+  if (!spanContext) return {};
+  return { trace_id: spanContext.traceId, span_id: spanContext.spanId };
 }
 
 /** The pino `mixin` option: the trace fields when tracing is on, undefined (no per-line call) when off. */

@@ -1,5 +1,5 @@
-import { isTracing, tracer } from '@herald/telemetry';
-import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { contextWithSpan, isTracing, tracer } from '@herald/telemetry';
+import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
 
 /**
@@ -46,7 +46,7 @@ export function startSocketOperationSpan(
 /** Runs `work` with `span` active and ends the span when it settles (an error marks it). */
 export async function runInSocketOperationSpan<T>(span: Span, work: () => T | Promise<T>): Promise<T> {
   try {
-    return await context.with(trace.setSpan(ROOT_CONTEXT, span), work);
+    return await context.with(contextWithSpan(ROOT_CONTEXT, span), work);
   } catch (error) {
     span.setStatus({ code: SpanStatusCode.ERROR });
     throw error;

@@ -1,4 +1,4 @@
-import type { RequestListener } from 'node:http';
+import type { RequestListener, Server } from 'node:http';
 import { contextWithSpan, isTracing, tracer } from '@herald/telemetry';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
@@ -11,14 +11,22 @@ import { type DocumentNode, getOperationAST } from 'graphql';
  *
  * One SERVER span per request to `path`, a child of the caller's span when the request carries a W3C
  * `traceparent` (and `tracestate`), started before the body is read and ended when the response closes.
- * It is named `POST /graphql` until the operation is known, then `<type> <name>` (`mutation
- * publishPost`) by {@link nameOperationSpan}. The PostgreSQL and Redis calls of the request, and the
+ * It is named `POST /graphql` until the operation is known, then `<type> <operation name>` (`mutation
+ * Publish`) by {@link nameOperationSpan}. The PostgreSQL and Redis calls of the request, and the
  * trace context `publishPost` stores with its event, are under it.
  *
- * With tracing off `listener` is returned untouched: not even a wrapper call per request.
+ * With tracing off nothing changes: the server keeps its listener, not even a wrapper call per request.
+ * With tracing on, the server's `request` listener is replaced by one that makes the span and calls it.
  */
-export function traceGraphQLRequests(listener: RequestListener, path: string): RequestListener {
-  if (!isTracing()) return listener;
+export function traceGraphQLRequests(server: Server, path: string): void {
+  if (!isTracing()) return;
+  for (const listener of server.listeners('request') as RequestListener[]) {
+    server.removeListener('request', listener);
+    server.on('request', tracedListener(listener, path));
+  }
+}
+
+function tracedListener(listener: RequestListener, path: string): RequestListener {
   return (req, res) => {
     const url = req.url ?? '';
     if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
@@ -44,7 +52,7 @@ export function traceGraphQLRequests(listener: RequestListener, path: string): R
 }
 
 /**
- * Names the active request span after the operation (`query posts`, `mutation publishPost`) and records
+ * Names the active request span after the operation (`query Posts`, `mutation Publish`: its type and the document's operation name) and records
  * `graphql.operation.type` and `graphql.operation.name`. Called where a document is about to run: the
  * Yoga pipeline (`useOperationSpanName`) and the fast path's compiled queries. Nothing when tracing is off.
  */

@@ -164,24 +164,22 @@ export function createServer(deps: ServerDeps): HeraldServer {
   });
 
   // POST /graphql with a JSON body skips Yoga's fetch-API machinery (http-fast-path.ts); the rest is Yoga's.
-  // With tracing on, requests to /graphql get their operation span first (request-tracing.ts).
   const httpServer = createHttpServer(
-    traceGraphQLRequests(
-      config.http.fastPath
-        ? createGraphQLFastPath({
-            yoga,
-            path: GRAPHQL_PATH,
-            maxRequestBodyBytes: config.http.maxRequestBodyBytes,
-            logger,
-            errorDetails: config.graphql.errorDetails,
-            context,
-            compiled,
-            requests: deps.metrics.httpRequests,
-          })
-        : yoga,
-      GRAPHQL_PATH,
-    ),
+    config.http.fastPath
+      ? createGraphQLFastPath({
+          yoga,
+          path: GRAPHQL_PATH,
+          maxRequestBodyBytes: config.http.maxRequestBodyBytes,
+          logger,
+          errorDetails: config.graphql.errorDetails,
+          context,
+          compiled,
+          requests: deps.metrics.httpRequests,
+        })
+      : yoga,
   );
+  // With tracing on, requests to /graphql get their operation span first (request-tracing.ts).
+  traceGraphQLRequests(httpServer, GRAPHQL_PATH);
   const webSockets = createWebSocketServer({
     httpServer,
     yoga,

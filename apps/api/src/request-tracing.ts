@@ -53,8 +53,9 @@ function tracedListener(listener: RequestListener, path: string): RequestListene
 
 /**
  * Names the active request span after the operation, its type and the document's operation name
- * (`query Posts`, `mutation Publish`), and records `graphql.operation.type` and `graphql.operation.name`. Called where a document is about to run: the
- * Yoga pipeline (`useOperationSpanName`) and the fast path's compiled queries. Nothing when tracing is off.
+ * (`query Posts`, `mutation Publish`), and records `graphql.operation.type` and `graphql.operation.name`.
+ * Called where a document is about to run: the Yoga pipeline (`useOperationSpanName`) and the fast path's
+ * compiled queries. Nothing when tracing is off.
  */
 export function nameOperationSpan(document: DocumentNode, operationName: string | null | undefined): void {
   if (!isTracing()) return;

@@ -52,7 +52,9 @@ const DISABLED: Tracing = {
 
 /**
  * @param options.serviceName the `service.name` unless `OTEL_SERVICE_NAME` is set
- * @throws TracingConfigError for a bad tracing variable (see `readTracingConfig`)
+ * @param options.env where the on/off decision and the checked variables are read (tests).
+ *   @default process.env; the SDK's own parts (exporter, sampler, queue) always read `process.env`
+ * @throws TracingConfigError for a bad tracing variable (see `readTracingConfig`): nothing is started
  */
 export async function startTracing(options: { serviceName: string; env?: NodeJS.ProcessEnv }): Promise<Tracing> {
   const env = options.env ?? process.env;

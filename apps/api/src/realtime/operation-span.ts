@@ -10,8 +10,8 @@ import { type DocumentNode, getOperationAST } from 'graphql';
  * A W3C `traceparent` (and `tracestate`) in the message's `extensions` makes the span a child of the
  * caller's, as the same header does over HTTP. A query or mutation's span lasts its execution (so a
  * `publishPost` sent over the socket stores this trace with its event); a subscription's lasts until its
- * stream is open (authorization, history lookup), never the subscription's life: its events are traced
- * by the fan-out spans of the operations that publish them.
+ * stream is open (authorization, history lookup), never the subscription's life, and is never made
+ * active: its events are traced by the fan-out spans of the operations that publish them.
  *
  * @returns undefined when tracing is off (nothing else is done then).
  */
@@ -43,10 +43,15 @@ export function startSocketOperationSpan(
   );
 }
 
-/** Runs `work` with `span` active and ends the span when it settles (an error marks it). */
-export async function runInSocketOperationSpan<T>(span: Span, work: () => T | Promise<T>): Promise<T> {
+/**
+ * Runs `work` and ends `span` when it settles (an error marks it). With `active` (queries and mutations)
+ * the span is active meanwhile, so its PostgreSQL and Redis calls nest under it and a publish stores its
+ * trace. A subscription's `subscribe` is only timed: what it starts lives on (the event stream, its
+ * listeners), and it would carry the ended span into every later event's work.
+ */
+export async function runInSocketOperationSpan<T>(span: Span, active: boolean, work: () => T | Promise<T>): Promise<T> {
   try {
-    return await context.with(contextWithSpan(ROOT_CONTEXT, span), work);
+    return await (active ? context.with(contextWithSpan(ROOT_CONTEXT, span), work) : work());
   } catch (error) {
     span.setStatus({ code: SpanStatusCode.ERROR });
     throw error;

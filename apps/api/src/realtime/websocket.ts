@@ -228,7 +228,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
       },
       execute: (args) => {
         const root = args.rootValue as EnvelopedRoot;
-        return root.span ? runInSocketOperationSpan(root.span, () => root.execute(args)) : root.execute(args);
+        return root.span ? runInSocketOperationSpan(root.span, true, () => root.execute(args)) : root.execute(args);
       },
       subscribe: async (args) => {
         const root = args.rootValue as EnvelopedRoot;
@@ -238,7 +238,7 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         let result: Awaited<ReturnType<typeof root.subscribe>>;
         try {
           result = await (root.span
-            ? runInSocketOperationSpan(root.span, () => root.subscribe(args))
+            ? runInSocketOperationSpan(root.span, false, () => root.subscribe(args))
             : root.subscribe(args));
         } catch (error) {
           if (countedOrg !== undefined) deps.quotas.closeSubscription(countedOrg);

@@ -2,6 +2,7 @@ export {
   activeTraceparent,
   contextFromTraceparent,
   contextWithSpan,
+  detached,
   formatTraceparent,
   isTracing,
   linksFromTraceparents,

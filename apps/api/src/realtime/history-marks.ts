@@ -81,6 +81,7 @@ export function createHistoryMarks(deps: { db: Kysely<Database>; logger: Logger 
       if (waiting.length >= HISTORY_MARK_BATCH && !writing) {
         clearTimeout(timer);
         timer = undefined;
+        // A full batch serves many publishes: outside the trace of the one that filled it.
         void detached(write);
       } else schedule(HISTORY_MARK_DELAY_MS);
     },

@@ -4,6 +4,7 @@ import { signToken } from '@herald/auth';
 import { createTestSchema, type TestSchema } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
 import { createClient } from 'graphql-ws';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -24,6 +25,7 @@ const ORG = `org-${randomUUID()}`;
 /** The caller's trace: ids as a client would make them. */
 const CALLER_TRACE_ID = randomBytes(16).toString('hex');
 const CALLER_SPAN_ID = randomBytes(8).toString('hex');
+const REDIS_PREFIX = `tracing-${randomUUID()}:`;
 
 let schema: TestSchema;
 let collector: OtlpReceiver;
@@ -48,7 +50,7 @@ beforeAll(async () => {
   const env = {
     DATABASE_URL: schema.url,
     REDIS_URL: inject('redisUrl'),
-    HERALD_REDIS_PREFIX: `tracing-${randomUUID()}:`,
+    HERALD_REDIS_PREFIX: REDIS_PREFIX,
     JWT_SECRET,
     WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
     OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
@@ -78,6 +80,10 @@ afterAll(async () => {
   await new Promise((resolve) => receiver?.close(resolve));
   await collector?.close();
   await schema?.drop();
+  const redis = new Redis(inject('redisUrl'));
+  const keys = await redis.keys(`${REDIS_PREFIX}*`);
+  if (keys.length > 0) await redis.del(...keys);
+  redis.disconnect();
 });
 
 function inTrace(): ReceivedSpan[] {

@@ -49,6 +49,8 @@ export interface SubscriptionEventInfo {
   cursor: string | undefined;
   /** From the history (catch-up after `after`) rather than live. */
   replayed: boolean;
+  /** The publishing operation's `traceparent`, when tracing was on where it was published. */
+  traceparent?: string;
 }
 
 /** What the transport hands the context builder besides Yoga's own initial context. */

@@ -21,6 +21,7 @@ import {
   startRequestLog,
 } from './plugins/use-request-logging.js';
 import { findInvalidTextVariable } from './plugins/use-text-input-guard.js';
+import { nameOperationSpan } from './request-tracing.js';
 import { releaseScopeCache } from './schema/builder.js';
 import { checkOperationQuota } from './tenancy/operation-quota.js';
 
@@ -210,6 +211,8 @@ class FastExchange {
       this.shared.compiledRoute.inc();
       return this.refuse(refused);
     }
+    // Yoga's hooks do not run here: the request span takes the operation's name now (request-tracing.ts).
+    nameOperationSpan(accepted.document, params.operationName);
     let result: ExecutionResult;
     try {
       result = await accepted.compiled.query(undefined, context, params.variables);

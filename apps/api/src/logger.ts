@@ -1,4 +1,5 @@
 import { type LogOutput, stdoutLogOutput } from '@herald/config';
+import { traceLogMixin } from '@herald/telemetry';
 import { type Logger, pino } from 'pino';
 
 export type { Logger };
@@ -13,6 +14,8 @@ export function createLogger(level: string, output: LogOutput = stdoutLogOutput(
       level,
       base: { service: 'herald-api' },
       timestamp: pino.stdTimeFunctions.isoTime,
+      // `trace_id`/`span_id` of the active span; no mixin at all while tracing is off.
+      mixin: traceLogMixin(),
       redact: { paths: ['req.headers.authorization', '*.authToken', '*.authorization'], censor: '[redacted]' },
     },
     { write: (line: string) => output.write(line) },

@@ -8,12 +8,17 @@ import {
 } from '@herald/config';
 import { registerLogDropMetric } from '@herald/config/log-output-metric';
 import { DataDirectoryInUseError } from '@herald/db';
+import { TracingConfigError } from '@herald/telemetry';
+import { startTracing } from '@herald/telemetry/start';
 import { createApp } from './app.js';
 import { DEMO_USER } from './dev-credentials.js';
 import { loadApiConfig } from './env.js';
 import { createLogger } from './logger.js';
 import { CONSOLE_PATH } from './plugins/use-console.js';
 import { GRAPHQL_PATH } from './server.js';
+
+/** How long the stop waits for the last spans to be exported. */
+const TRACING_SHUTDOWN_MS = 2_000;
 
 // Logs (stdout) and the banner (stderr) never block or throw, whatever their readers do: see log-output.ts.
 const logs = stdoutLogOutput();
@@ -26,9 +31,20 @@ const config = await Promise.resolve()
     return exitWithLines(error.lines.map((line) => `herald: invalid configuration: ${line}`));
   });
 
+// Tracing first (OTEL_* variables; off without an endpoint): the logger's trace fields and the database
+// and Redis instrumentations must be in place before the first line and the first connection.
+const tracing = await startTracing({ serviceName: 'herald-api' }).catch((error: unknown) => {
+  if (!(error instanceof TracingConfigError)) throw error;
+  return exitWithLines(error.lines.map((line) => `herald: invalid configuration: ${line}`));
+});
 const logger = createLogger(config.logLevel, logs);
 logger.info(
-  { mode: config.mode, database: config.database.kind, pubsub: config.redisUrl ? 'redis' : 'memory' },
+  {
+    mode: config.mode,
+    database: config.database.kind,
+    pubsub: config.redisUrl ? 'redis' : 'memory',
+    tracing: tracing.enabled,
+  },
   `herald api starting in ${config.mode} mode`,
 );
 const app = await createApp(config, logger).catch((error: unknown) => {
@@ -40,6 +56,7 @@ const app = await createApp(config, logger).catch((error: unknown) => {
   return exitWithLines([]);
 });
 registerLogDropMetric(app.metrics.registry, [logs, banner]);
+tracing.registerMetrics(app.metrics.registry);
 const address = await app.listen().catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
   return exitWithLines([]);
@@ -48,7 +65,8 @@ const address = await app.listen().catch((error: unknown) => {
 // Installed before the "listening" line: whoever reads it may signal at once, and a signal that comes
 // before a handler is installed ends the process on the spot.
 handleShutdownSignals({
-  stop: () => app.stop(),
+  // The last spans are exported after the app stopped, within the bound's 5 s margin.
+  stop: () => app.stop().finally(() => tracing.shutdown(TRACING_SHUTDOWN_MS)),
   hardExitMs: config.http.drainDelayMs + config.http.shutdownGraceMs + 5_000,
   beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), banner.flush(timeoutMs)]).then(() => {}),
   onEvent: shutdownEventLogger(logger),

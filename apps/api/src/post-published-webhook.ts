@@ -50,7 +50,8 @@ const POST_COLUMN_LIST = POST_COLUMNS.map((column) => `"${column}"`).join(', ');
 /**
  * The publish statement's text, with and without the NOTIFY: built once, not by Kysely's builder and
  * compiler on every call (the mutation's hot path). Parameters: $1 published at, $2 post id,
- * $3 organisations, $4 event id, $5 event type, $6 the envelope's head, $7 published at as ISO text.
+ * $3 organisations, $4 event id, $5 event type, $6 the envelope's head, $7 published at as ISO text,
+ * $8 the publishing operation's `traceparent` (null when tracing is off).
  * With `historied`, an event its publisher will append itself (not handed to the relay) is recorded
  * `historied_at` at once (see {@link PublishOptions.historyInProcess}).
  */
@@ -60,7 +61,7 @@ function publishStatement(notify: boolean, historied: boolean): string {
       where id = $2 and org_id = any($3::text[]) and status = 'DRAFT'
       returning ${POST_COLUMN_LIST}
     ), recorded as (
-      insert into webhook_outbox (id, org_id, type, body, created_at, history_handed_at, ${
+      insert into webhook_outbox (id, org_id, type, body, created_at, traceparent, history_handed_at, ${
         historied ? 'historied_at, ' : ''
       }dispatched_at)
       select $4, p.org_id, $5::text,
@@ -70,6 +71,7 @@ function publishStatement(notify: boolean, historied: boolean): string {
           'author', json_build_object('id', u.id, 'name', u.name)
         )::text || '}',
         $1,
+        $8::text,
         case when queue.handed then $1::timestamptz end,${historied ? '\n        case when not queue.handed then $1::timestamptz end,' : ''}
         case when not exists (
           select from webhook_endpoints e
@@ -110,6 +112,11 @@ export interface PublishOptions {
    * event. @default false
    */
   historyInProcess?: boolean;
+  /**
+   * The W3C `traceparent` of the publishing operation, stored with the event so its webhook attempts
+   * and subscription fan-out join that trace (docs/operations.md, "Tracing"). @default null
+   */
+  traceparent?: string | null;
 }
 
 /**
@@ -154,7 +161,16 @@ export async function publishPostWithWebhook(
     PUBLISH_STATEMENTS[options.notify === false ? 'quiet' : 'notify'][
       options.historyInProcess === true ? 'marked' : 'unmarked'
     ],
-    [publishedAt, id, [...orgIds], eventId, POST_PUBLISHED_EVENT, head, publishedAt.toISOString()],
+    [
+      publishedAt,
+      id,
+      [...orgIds],
+      eventId,
+      POST_PUBLISHED_EVENT,
+      head,
+      publishedAt.toISOString(),
+      options.traceparent ?? null,
+    ],
   );
   if (rows[0]) {
     const { _notified, _handed, _due, ...post } = rows[0];

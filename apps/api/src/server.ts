@@ -3,6 +3,7 @@ import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import type { TokenVerifier } from '@herald/auth';
 import { notReady, type Readiness } from '@herald/config';
 import type { HeraldDatabase } from '@herald/db';
+import { isTracing } from '@herald/telemetry';
 import {
   createYoga,
   type Plugin,
@@ -25,6 +26,7 @@ import { useErrorLogging } from './plugins/use-error-logging.js';
 import { useIntrospectionPolicy } from './plugins/use-introspection-policy.js';
 import { useMetricsEndpoint } from './plugins/use-metrics-endpoint.js';
 import { useOperationQuota } from './plugins/use-operation-quota.js';
+import { useOperationSpanName } from './plugins/use-operation-span-name.js';
 import { useRequestBodyLimit } from './plugins/use-request-body-limit.js';
 import { useRequestLogging } from './plugins/use-request-logging.js';
 import { useScopeCacheRelease } from './plugins/use-scope-cache-release.js';
@@ -34,6 +36,7 @@ import { useWebSocketOnlySubscriptions } from './plugins/use-websocket-only-subs
 import { databaseReadiness, pubsubReadiness } from './readiness.js';
 import type { PubSubService } from './realtime/pubsub.js';
 import { createWebSocketServer, type HeraldWebSocketServer } from './realtime/websocket.js';
+import { traceGraphQLRequests } from './request-tracing.js';
 import { schema } from './schema/index.js';
 import type { TenantQuotas } from './tenancy/tenant-quotas.js';
 
@@ -136,6 +139,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
     compiled.plugin,
     // Last: it must see every validation rule the plugins above add.
     useValidationCache(),
+    // Tracing on (OTEL_* variables): the request span takes the operation's name (request-tracing.ts).
+    ...(isTracing() ? [useOperationSpanName()] : []),
   ];
 
   const yoga = createYoga<Record<string, unknown>, Context>({
@@ -182,6 +187,8 @@ export function createServer(deps: ServerDeps): HeraldServer {
         })
       : yoga,
   );
+  // With tracing on, requests to /graphql get their operation span first (request-tracing.ts).
+  traceGraphQLRequests(httpServer, GRAPHQL_PATH);
   const webSockets = createWebSocketServer({
     httpServer,
     yoga,

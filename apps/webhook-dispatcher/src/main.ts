@@ -7,9 +7,14 @@ import {
   stdoutLogOutput,
 } from '@herald/config';
 import { registerLogDropMetric } from '@herald/config/log-output-metric';
+import { TracingConfigError } from '@herald/telemetry';
+import { startTracing } from '@herald/telemetry/start';
 import { startDispatcherApp } from './app.js';
 import { loadDispatcherConfig } from './env.js';
 import { createLogger } from './logger.js';
+
+/** How long the stop waits for the last spans to be exported. */
+const TRACING_SHUTDOWN_MS = 2_000;
 
 // Logs never block or throw, whatever their reader does (see log-output.ts in @herald/config).
 const logs = stdoutLogOutput();
@@ -22,6 +27,12 @@ const config = await Promise.resolve()
     return exitWithLines(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
   });
 
+// Tracing first (OTEL_* variables; off without an endpoint): the logger's trace fields and the database
+// and Redis instrumentations must be in place before the first line and the first connection.
+const tracing = await startTracing({ serviceName: 'herald-webhook-dispatcher' }).catch((error: unknown) => {
+  if (!(error instanceof TracingConfigError)) throw error;
+  return exitWithLines(error.lines.map((line) => `herald-webhook-dispatcher: invalid configuration: ${line}`));
+});
 const logger = createLogger(config.logLevel, logs);
 // Each part that fails to start has logged what failed, and what had started is closed.
 const app = await startDispatcherApp(config, logger, {
@@ -30,11 +41,15 @@ const app = await startDispatcherApp(config, logger, {
   },
 }).catch(() => exitWithLines([]));
 registerLogDropMetric(app.registry, [logs, errors]);
+tracing.registerMetrics(app.registry);
 // Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
 // Installed before the ready line: whoever reads that line may signal at once, and a signal that comes
 // before a handler is installed ends the process on the spot.
 handleShutdownSignals({
-  stop: () => app.stop(),
+  stop: async () => {
+    await app.stop();
+    await tracing.shutdown(TRACING_SHUTDOWN_MS);
+  },
   hardExitMs: config.http.shutdownGraceMs,
   beforeExit: (timeoutMs) => Promise.all([logs.flush(timeoutMs), errors.flush(timeoutMs)]).then(() => {}),
   onEvent: shutdownEventLogger(logger),
@@ -42,6 +57,6 @@ handleShutdownSignals({
 
 const { address } = app;
 logger.info(
-  { address: address.address, port: address.port, redisPrefix: config.redisPrefix },
+  { address: address.address, port: address.port, redisPrefix: config.redisPrefix, tracing: tracing.enabled },
   'herald webhook dispatcher ready',
 );

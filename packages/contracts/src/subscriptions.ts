@@ -34,6 +34,11 @@ export interface PostPublishedEventV1 {
   post: PostPublishedEventPost;
   /** When the event entered the history (ms since epoch), for the event-to-send latency metric. */
   emittedAt: number;
+  /**
+   * The W3C `traceparent` of the operation that published it, when tracing was on: each pod's fan-out
+   * span joins that trace. Absent otherwise; readers ignore it.
+   */
+  traceparent?: string;
 }
 
 /** An event with its place in its organisation's history. */

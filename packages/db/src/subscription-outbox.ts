@@ -12,6 +12,8 @@ export interface PendingPostEvent {
   /** The outbox event id (`evt_…`). */
   eventId: string;
   post: Post;
+  /** The publishing operation's W3C `traceparent`; null when tracing was off. */
+  traceparent: string | null;
 }
 
 /**
@@ -44,8 +46,8 @@ export async function listPendingPostEvents(
   limit: number,
   orphanAfterMs = 0,
 ): Promise<PendingPostEvent[]> {
-  const { rows } = await sql<Post & { event_id: string }>`
-    select o.id as event_id, p.id, p.org_id, p.author_id, p.title, p.tags, p.status, p.created_at, p.published_at, p.seq
+  const { rows } = await sql<Post & { event_id: string; event_traceparent: string | null }>`
+    select o.id as event_id, o.traceparent as event_traceparent, p.id, p.org_id, p.author_id, p.title, p.tags, p.status, p.created_at, p.published_at, p.seq
     from webhook_outbox o
     join posts p on p.id = (o.body::jsonb -> 'data' ->> 'id') and p.org_id = o.org_id
     where o.historied_at is null and o.type = ${POST_PUBLISHED_EVENT}
@@ -53,7 +55,11 @@ export async function listPendingPostEvents(
     order by o.seq
     limit ${limit}
   `.execute(db);
-  return rows.map(({ event_id, ...post }) => ({ eventId: event_id, post }));
+  return rows.map(({ event_id, event_traceparent, ...post }) => ({
+    eventId: event_id,
+    post,
+    traceparent: event_traceparent,
+  }));
 }
 
 /** Marks events as in the history (inside the relay's transaction). */

@@ -70,6 +70,8 @@ export interface WebhookOutboxTable {
   target_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
   /** Set for an operational event: never delivered to the endpoint it is about. */
   exclude_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
+  /** The W3C `traceparent` of the operation that wrote the event; null when tracing was off. */
+  traceparent: ColumnType<string | null, string | null | undefined, never>;
 }
 
 export type WebhookDeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD' | 'SKIPPED';

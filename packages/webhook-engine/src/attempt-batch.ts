@@ -1,7 +1,9 @@
 import type { Database } from '@herald/db';
+import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import { endAttemptSpan, startAttemptSpan, TRACEPARENT_HEADER } from './attempt-span.js';
 import { markDeadLettersStreamed } from './dead-letters.js';
 import type { Deliverer, DeliveryOutcome } from './deliver.js';
 import {
@@ -168,15 +170,22 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   async function attemptOne(delivery: ClaimedDelivery): Promise<AttemptOutcome> {
     const at = new Date();
     const secrets = openSecrets(delivery);
-    const outcome: DeliveryOutcome =
-      typeof secrets === 'string'
-        ? { ok: false, statusCode: null, durationMs: 0, error: secrets, retryAfter: null }
-        : await deliverer.deliver({
-            endpointId: delivery.endpointId,
-            url: delivery.url,
-            body: delivery.body,
-            headers: signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets }),
-          });
+    // Tracing on: the attempt's span, in the publishing trace, and its traceparent on the POST (attempt-span.ts).
+    const traced = startAttemptSpan(delivery);
+    let outcome: DeliveryOutcome;
+    if (typeof secrets === 'string') {
+      outcome = { ok: false, statusCode: null, durationMs: 0, error: secrets, retryAfter: null };
+    } else {
+      const headers = signWebhook({ eventId: delivery.eventId, rawBody: delivery.body, secrets });
+      if (traced?.traceparent) headers[TRACEPARENT_HEADER] = traced.traceparent;
+      outcome = await deliverer.deliver({
+        endpointId: delivery.endpointId,
+        url: delivery.url,
+        body: delivery.body,
+        headers,
+      });
+    }
+    if (traced) endAttemptSpan(traced.span, outcome);
     const series = outcome.ok ? succeeded : failed;
     series.attempts.inc();
     series.seconds.observe(outcome.durationMs / 1_000);
@@ -252,6 +261,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
   return {
     onStep: deps.onStep,
     async claim(queued, chainEndpoints, lease, fifo) {
+      const startedAt = isTracing() ? Date.now() : 0;
       const claimed = await claimDeliveries(db, {
         queued,
         chainEndpoints,
@@ -260,6 +270,14 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
         leaseMs: deps.attemptLeaseMs,
         lease,
       });
+      // One statement for many events: one span linked to their traces (nothing with tracing off).
+      if (startedAt > 0)
+        recordBatchSpan(
+          'webhook claim',
+          startedAt,
+          claimed.map((delivery) => delivery.traceparent),
+          { 'herald.webhook.deliveries': claimed.length },
+        );
       // Nothing to wait for unless work entries are to be acknowledged.
       const settled = queued.length > 0 ? barrier.wait() : Promise.resolve();
       track(settled);

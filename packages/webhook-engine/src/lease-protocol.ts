@@ -188,6 +188,8 @@ export interface FanOutResult {
   queued: QueuedDelivery[];
   /** New SKIPPED deliveries (disabled endpoints). */
   skipped: number;
+  /** The events' stored `traceparent`s, those that have one (for the pass's span links). */
+  traceparents: string[];
 }
 
 /** Step 1: outbox events become their deliveries, in one statement. */
@@ -196,14 +198,20 @@ export async function fanOutOutbox(
   options: { limit: number; queueLeaseMs: number },
 ): Promise<FanOutResult> {
   const lease = newLease(QUEUED_LEASE_PREFIX);
-  const { rows } = await sql<{ events: number; id: string | null; endpoint_id: string | null; status: string | null }>`
+  const { rows } = await sql<{
+    events: number;
+    traceparents: string[] | null;
+    id: string | null;
+    endpoint_id: string | null;
+    status: string | null;
+  }>`
     with event as (
       update webhook_outbox set dispatched_at = now()
       where id in (
         select id from webhook_outbox where dispatched_at is null order by seq limit ${options.limit}
         for update skip locked
       )
-      returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id
+      returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id, traceparent
     ), created as (
       insert into webhook_deliveries
         (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until, fifo_seq)
@@ -228,9 +236,10 @@ export async function fanOutOutbox(
       on conflict (event_id, endpoint_id) do nothing
       returning id, endpoint_id, status
     )
-    select counted.events, created.id, created.endpoint_id, created.status,
+    select counted.events, counted.traceparents, created.id, created.endpoint_id, created.status,
       set_config('synchronous_commit', 'off', true) as async_commit
-    from (select count(1)::int as events from event) counted left join created on true
+    from (select count(1)::int as events, array_agg(traceparent) filter (where traceparent is not null) as traceparents
+      from event) counted left join created on true
   `.execute(db);
   const queued: QueuedDelivery[] = [];
   let skipped = 0;
@@ -239,7 +248,7 @@ export async function fanOutOutbox(
     if (row.status === 'PENDING') queued.push({ deliveryId: row.id, endpointId: row.endpoint_id, lease });
     else skipped++;
   }
-  return { events: rows[0]?.events ?? 0, queued, skipped };
+  return { events: rows[0]?.events ?? 0, queued, skipped, traceparents: rows[0]?.traceparents ?? [] };
 }
 
 /** Step 2: due, free deliveries get a q-lease, earliest due first, through the index with a LIMIT. */
@@ -300,6 +309,12 @@ export interface ClaimedDelivery {
   rateLimitPerSecond?: number | null;
   /** The endpoint is FIFO: one attempt at a time, in line order (see "FIFO endpoints"). */
   fifo?: boolean;
+  /**
+   * The W3C `traceparent` stored with the event by the operation that published it (null when tracing
+   * was off there): the attempt's span joins that trace. Read from the outbox row the claim joins for
+   * the body anyway, so deliveries carry no copy of it.
+   */
+  traceparent?: string | null;
 }
 
 export interface ClaimRequest {
@@ -380,6 +395,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       fifo: boolean;
       body: string;
       secrets: string[] | null;
+      traceparent: string | null;
     }>`
       with input as (
         select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
@@ -487,7 +503,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       )
       select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
         claimed.attempt_count, endpoint.url, endpoint.rate_limit_per_second, endpoint.ordering = 'FIFO' as fifo,
-        event.body,
+        event.body, event.traceparent,
         (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
         (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
           where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
@@ -512,6 +528,7 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
       ageMs: Number(row.age_ms),
       lease,
       rateLimitPerSecond: row.rate_limit_per_second,
+      traceparent: row.traceparent,
     }));
   });
 }
@@ -944,7 +961,8 @@ export async function recordOutcomes(
         'deliveries', (
           select json_agg(json_build_object('id', taken.id, 'eventId', taken.event_id, 'eventType', taken.event_type,
             'orgId', taken.org_id, 'endpointId', taken.endpoint_id, 'attemptCount', taken.attempt_count,
-            'body', event.body, 'ageMs', extract(epoch from now() - taken.horizon_from) * 1000)
+            'body', event.body, 'traceparent', event.traceparent,
+            'ageMs', extract(epoch from now() - taken.horizon_from) * 1000)
             order by taken.fifo_seq)
           from taken join webhook_outbox event on event.id = taken.event_id
         ))::text

@@ -1,4 +1,5 @@
 import type { Database } from '@herald/db';
+import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import { fanOutOutbox } from './lease-protocol.js';
@@ -43,8 +44,15 @@ export function createRelay(options: RelayOptions): Relay {
   const loop = createPollLoop(
     'relay',
     async () => {
+      const startedAt = isTracing() ? Date.now() : 0;
       const result = await fanOutOutbox(db, { limit: batchSize, queueLeaseMs: options.queueLeaseMs });
       if (result.events === 0) return false;
+      // One statement for many events: one span linked to their traces (nothing with tracing off).
+      if (startedAt > 0)
+        recordBatchSpan('webhook fan-out', startedAt, result.traceparents, {
+          'herald.webhook.events': result.events,
+          'herald.webhook.deliveries': result.queued.length,
+        });
       options.onFannedOut?.();
       // Killed or failing here: the deliveries' q-leases expire and the due scan queues them again.
       await queue.enqueue(toWorkMessages(result.queued));

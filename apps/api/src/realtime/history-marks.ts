@@ -1,4 +1,5 @@
 import { type Database, markPostEventsHistoriedBatch } from '@herald/db';
+import { detached } from '@herald/telemetry';
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 
@@ -44,7 +45,8 @@ export function createHistoryMarks(deps: { db: Kysely<Database>; logger: Logger 
     if (timer || writing || stopped) return;
     timer = setTimeout(() => {
       timer = undefined;
-      void write();
+      // Set while a publish runs, but the batch serves many: outside that publish's trace.
+      void detached(write);
     }, delayMs);
     timer.unref();
   }
@@ -79,7 +81,8 @@ export function createHistoryMarks(deps: { db: Kysely<Database>; logger: Logger 
       if (waiting.length >= HISTORY_MARK_BATCH && !writing) {
         clearTimeout(timer);
         timer = undefined;
-        void write();
+        // A full batch serves many publishes: outside the trace of the one that filled it.
+        void detached(write);
       } else schedule(HISTORY_MARK_DELAY_MS);
     },
     async flush() {

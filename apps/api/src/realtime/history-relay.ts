@@ -1,4 +1,5 @@
 import { type Database, listPendingPostEvents, markPostEventsHistoried, withHistoryRelayLock } from '@herald/db';
+import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
@@ -113,9 +114,12 @@ export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
   /** @returns true when a full batch was moved (more may be waiting) */
   async function pass(): Promise<boolean> {
     const { moved, error } = await withHistoryRelayLock(db, async (trx) => {
+      const startedAt = isTracing() ? Date.now() : 0;
       const pending = await listPendingPostEvents(trx, HISTORY_RELAY_BATCH, orphanAfterMs);
       if (pending.length === 0) return { moved: 0, error: undefined };
-      const outcomes = await history.append(pending.map(({ eventId, post }) => toPostPublishedEvent(post, eventId)));
+      const outcomes = await history.append(
+        pending.map(({ eventId, post, traceparent }) => toPostPublishedEvent(post, eventId, traceparent)),
+      );
       const appended: string[] = [];
       let failure: Error | undefined;
       for (const [index, outcome] of outcomes.entries()) {
@@ -126,6 +130,14 @@ export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
         appended.push(pending[index]?.eventId as string);
       }
       await markPostEventsHistoried(trx, appended);
+      // One pass for many events: one span linked to their traces (nothing with tracing off).
+      if (startedAt > 0)
+        recordBatchSpan(
+          'subscription history relay',
+          startedAt,
+          pending.map((event) => event.traceparent),
+          { 'herald.subscription.events': appended.length },
+        );
       return { moved: appended.length, error: failure };
     });
     if (moved > 0) metrics.eventsPublished.inc(moved);

@@ -1,9 +1,12 @@
 import { POST_PUBLISHED_EVENT_VERSION, type PostPublishedEventV1 } from '@herald/contracts';
 import type { Post } from '@herald/db';
 
-/** The wire event for a published post (camelCase, JSON-safe). `emittedAt` is set when it enters the history. */
-export function toPostPublishedEvent(post: Post, eventId: string): PostPublishedEventV1 {
-  return {
+/**
+ * The wire event for a published post (camelCase, JSON-safe). `emittedAt` is set when it enters the history.
+ * `traceparent` (the publishing operation's, when tracing was on) is left out when absent.
+ */
+export function toPostPublishedEvent(post: Post, eventId: string, traceparent?: string | null): PostPublishedEventV1 {
+  const event: PostPublishedEventV1 = {
     v: POST_PUBLISHED_EVENT_VERSION,
     eventId,
     orgId: post.org_id,
@@ -20,6 +23,8 @@ export function toPostPublishedEvent(post: Post, eventId: string): PostPublished
     },
     emittedAt: Date.now(),
   };
+  if (traceparent) event.traceparent = traceparent;
+  return event;
 }
 
 /** The post row the GraphQL `Post` type resolves from, rebuilt from a wire event. */

@@ -52,6 +52,8 @@ export interface PubSubService {
     fanOutDue: boolean;
     /** The publish statement recorded it `historied_at` already (see {@link historyInProcess}). */
     historied?: boolean;
+    /** The publishing operation's `traceparent`, carried by the event to every pod's fan-out. */
+    traceparent?: string | null;
   }): Promise<void>;
   /**
    * True when {@link published} wakes the webhook dispatchers itself for an event whose fan-out is due
@@ -217,11 +219,16 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
    * later, and the relay's append of the handed event and it are deduplicated by event id.
    * @returns true when the event is in the history now
    */
-  async function appendDirectly(post: Post, eventId: string, historied: boolean): Promise<boolean> {
+  async function appendDirectly(
+    post: Post,
+    eventId: string,
+    historied: boolean,
+    traceparent: string | null | undefined,
+  ): Promise<boolean> {
     let outcome: AppendOutcome | undefined;
     let timer: NodeJS.Timeout | undefined;
     try {
-      const appending = history.append([toPostPublishedEvent(post, eventId)]);
+      const appending = history.append([toPostPublishedEvent(post, eventId, traceparent)]);
       // In process the append is done by now; only Redis can answer late.
       [outcome] = await (!deps.redisUrl
         ? appending
@@ -257,11 +264,11 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     replay,
     wakesWebhookDispatchers: wakeDispatchers !== undefined,
     historyInProcess: !deps.redisUrl,
-    async published({ post, eventId, handedToRelay, fanOutDue, historied = false }) {
+    async published({ post, eventId, handedToRelay, fanOutDue, historied = false, traceparent }) {
       if (fanOutDue) wakeDispatchers?.();
       if (!deps.db) return;
       if (!handedToRelay) {
-        if (!closed && (await appendDirectly(post, eventId, historied))) return;
+        if (!closed && (await appendDirectly(post, eventId, historied, traceparent))) return;
         // Handed over before answering: from now on the organisation's publishes queue behind it.
         try {
           await handPostEventToRelay(deps.db, eventId, { markedByPublish: historied });

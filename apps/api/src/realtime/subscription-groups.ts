@@ -5,6 +5,7 @@ import type { Context } from '../context.js';
 import { SubscriptionInterruptedError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
+import { endFanOutSpan, startFanOutSpan } from './fan-out-span.js';
 import { createDirectFrames, type DirectFrames } from './ws-direct-frames.js';
 
 /**
@@ -337,8 +338,10 @@ async function pump(registry: Registry, group: Group) {
  */
 function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
   const { metrics, maxBufferedBytes, onSendError, frames } = registry;
-  const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
   const event = group.context.event;
+  // One span per group and event, never per socket (fan-out-span.ts); undefined with tracing off.
+  const span = event?.traceparent === undefined ? undefined : startFanOutSpan(event.traceparent, group.members.size);
+  const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
   group.context.event = undefined;
   const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
   let sent = 0;
@@ -359,6 +362,7 @@ function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
     sent += 1;
   }
   group.last = position;
+  if (span) endFanOutSpan(span, sent, suffix.length);
   if (sent > 0) metrics.eventsDelivered.inc(sent);
   if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
 }

@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import { AuthUnavailableError, isMemberOf, type TokenVerifier, type Viewer } from '@herald/auth';
 import { ErrorCode } from '@herald/contracts';
+import type { Span } from '@opentelemetry/api';
 import { type DocumentNode, type ExecutionResult, type execute, GraphQLError, Kind, type subscribe } from 'graphql';
 import { CloseCode } from 'graphql-ws';
 import { isAsyncIterable, type YogaServerInstance } from 'graphql-yoga';
@@ -12,6 +13,7 @@ import { documentError, GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED } from '
 import { namedOrganization, selectedOperation } from '../tenancy/operation-org.js';
 import type { TenantQuotas } from '../tenancy/tenant-quotas.js';
 import { type ConnectionExtra, HeraldSocket, serveGraphQLWs } from './graphql-ws-adapter.js';
+import { runInSocketOperationSpan, startSocketOperationSpan } from './operation-span.js';
 import { createSubscriptionGroups, type GroupMember, SLOW_CONSUMER_CLOSE_CODE } from './subscription-groups.js';
 
 /** A client that doesn't send `connection_init` within this is closed with 4408. */
@@ -39,6 +41,8 @@ interface EnvelopedRoot {
   share?: { key: string; member: GroupMember; resuming: boolean };
   /** The organisation whose `subscriptions` quota counts this subscription until it ends. */
   countedOrg?: string;
+  /** With tracing on: the operation's span (operation-span.ts), ended once it ran or its stream opened. */
+  span?: Span;
 }
 
 export interface WebSocketDeps {
@@ -214,6 +218,8 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           if (refused) return [refused];
           rootValue.countedOrg = named;
         }
+        // Tracing on: the operation's span, a child of `extensions.traceparent` when the caller sent one.
+        rootValue.span = startSocketOperationSpan(payload.extensions, document, payload.operationName);
         return {
           schema,
           document,
@@ -223,7 +229,10 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
           rootValue,
         };
       },
-      execute: (args) => (args.rootValue as EnvelopedRoot).execute(args),
+      execute: (args) => {
+        const root = args.rootValue as EnvelopedRoot;
+        return root.span ? runInSocketOperationSpan(root.span, true, () => root.execute(args)) : root.execute(args);
+      },
       subscribe: async (args) => {
         const root = args.rootValue as EnvelopedRoot;
         const context = args.contextValue as Context;
@@ -231,7 +240,9 @@ export function createWebSocketServer(deps: WebSocketDeps): HeraldWebSocketServe
         // The real subscribe runs for every subscriber, so authorization is never shared.
         let result: Awaited<ReturnType<typeof root.subscribe>>;
         try {
-          result = await root.subscribe(args);
+          result = await (root.span
+            ? runInSocketOperationSpan(root.span, false, () => root.subscribe(args))
+            : root.subscribe(args));
         } catch (error) {
           if (countedOrg !== undefined) deps.quotas.closeSubscription(countedOrg);
           throw error;

@@ -1,5 +1,6 @@
 import { isMemberOf, type Viewer } from '@herald/auth';
 import { findPostById, insertPostWithAuthor, listPostsByOrg, type Post, type PostWithAuthor } from '@herald/db';
+import { activeTraceparent } from '@herald/telemetry';
 import type { GraphQLResolveInfo } from 'graphql';
 import type { Context } from '../context.js';
 import { BadUserInputError, HistoryUnavailableError, NotFoundError } from '../errors.js';
@@ -176,9 +177,12 @@ builder.mutationFields((t) => ({
       // The durable event caused by the change (webhook outbox row) is written by the same statement.
       // The webhook dispatchers are woken after the commit (in `published()`: through Redis, or in
       // process), not with a NOTIFY that would serialise the commits.
+      // The operation's trace context travels with the event: webhook attempts and fan-out join it.
+      const traceparent = activeTraceparent();
       const result = await publishPostWithWebhook(context.db, String(id), context.viewer.orgs, {
         notify: !context.pubsub.wakesWebhookDispatchers,
         historyInProcess: context.pubsub.historyInProcess,
+        traceparent,
       });
       if (!result) throw new NotFoundError('Post');
       // Realtime events go out only after the commit above, so no subscriber sees an uncommitted post:
@@ -191,6 +195,7 @@ builder.mutationFields((t) => ({
           handedToRelay: result.handedToRelay,
           fanOutDue: result.fanOutDue,
           historied: result.historied,
+          traceparent,
         });
       return result.post;
     },
@@ -246,6 +251,7 @@ builder.subscriptionFields((t) => ({
           ? encodeCursor({ orgId: entry.event.orgId, epoch: entry.epoch, position: entry.position })
           : undefined,
         replayed,
+        traceparent: entry.event.traceparent,
       };
       return toPostRow(entry.event);
     },

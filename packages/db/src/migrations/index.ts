@@ -11,6 +11,7 @@ import * as webhookEndpointSlots from './2026-11-27T00-30_webhook-endpoint-slots
 import * as webhookHotPathWithoutForeignKeys from './2026-11-27T07-30_webhook-hot-path-without-foreign-keys.js';
 import * as organizationLimits from './2026-11-28T13-30_organization-limits.js';
 import * as webhookSecretsSealed from './2026-11-28T13-30_webhook-secrets-sealed.js';
+import * as outboxTraceContext from './2026-11-28T17-10_outbox-trace-context.js';
 import * as webhookFifoEndpoints from './2026-11-28T17-20_webhook-fifo-endpoints.js';
 import * as webhookEndpointFilter from './2026-11-28T17-30_webhook-endpoint-filter.js';
 import * as webhookThrottles from './2026-11-28T17-40_webhook-throttles.js';
@@ -33,6 +34,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-27T07-30_webhook-hot-path-without-foreign-keys': webhookHotPathWithoutForeignKeys,
   '2026-11-28T13-30_organization-limits': organizationLimits,
   '2026-11-28T13-30_webhook-secrets-sealed': webhookSecretsSealed,
+  '2026-11-28T17-10_outbox-trace-context': outboxTraceContext,
   '2026-11-28T17-20_webhook-fifo-endpoints': webhookFifoEndpoints,
   '2026-11-28T17-30_webhook-endpoint-filter': webhookEndpointFilter,
   '2026-11-28T17-40_webhook-throttles': webhookThrottles,

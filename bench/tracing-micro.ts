@@ -1,0 +1,150 @@
+/**
+ * What tracing costs a small query over HTTP: `posts(first: 10)` against one API process (single mode,
+ * PostgreSQL) started three times in one run: tracing off (no OTEL_* endpoint), on with
+ * `parentbased_traceidratio` 0.01, and on with every request sampled (1.0), exporting OTLP/protobuf to a
+ * sink in this process that answers 200 at once. Each round sends `requests` requests with `concurrency`
+ * in flight after a warm-up, and prints requests/s, latency percentiles and the server's CPU µs per request
+ * (from /proc). Bounded: a fixed count per round, and each request times out.
+ *   node --import tsx bench/tracing-micro.ts [requests=4000] [concurrency=16]
+ */
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { signToken } from '@herald/auth';
+import pg from 'pg';
+import { Pool } from 'undici';
+import { startApiProcess } from '../test/support/api-process.js';
+import { UNLIMITED_TENANT_QUOTAS } from './src/common.js';
+
+const requests = Number(process.argv[2] ?? 4_000);
+const concurrency = Number(process.argv[3] ?? 16);
+const WARM_UP_REQUESTS = 1_000;
+const REQUEST_TIMEOUT_MS = 10_000;
+const JWT_SECRET = 'tracing-micro-secret-0123456789abcdef';
+const ORG = 'org-tracing-micro';
+const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+// The collector: drains each export and answers 200, counting what it got.
+let exportedBytes = 0;
+const sink = createServer((request, response) => {
+  request.on('data', (chunk: Buffer) => {
+    exportedBytes += chunk.length;
+  });
+  request.on('end', () => response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end());
+});
+await new Promise<void>((resolve) => sink.listen(0, '127.0.0.1', resolve));
+const sinkUrl = `http://127.0.0.1:${(sink.address() as { port: number }).port}`;
+const token = await signToken(JWT_SECRET, { sub: 'bench', name: 'Bench', orgs: [ORG] });
+const body = JSON.stringify({ query: `{ posts(orgId: "${ORG}", first: 10) { edges { node { id title } } } }` });
+
+function cpuMicros(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  // utime and stime (fields 14 and 15 of the whole line), in clock ticks of 10 ms.
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+async function load(pool: Pool, count: number): Promise<number[]> {
+  const latencies: number[] = [];
+  let left = count;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (left-- > 0) {
+        const started = performance.now();
+        const response = await pool.request({
+          path: '/graphql',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+          body,
+          headersTimeout: REQUEST_TIMEOUT_MS,
+          bodyTimeout: REQUEST_TIMEOUT_MS,
+        });
+        const text = await response.body.text();
+        if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+        latencies.push(performance.now() - started);
+      }
+    }),
+  );
+  return latencies.sort((a, b) => a - b);
+}
+
+const rounds: Array<{ name: string; env: Record<string, string> }> = [
+  { name: 'off', env: {} },
+  {
+    name: 'on, ratio 0.01',
+    env: {
+      OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.01',
+    },
+  },
+  {
+    name: 'on, ratio 1.0',
+    env: {
+      OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '1',
+    },
+  },
+];
+
+// A schema of its own, dropped at the end.
+const schemaName = `tracing_micro_${process.pid}`;
+const admin = new pg.Client({ connectionString: base });
+await admin.connect();
+await admin.query(`create schema ${schemaName}`);
+const schemaUrl = new URL(base);
+schemaUrl.searchParams.set('options', `-c search_path=${schemaName}`);
+try {
+  console.log(
+    `posts(first: 10) over HTTP, ${requests} requests, ${concurrency} in flight, after ${WARM_UP_REQUESTS} warm-up`,
+  );
+  console.log('| tracing | req/s | p50 ms | p99 ms | server CPU µs/req | exported KiB |');
+  console.log('| --- | --- | --- | --- | --- | --- |');
+  let seeded = false;
+  for (const round of rounds) {
+    const api = await startApiProcess({
+      DATABASE_URL: schemaUrl.toString(),
+      JWT_SECRET,
+      ...UNLIMITED_TENANT_QUOTAS,
+      ...round.env,
+    });
+    const pool = new Pool(api.baseUrl, { connections: concurrency });
+    try {
+      if (!seeded) {
+        for (let i = 0; i < 20; i++) {
+          await pool
+            .request({
+              path: '/graphql',
+              method: 'POST',
+              headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+              body: JSON.stringify({
+                query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+                variables: { input: { orgId: ORG, title: `post ${i}` } },
+              }),
+            })
+            .then((response) => response.body.text());
+        }
+        seeded = true;
+      }
+      await load(pool, WARM_UP_REQUESTS);
+      const exportedBefore = exportedBytes;
+      const cpuBefore = cpuMicros(api.child.pid as number);
+      const started = performance.now();
+      const latencies = await load(pool, requests);
+      const seconds = (performance.now() - started) / 1000;
+      const cpu = (cpuMicros(api.child.pid as number) - cpuBefore) / requests;
+      const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))]!.toFixed(2);
+      // The last batch is exported within the schedule delay: wait for it before reading the sink.
+      await new Promise((resolve) => setTimeout(resolve, round.env.OTEL_EXPORTER_OTLP_ENDPOINT ? 5_500 : 0));
+      console.log(
+        `| ${round.name} | ${Math.round(requests / seconds)} | ${at(0.5)} | ${at(0.99)} | ${Math.round(cpu)} | ${Math.round((exportedBytes - exportedBefore) / 1024)} |`,
+      );
+    } finally {
+      await pool.close();
+      await api.stop('SIGTERM');
+    }
+  }
+} finally {
+  await admin.query(`drop schema ${schemaName} cascade`);
+  await admin.end();
+  sink.close();
+}

@@ -1,0 +1,222 @@
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { ExportResult } from '@opentelemetry/core';
+import type { InstrumentationBase } from '@opentelemetry/instrumentation';
+import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { Counter, type Registry } from 'prom-client';
+import { setTracing } from './trace-context.js';
+import { readTracingConfig } from './tracing-config.js';
+
+/**
+ * Starts OpenTelemetry tracing from the standard `OTEL_*` variables (tracing-config.ts), or does
+ * nothing at all: without an endpoint no SDK module is even loaded, and every span Herald asks for is the
+ * API's no-op (trace-context.ts checks `isTracing()` before making one).
+ *
+ * When on: a NodeTracerProvider (AsyncLocalStorage context, W3C trace context propagation, the sampler
+ * of `OTEL_TRACES_SAMPLER`), one batch processor exporting OTLP over HTTP (protobuf or JSON), and the
+ * PostgreSQL (`pg`) and Redis (`ioredis`) instrumentations, which only record a query inside a Herald
+ * span (background polling makes no traces of its own).
+ *
+ * Order: instrumentations patch a module when it is required, but an app's main.ts has usually loaded
+ * `pg` and `ioredis` already, so those are patched in place (see `patchAppModules`). Call this
+ * before the first connection is opened.
+ *
+ * A collector that is down, slow or answering errors never slows a request: spans are queued in memory
+ * (bounded, `OTEL_BSP_MAX_QUEUE_SIZE`, default 2048) and exported in the background; a span that finds
+ * the queue full, or whose export failed, is dropped and counted in `herald_trace_spans_dropped_total`.
+ */
+export interface Tracing {
+  /** Whether an SDK was started. */
+  readonly enabled: boolean;
+  /** Spans dropped so far (queue full or export failed). */
+  dropped(): number;
+  /** Adds `herald_trace_spans_dropped_total` to `registry` (a no-op when tracing is off). */
+  registerMetrics(registry: Registry): void;
+  /** Exports what is queued and stops, within `timeoutMs` (then gives up on the rest). Idempotent. */
+  shutdown(timeoutMs?: number): Promise<void>;
+}
+
+/** Default bound of the in-memory span queue, as the SDK's own default. */
+const DEFAULT_MAX_QUEUE_SIZE = 2_048;
+/** Default wait for the last export at shutdown. */
+const DEFAULT_SHUTDOWN_TIMEOUT_MS = 2_000;
+
+const DISABLED: Tracing = {
+  enabled: false,
+  dropped: () => 0,
+  registerMetrics() {},
+  async shutdown() {},
+};
+
+/**
+ * @param options.serviceName the `service.name` unless `OTEL_SERVICE_NAME` is set
+ * @param options.env where the on/off decision and the checked variables are read (tests).
+ *   @default process.env; the SDK's own parts (exporter, sampler, queue) always read `process.env`
+ * @throws TracingConfigError for a bad tracing variable (see `readTracingConfig`): nothing is started
+ */
+export async function startTracing(options: { serviceName: string; env?: NodeJS.ProcessEnv }): Promise<Tracing> {
+  const env = options.env ?? process.env;
+  const config = readTracingConfig(env, options.serviceName);
+  if (!config.enabled) return DISABLED;
+
+  const [{ NodeTracerProvider }, { BatchSpanProcessor }, resources, { registerInstrumentations }, pg, ioredis] =
+    await Promise.all([
+      import('@opentelemetry/sdk-trace-node'),
+      import('@opentelemetry/sdk-trace-base'),
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/instrumentation'),
+      import('@opentelemetry/instrumentation-pg'),
+      import('@opentelemetry/instrumentation-ioredis'),
+    ]);
+  const { OTLPTraceExporter } =
+    config.protocol === 'http/json'
+      ? await import('@opentelemetry/exporter-trace-otlp-http')
+      : await import('@opentelemetry/exporter-trace-otlp-proto');
+
+  const maxQueueSize = positiveInteger(env.OTEL_BSP_MAX_QUEUE_SIZE) ?? DEFAULT_MAX_QUEUE_SIZE;
+  const counts = { pending: 0, dropped: 0 };
+  // The exporter reads its endpoint, headers, timeout and compression from the OTEL_* variables itself.
+  const exporter = countingExporter(new OTLPTraceExporter(), counts);
+  const processor = boundedProcessor(new BatchSpanProcessor(exporter, { maxQueueSize }), counts, maxQueueSize);
+  const resource = resources
+    .defaultResource()
+    .merge(resources.resourceFromAttributes({ 'service.name': config.serviceName }))
+    .merge(resources.detectResources({ detectors: [resources.envDetector] }));
+  const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
+  provider.register();
+  const instrumentations = [
+    new pg.PgInstrumentation({ requireParentSpan: true }),
+    new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
+  ];
+  registerInstrumentations({ tracerProvider: provider, instrumentations });
+  await patchAppModules(instrumentations);
+  setTracing(true, provider.getTracer('herald'));
+
+  let stopping: Promise<void> | undefined;
+  return {
+    enabled: true,
+    dropped: () => counts.dropped,
+    registerMetrics(registry) {
+      let counted = 0;
+      new Counter({
+        name: 'herald_trace_spans_dropped_total',
+        help: 'Trace spans dropped because the export queue was full or the collector refused or missed them',
+        registers: [registry],
+        collect() {
+          if (counts.dropped > counted) this.inc(counts.dropped - counted);
+          counted = counts.dropped;
+        },
+      });
+    },
+    shutdown(timeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS) {
+      stopping ??= Promise.race([
+        provider.shutdown().catch(() => {}),
+        new Promise<void>((resolve) => setTimeout(resolve, timeoutMs).unref()),
+      ]).then(() => setTracing(false));
+      return stopping;
+    },
+  };
+}
+
+/**
+ * Applies `instrumentations` to the very module objects the app uses. Registering them hooks `require`,
+ * which patches a module when it is required; but an app's main.ts imports `pg` and `ioredis` as ES
+ * modules (or a bundle does), usually before tracing starts, and depending on the loader such an import
+ * never goes through `require` at all. So each module definition is resolved as the app resolves it
+ * (`pg`, `ioredis`; `pg-pool` is pg's `Pool` base class), imported (the ES module cache hands back the
+ * instance the app has), and patched in place: the prototypes, which every connection shares, get the
+ * wrappers. A module this app does not have is skipped.
+ */
+async function patchAppModules(instrumentations: readonly InstrumentationBase[]): Promise<void> {
+  const require = createRequire(import.meta.url);
+  const found = new Map<string, { exports: unknown; version: string } | undefined>();
+  const load = async (name: string) => {
+    if (!found.has(name)) found.set(name, await appModule(require, name).catch(() => undefined));
+    return found.get(name);
+  };
+  for (const instrumentation of instrumentations) {
+    for (const definition of instrumentation.getModuleDefinitions()) {
+      let module: { exports: unknown; version: string } | undefined;
+      if (definition.name === 'pg-pool') {
+        const pg = await load('pg');
+        const base = pg && Object.getPrototypeOf((pg.exports as { Pool: object }).Pool);
+        const version =
+          pg && packageVersion(createRequire(realpathSync(require.resolve('pg'))).resolve('pg-pool'), 'pg-pool');
+        module = base && version ? { exports: base, version } : undefined;
+      } else {
+        module = await load(definition.name);
+      }
+      if (module && definition.patch) definition.patch(module.exports, module.version);
+    }
+  }
+}
+
+/** The CommonJS exports of `name` as the app's ES modules see them, and its version. */
+async function appModule(require: NodeJS.Require, name: string): Promise<{ exports: unknown; version: string }> {
+  // The real path, as the app's imports resolve it (pnpm links packages): the same module instance.
+  const entry = realpathSync(require.resolve(name));
+  const imported = (await import(pathToFileURL(entry).href)) as { default: unknown };
+  const version = packageVersion(entry, name);
+  if (!version) throw new Error(`no package.json for ${name}`);
+  return { exports: imported.default, version };
+}
+
+/** The version in the nearest `package.json` named `name` above `entry`. */
+function packageVersion(entry: string, name: string): string | undefined {
+  for (let dir = dirname(entry); dirname(dir) !== dir; dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json');
+    if (!existsSync(manifest)) continue;
+    const { name: found, version } = JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string; version: string };
+    if (found === name) return version;
+  }
+  return undefined;
+}
+
+/** Counts spans whose export did not succeed, and those that left the queue. */
+function countingExporter(inner: SpanExporter, counts: { pending: number; dropped: number }): SpanExporter {
+  return {
+    export(spans: ReadableSpan[], done: (result: ExportResult) => void) {
+      counts.pending = Math.max(0, counts.pending - spans.length);
+      inner.export(spans, (result) => {
+        // ExportResultCode.SUCCESS is 0; anything else lost these spans.
+        if (result.code !== 0) counts.dropped += spans.length;
+        done(result);
+      });
+    },
+    shutdown: () => inner.shutdown(),
+    forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),
+  };
+}
+
+/**
+ * The batch processor behind a bound of our own, equal to its queue's: a span past it is dropped here
+ * and counted (the SDK's processor would drop it as silently as a log line at debug level).
+ */
+function boundedProcessor(
+  inner: SpanProcessor,
+  counts: { pending: number; dropped: number },
+  maxQueueSize: number,
+): SpanProcessor {
+  return {
+    onStart: (span, parentContext) => inner.onStart(span, parentContext),
+    onEnd(span) {
+      // Unsampled spans never reach the exporter (the batch processor skips them).
+      if ((span.spanContext().traceFlags & 1) === 0) return;
+      if (counts.pending >= maxQueueSize) {
+        counts.dropped += 1;
+        return;
+      }
+      counts.pending += 1;
+      inner.onEnd(span);
+    },
+    forceFlush: () => inner.forceFlush(),
+    shutdown: () => inner.shutdown(),
+  };
+}
+
+function positiveInteger(value: string | undefined): number | undefined {
+  const parsed = Number(value);
+  return Number.isInteger(parsed) && parsed > 0 ? parsed : undefined;
+}

@@ -352,7 +352,7 @@ function isEligible(req: IncomingMessage, path: string, maxBodyBytes: number): b
 
 /**
  * `Accept` value → verdict, least recently used dropped past the bound. A hit costs 13 ns of CPU here
- * against 7 ns on a plain Map (`node --import tsx bench/cache-micro.ts`), once per request of tens of µs.
+ * against 7 ns on a plain Map (`node --import tsx bench/micro/cache-micro.ts`), once per request of tens of µs.
  */
 const acceptVerdicts = new LRUCache<string, boolean>({ max: MAX_REMEMBERED_ACCEPTS });
 

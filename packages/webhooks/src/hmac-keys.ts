@@ -44,7 +44,7 @@ const FRESH_ONLY = { allowStale: false } as const;
  * secrets are kept, least recently used dropped first, and one unused for {@link CACHED_SECRET_IDLE_MS} is
  * dropped by a later call (for any secret: an idle process keeps what it has).
  * A lookup costs 175 ns of CPU on lru-cache against 105 ns hand-made on a Map (`node --import tsx
- * bench/cache-micro.ts`), next to microseconds for the HMACs it serves.
+ * bench/micro/cache-micro.ts`), next to microseconds for the HMACs it serves.
  * @param now the clock, for tests
  * @throws TypeError as {@link standardWebhookKey} (an empty secret, a `whsk_` signing key)
  */

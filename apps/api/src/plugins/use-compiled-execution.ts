@@ -39,7 +39,7 @@ export interface AcceptedQuery {
 export function createCompiledExecution(options: { maxAccepted?: number } = {}) {
   const maxAccepted = options.maxAccepted ?? MAX_ACCEPTED_QUERIES;
   const compilations = new WeakMap<DocumentNode, Map<string | undefined, CompiledQuery | null>>();
-  // A hit costs 19 ns of CPU here against 10 ns on a plain Map (`node --import tsx bench/cache-micro.ts`),
+  // A hit costs 19 ns of CPU here against 10 ns on a plain Map (`node --import tsx bench/micro/cache-micro.ts`),
   // once per fast-path request of tens of µs; in exchange the documents in use stay.
   const accepted = new LRUCache<string, AcceptedQuery>({ max: maxAccepted });
   const finished = new WeakMap<object, ExecutionResult>();

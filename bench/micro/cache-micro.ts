@@ -5,7 +5,7 @@
  * - Accept verdicts (http-fast-path.ts): one lookup by `Accept` header per fast-path request;
  * - HMAC keys (packages/webhooks/src/hmac-keys.ts): one lookup per signed delivery, a hit refreshes
  *   recency (Map: delete + set; lru-cache: get with a TTL refreshed on use).
- *   node --import tsx bench/cache-micro.ts [iterations=2000000]
+ *   node --import tsx bench/micro/cache-micro.ts [iterations=2000000]
  */
 import { LRUCache } from 'lru-cache';
 

@@ -3,8 +3,8 @@
  * run, to the same local receiver that answers 200 at once. Real PostgreSQL and Redis (DATABASE_URL /
  * REDIS_URL, the local servers by default), its own schema and Redis key prefix, dropped afterwards.
  *
- *   pnpm exec tsx bench/webhook-fifo.ts
- *   BENCH_EVENTS=5000 pnpm exec tsx bench/webhook-fifo.ts
+ *   pnpm exec tsx bench/micro/webhook-fifo.ts
+ *   BENCH_EVENTS=5000 pnpm exec tsx bench/micro/webhook-fifo.ts
  *
  * For each kind the outbox is filled first, then a dispatcher starts; the clock runs from its start
  * until the receiver has seen every event once. A FIFO endpoint has one POST in flight at a time, so
@@ -17,7 +17,7 @@ import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createDispatcherHarness, startTestReceiver } from '@herald/webhook-engine/testing';
 import pg from 'pg';
-import { benchOutboxRows } from './src/outbox-rows.js';
+import { benchOutboxRows } from '../src/outbox-rows.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 2_000);
 const ENDPOINT_CONCURRENCY = Number(process.env.WEBHOOK_ENDPOINT_CONCURRENCY ?? 10);

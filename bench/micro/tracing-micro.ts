@@ -5,15 +5,15 @@
  * sink in this process that answers 200 at once. Each round sends `requests` requests with `concurrency`
  * in flight after a warm-up, and prints requests/s, latency percentiles and the server's CPU µs per request
  * (from /proc). Bounded: a fixed count per round, and each request times out.
- *   node --import tsx bench/tracing-micro.ts [requests=4000] [concurrency=16]
+ *   node --import tsx bench/micro/tracing-micro.ts [requests=4000] [concurrency=16]
  */
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { signToken } from '@herald/auth';
 import pg from 'pg';
 import { Pool } from 'undici';
-import { startApiProcess } from '../test/support/api-process.js';
-import { UNLIMITED_TENANT_QUOTAS } from './src/common.js';
+import { startApiProcess } from '../../test/support/api-process.js';
+import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
 
 const requests = Number(process.argv[2] ?? 4_000);
 const concurrency = Number(process.argv[3] ?? 16);

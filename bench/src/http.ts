@@ -332,7 +332,9 @@ export async function runHttp(config: HttpConfig): Promise<HttpResult> {
       let ids: string[] | undefined;
       if (operation === 'publishPost') {
         const rate = lastRate.get(server.id);
-        const count = rate ? Math.ceil((rate * DRAFT_HEADROOM * durationMs) / 1000) + 200 : FIRST_DRAFTS;
+        // Never fewer than the first trial's: a trial slowed by other load on the machine would otherwise
+        // size the next one too small (seen in CI: a short trial ran out after a stalled one).
+        const count = Math.max(FIRST_DRAFTS, rate ? Math.ceil((rate * DRAFT_HEADROOM * durationMs) / 1000) + 200 : 0);
         ids = await server.drafts(count);
       }
       const before = procSample(server.pids[0]!).cpuUs;

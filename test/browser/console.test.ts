@@ -271,10 +271,11 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       //    when the API answers again the next refresh clears the error by itself.
       const refuse = (route: Route) => route.abort('connectionrefused');
       await page.route('**/graphql', refuse);
-      await page.getByRole('alert').filter({ hasText: 'Herald did not answer' }).waitFor();
+      // (Each panel of the page, the endpoints and the usage, says so over what it showed.)
+      await page.getByRole('alert').filter({ hasText: 'Herald did not answer' }).first().waitFor();
       expect(await page.locator('table.endpoints tr', { hasText: receiverUrl }).isVisible()).toBe(true);
       await page.unroute('**/graphql', refuse);
-      await page.getByRole('alert').waitFor({ state: 'detached' });
+      await page.getByRole('alert').first().waitFor({ state: 'detached' });
       expect(await page.locator('table.endpoints tr', { hasText: receiverUrl }).isVisible()).toBe(true);
 
       // 9. A stored token the API no longer accepts signs the operator out, saying why.
@@ -289,6 +290,37 @@ describe('the operators console in headless Chromium, behind nginx', () => {
       throw new Error(`${(error as Error).message}\n${await diagnostics(page)}`, { cause: error });
     }
   }, 180_000);
+
+  it("shows the organisation's usage against its quotas", async () => {
+    browser ??= await launchBrowser();
+    const page = await browser.newPage();
+    page.on('pageerror', (error) => pageLog.push(`page error: ${error.message}`));
+    try {
+      await page.goto(`${nginx!.baseUrl}/console`, { timeout: WAIT_MS });
+      await page.getByLabel('Access token (JWT)').fill(token);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'Usage and quotas' }).waitFor();
+      const row = (quota: string) => page.locator(`table.usage tr[data-quota="${quota}"]`);
+      // The embedded server's default quotas, as organizationUsage reports them.
+      expect(await row('operationsPerSecond').locator('td.limit').textContent()).toBe('1000');
+      expect(await row('publishesPerSecond').locator('td.limit').textContent()).toBe('100');
+      expect(await row('webhookAttemptsInFlight').locator('td.limit').textContent()).toBe('100');
+      const usage = await graphql(
+        'query { organizationUsage(orgId: "demo") { subscriptions throttled { operationsPerSecond } } }',
+      );
+      expect(await row('subscriptions').locator('td.used').textContent()).toBe(
+        String(usage.organizationUsage.subscriptions),
+      );
+      expect(await row('operationsPerSecond').locator('td.refused').textContent()).toBe(
+        String(usage.organizationUsage.throttled.operationsPerSecond),
+      );
+      await screenshot(page, 'usage');
+    } catch (error) {
+      throw new Error(`${(error as Error).message}\n${await diagnostics(page)}`);
+    } finally {
+      await page.close();
+    }
+  });
 
   it('shows the event catalog, refuses a malformed filter, and adds an endpoint whose filter the deliveries follow', async () => {
     browser ??= await launchBrowser();

@@ -127,3 +127,32 @@ export const ROTATE_SECRET = 'mutation Rotate($id: ID!) { rotateWebhookSecret(id
 export const SEND_TEST = `mutation SendTest($id: ID!) { sendTestWebhook(endpointId: $id) { ${DELIVERY_FIELDS} } }`;
 export const REPLAY_DEAD = 'mutation ReplayDead($id: ID!) { replayDeadWebhookDeliveries(endpointId: $id) }';
 export const REPLAY_DELIVERY = `mutation Replay($id: ID!) { replayWebhookDelivery(id: $id) { ${DELIVERY_FIELDS} } }`;
+
+/** One quota of an organisation: what it uses now, its limit (0: none) and how often it was refused. */
+export interface OrganizationUsage {
+  orgId: string;
+  operationsPerSecond: number;
+  publishesPerSecond: number;
+  sockets: number;
+  subscriptions: number;
+  webhookAttemptsInFlight: number;
+  throttled: Record<QuotaName, number>;
+  limits: Record<QuotaName, number>;
+}
+
+export type QuotaName =
+  | 'operationsPerSecond'
+  | 'publishesPerSecond'
+  | 'socketsPerUser'
+  | 'subscriptions'
+  | 'webhookAttemptsInFlight';
+
+const QUOTA_FIELDS = 'operationsPerSecond publishesPerSecond socketsPerUser subscriptions webhookAttemptsInFlight';
+
+export const USAGE = `query Usage($orgId: ID!) {
+  organizationUsage(orgId: $orgId) {
+    orgId operationsPerSecond publishesPerSecond sockets subscriptions webhookAttemptsInFlight
+    throttled { ${QUOTA_FIELDS} }
+    limits { ${QUOTA_FIELDS} }
+  }
+}`;

@@ -8,6 +8,7 @@ import { EndpointView } from './endpoint-view.js';
 import { EndpointsView } from './endpoints-view.js';
 import { ErrorNotice } from './error-notice.js';
 import { SignIn } from './sign-in.js';
+import { UsageView } from './usage-view.js';
 
 /** The console: sign-in until there is a token, then the organisation's endpoints and their deliveries. */
 export function App() {
@@ -91,6 +92,7 @@ function SignedIn({ token, onSignOut }: { token: string; onSignOut: (reason?: st
         {me.error && me.error.code !== 'UNAUTHENTICATED' && <ErrorNotice error={me.error} />}
         {viewer && !route.orgId && <OrgList orgs={viewer.orgs} />}
         {viewer && route.orgId && !route.endpointId && <EndpointsView request={request} orgId={route.orgId} />}
+        {viewer && route.orgId && !route.endpointId && <UsageView request={request} orgId={route.orgId} />}
         {viewer && route.orgId && route.endpointId && (
           <EndpointView request={request} route={{ ...route, orgId: route.orgId, endpointId: route.endpointId }} />
         )}

@@ -41,7 +41,9 @@ export interface EndpointRecord {
   orgId: string;
   /** Every delivery row of the endpoint. */
   deliveries: { eventId: string; status: DeliveryStatus }[];
-  /** Each verified event at the receiver and its copies. */
+  /** A FIFO endpoint: the first sightings of its events must come in outbox order. */
+  ordered?: boolean;
+  /** Each verified event at the receiver and its copies, in the order each was first seen. */
   received: { eventId: string; postId: string; copies: number }[];
   invalid: number;
   invalidSamples: string[];
@@ -75,6 +77,7 @@ export interface Violation {
     | 'endpoint-duplicate-rows'
     | 'endpoint-unexpected-delivery'
     | 'endpoint-succeeded-not-received'
+    | 'endpoint-out-of-order'
     | 'receiver-unexpected-event'
     | 'receiver-invalid-body'
     | 'outbox-undispatched'
@@ -111,6 +114,8 @@ export interface EndpointTally {
   receivedDistinct: number;
   receivedDuplicates: number;
   invalid: number;
+  /** A FIFO endpoint: events first seen out of outbox order (absent for an unordered endpoint). */
+  outOfOrder?: number;
   balanced: boolean;
 }
 
@@ -332,6 +337,25 @@ export function checkLedger(input: LedgerInput): LedgerResult {
           detail: `post ${arrival.postId} arrived, ${event ? `the event is of post ${event.postId} in ${event.orgId}` : 'not a committed publish'}`,
         });
     }
+    if (endpoint.ordered) {
+      // A FIFO endpoint: each event first seen after every event of the organisation recorded before it
+      // (copies after a crash may come again, in order; only first sightings are ordered).
+      let last: CommittedEvent | undefined;
+      for (const arrival of endpoint.received) {
+        const event = byEvent.get(arrival.eventId);
+        if (!event) continue;
+        if (last && event.seq < last.seq) {
+          tally.outOfOrder = (tally.outOfOrder ?? 0) + 1;
+          violations.push({
+            kind: 'endpoint-out-of-order',
+            where: endpoint.name,
+            id: event.eventId,
+            detail: `outbox seq ${event.seq} first seen after seq ${last.seq} (${last.eventId})`,
+          });
+        } else last = event;
+      }
+      tally.outOfOrder ??= 0;
+    }
     if (endpoint.invalid > 0)
       violations.push({
         kind: 'receiver-invalid-body',
@@ -339,7 +363,9 @@ export function checkLedger(input: LedgerInput): LedgerResult {
         detail: `${endpoint.invalid} bodies failed verification: ${endpoint.invalidSamples.join('; ')}`,
       });
     tally.balanced =
-      tally.succeeded + tally.dead + tally.scheduled + tally.skipped === tally.selected && tally.unaccounted === 0;
+      tally.succeeded + tally.dead + tally.scheduled + tally.skipped === tally.selected &&
+      tally.unaccounted === 0 &&
+      !tally.outOfOrder;
     return tally;
   });
 

@@ -136,6 +136,7 @@ async function main(): Promise<number> {
     [orgs[0]!, 'slow'],
     [orgs[1]!, 'flaky'],
     [orgs[1]!, 'throttling'],
+    [orgs[1]!, 'fifo'],
     [orgs[2]!, 'gone'],
     [orgs[2]!, 'silent'],
     [orgs[2]!, 'away'],
@@ -149,7 +150,14 @@ async function main(): Promise<number> {
       httpUrl(),
       token,
       'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
-      { input: { orgId, url: receiver.url, eventTypes: ['post.published'] } },
+      {
+        input: {
+          orgId,
+          url: receiver.url,
+          eventTypes: ['post.published'],
+          ...(behaviour === 'fifo' ? { ordering: 'FIFO' } : {}),
+        },
+      },
     );
     if (!created.data) throw new Error(`createWebhookEndpoint failed: ${JSON.stringify(created.errors)}`);
     receiver.secret = created.data.createWebhookEndpoint.secret as string;
@@ -489,6 +497,8 @@ async function readLedgerInput(
       endpointId,
       orgId,
       deliveries: byEndpoint.get(endpointId) ?? [],
+      ...(receiver.behaviour === 'fifo' ? { ordered: true } : {}),
+      // In the order each event was first seen.
       received: [...receiver.arrivals.values()].map(({ eventId, postId, copies }) => ({ eventId, postId, copies })),
       invalid: receiver.invalid,
       invalidSamples: receiver.invalidSamples,

@@ -3,7 +3,7 @@ import type { Socket } from 'node:net';
 import { verifyWebhook } from '@herald/webhooks';
 
 /** How a local webhook receiver answers. */
-export type ReceiverBehaviour = 'fast' | 'slow' | 'flaky' | 'throttling' | 'gone' | 'silent' | 'away';
+export type ReceiverBehaviour = 'fast' | 'slow' | 'flaky' | 'throttling' | 'gone' | 'silent' | 'away' | 'fifo';
 
 /** A receiver that keeps a request unanswered (silent) drops it after this long, to bound its sockets. */
 const SILENT_HOLD_MS = 60_000;
@@ -39,7 +39,8 @@ export interface Receiver {
  * A receiver on 127.0.0.1 that verifies every request it gets (signature with the endpoint's secret, the
  * id header against the body) before it answers as its behaviour says: fast 204; slow after 1.5 s; flaky
  * 500 for every other request; throttling 429 with `Retry-After: 1` for every third; gone 410; silent
- * never answers; away answers 204 while it is there.
+ * never answers; away answers 204 while it is there; fifo (an ordered endpoint's) 500 for every tenth, so
+ * its line is held by a failing head now and then.
  */
 export async function startReceiver(name: string, behaviour: ReceiverBehaviour): Promise<Receiver> {
   const sockets = new Set<Socket>();
@@ -87,6 +88,9 @@ export async function startReceiver(name: string, behaviour: ReceiverBehaviour):
         case 'throttling':
           if (count % 3 === 0) response.writeHead(429, { 'retry-after': '1' }).end();
           else response.writeHead(204).end();
+          return;
+        case 'fifo':
+          response.writeHead(count % 10 === 0 ? 500 : 204).end();
           return;
         case 'gone':
           response.writeHead(410).end();

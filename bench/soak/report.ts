@@ -77,11 +77,11 @@ export function renderMarkdown(results: SoakResults): string {
     '',
     '## Webhook endpoints',
     '',
-    '| endpoint | selected | succeeded | DEAD | scheduled | skipped (disabled) | unaccounted | received distinct | duplicate copies | invalid | balanced |',
-    '|---|---|---|---|---|---|---|---|---|---|---|',
+    '| endpoint | selected | succeeded | DEAD | scheduled | skipped (disabled) | unaccounted | received distinct | duplicate copies | invalid | first seen out of order (FIFO) | balanced |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...ledger.endpoints.map(
       (tally) =>
-        `| ${tally.name} | ${tally.selected} | ${tally.succeeded} | ${tally.dead} | ${tally.scheduled} | ${tally.skipped} | ${tally.unaccounted} | ${tally.receivedDistinct} | ${tally.receivedDuplicates} | ${tally.invalid} | ${tally.balanced ? 'yes' : '**no**'} |`,
+        `| ${tally.name} | ${tally.selected} | ${tally.succeeded} | ${tally.dead} | ${tally.scheduled} | ${tally.skipped} | ${tally.unaccounted} | ${tally.receivedDistinct} | ${tally.receivedDuplicates} | ${tally.invalid} | ${tally.outOfOrder ?? '–'} | ${tally.balanced ? 'yes' : '**no**'} |`,
     ),
     '',
     '## Faults',

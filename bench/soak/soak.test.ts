@@ -137,6 +137,28 @@ describe('the soak ledger', () => {
     );
   });
 
+  it('holds a FIFO endpoint to outbox order on first sightings: copies again in order pass, one overtaking does not', () => {
+    const input = balanced();
+    const endpoint = input.endpoints[0]!;
+    endpoint.ordered = true;
+    // After a crash the last ones may come again: evt_1 repeated after evt_2 is a copy, still in order.
+    endpoint.received = [
+      { eventId: 'evt_0', postId: 'post_0', copies: 1 },
+      { eventId: 'evt_1', postId: 'post_1', copies: 2 },
+      { eventId: 'evt_2', postId: 'post_2', copies: 1 },
+    ];
+    const inOrder = checkLedger(input);
+    expect(inOrder.endpoints[0]).toMatchObject({ outOfOrder: 0, balanced: true });
+
+    endpoint.received = [endpoint.received[1]!, endpoint.received[0]!, endpoint.received[2]!];
+    const overtaken = checkLedger(input);
+    expect(overtaken.balanced).toBe(false);
+    expect(overtaken.endpoints[0]).toMatchObject({ outOfOrder: 1, balanced: false });
+    expect(overtaken.violations).toContainEqual(
+      expect.objectContaining({ kind: 'endpoint-out-of-order', where: 'hook', id: 'evt_0' }),
+    );
+  });
+
   it('catches a forged body, a foreign event, an acknowledged publish that was not committed and stuck rows', () => {
     const input = balanced();
     input.endpoints[0]!.invalid = 1;

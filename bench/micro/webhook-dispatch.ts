@@ -10,12 +10,12 @@
  * receiver has seen every event once. That is the whole path: relay → stream → fan-out → scheduler →
  * stream → signed POST → recorded attempt.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createDispatcherHarness, startTestReceiver } from '@herald/webhook-engine/testing';
-import pg from 'pg';
 import { benchOutboxRows } from '../src/outbox-rows.js';
+import { createBenchSchema } from '../src/schema.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000);
 const ENDPOINTS = Number(process.env.BENCH_ENDPOINTS ?? 1);
@@ -84,22 +84,4 @@ try {
 } finally {
   await receiver.close();
   await harness.close();
-}
-
-/** A throw-away schema (the test helpers' schemas need a running vitest). */
-async function createBenchSchema(baseUrl: string) {
-  const schema = `herald_bench_${randomBytes(4).toString('hex')}`;
-  const run = async (statement: string) => {
-    const client = new pg.Client({ connectionString: baseUrl });
-    await client.connect();
-    try {
-      await client.query(statement);
-    } finally {
-      await client.end();
-    }
-  };
-  await run(`create schema "${schema}"`);
-  const url = new URL(baseUrl);
-  url.searchParams.set('options', `-c search_path=${schema}`);
-  return { url: url.toString(), schema, drop: () => run(`drop schema if exists "${schema}" cascade`) };
 }

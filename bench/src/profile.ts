@@ -48,7 +48,7 @@ export function packageOf(url: string): string | undefined {
   return rest[0]?.startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
 }
 
-/** A coarse area of the server a function belongs to, in the spirit of the issue's profile. */
+/** A coarse area of the server a function belongs to (fan-out, GraphQL, ws, JSON, GC, …), for the profile summary. */
 export function categorise(functionName: string, url: string): string {
   if (functionName === '(garbage collector)') return 'garbage collection';
   if (functionName === '(idle)') return 'idle';

@@ -94,7 +94,7 @@ export function besideText(beside: BesideRatio | null | undefined): string {
   return ` (median of its trials), ${num(beside.ratio, 2)}× its trials just before and after the run (${num(beside.trials[0])} and ${num(beside.trials[1])}/s)`;
 }
 
-/** Lines under the webhook table: the ratios the issue asks for and the scheduler pass. */
+/** Lines under the webhook table: the engine ratios (one and two dispatchers against the raw durable loop) and the scheduler pass. */
 export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   const d = w.dispatcher;
   const lines = [''];

@@ -8,6 +8,7 @@ import {
   openSecret,
   replayWebhookDelivery,
   sealSecret,
+  setWebhookEndpointOrdering,
 } from '@herald/db';
 import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import { sql } from 'kysely';
@@ -787,6 +788,67 @@ describe('retention', () => {
       });
       expect((await elsewhere.runOnce()).ran).toBe(false);
     });
+  });
+});
+
+describe('retention and FIFO lines', () => {
+  it('makes due what still waits in the line of an endpoint no longer FIFO, and leaves a FIFO line alone', async () => {
+    const stranded = await harness.createEndpoint('org-line-left', receiver.url('/line-left'));
+    const ordered = await harness.createEndpoint('org-line-kept', receiver.url('/line-kept'));
+    await harness.db
+      .updateTable('webhook_endpoints')
+      .set({ ordering: 'FIFO' })
+      .where('id', 'in', [stranded.id, ordered.id])
+      .execute();
+    await harness.publish('org-line-left', 3);
+    await harness.publish('org-line-kept', 3);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    // What a fan-out that read FIFO leaves when it commits after the endpoint was turned unordered.
+    await harness.db
+      .updateTable('webhook_endpoints')
+      .set({ ordering: 'UNORDERED' })
+      .where('id', '=', stranded.id)
+      .execute();
+    const waiting = (orgId: string) =>
+      harness.db
+        .selectFrom('webhook_deliveries')
+        .select('id')
+        .where('org_id', '=', orgId)
+        .where('status', '=', 'PENDING')
+        .where('next_attempt_at', 'is', null)
+        .execute();
+    expect(await waiting('org-line-left')).toHaveLength(3);
+
+    const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
+    const result = await retention.runOnce();
+    expect(result.released).toBe(3);
+    expect(await waiting('org-line-left')).toHaveLength(0);
+    expect(await waiting('org-line-kept')).toHaveLength(3);
+  });
+});
+
+describe('turning a FIFO endpoint unordered', () => {
+  it('does not deadlock with a dispatcher recording its head (delivery locked, then the endpoint)', async () => {
+    const endpoint = await harness.createEndpoint('org-line-turn', receiver.url('/line-turn'));
+    await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', endpoint.id).execute();
+    await harness.publish('org-line-turn', 2);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [head] = await deliveriesOf('org-line-turn');
+    let turning: Promise<unknown> | undefined;
+    // A record's order: the delivery first, the endpoint's health after.
+    await harness.db.transaction().execute(async (trx) => {
+      await trx.updateTable('webhook_deliveries').set({ updated_at: new Date() }).where('id', '=', head!.id).execute();
+      turning = setWebhookEndpointOrdering(harness.db, {
+        id: endpoint.id,
+        orgIds: ['org-line-turn'],
+        ordering: 'UNORDERED',
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await trx.updateTable('webhook_endpoints').set({ failing_since: null }).where('id', '=', endpoint.id).execute();
+    });
+    await expect(turning).resolves.toMatchObject({ id: endpoint.id, ordering: 'UNORDERED' });
+    const rows = await deliveriesOf('org-line-turn');
+    expect(rows.map((row) => row.next_attempt_at)).toEqual([expect.any(Date), expect.any(Date)]);
   });
 });
 

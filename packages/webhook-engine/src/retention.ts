@@ -1,4 +1,4 @@
-import type { Database } from '@herald/db';
+import { type Database, releaseWebhookFifoLines } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 
@@ -28,6 +28,8 @@ export interface RetentionResult {
   purgedEndpoints: number;
   /** Slot registrations of lanes that ended or died a while ago (none are left behind for long). */
   slots: number;
+  /** Deliveries left waiting in the line of an endpoint no longer FIFO, made due. */
+  released: number;
 }
 
 export interface Retention {
@@ -87,6 +89,7 @@ export function createRetention(options: RetentionOptions): Retention {
       purgedDeliveries: 0,
       purgedEndpoints: 0,
       slots: 0,
+      released: 0,
     };
     const deliveries = await drain(
       () => sql<{ id: string }>`
@@ -155,6 +158,7 @@ export function createRetention(options: RetentionOptions): Retention {
         ) and leased_until < now() - interval '1 minute'
         returning endpoint_id as id`,
       )) ?? 0;
+    result.released = (await drain(() => releaseWebhookFifoLines(RETENTION_BATCH_ROWS))) ?? 0;
     // The subscription history also reads the outbox: where it marks what it has taken
     // (`historied_at`), a post.published event it has not taken yet is kept.
     const { rows: history } = await sql<{ present: boolean }>`
@@ -175,7 +179,15 @@ export function createRetention(options: RetentionOptions): Retention {
           limit ${RETENTION_BATCH_ROWS}
         ) returning id`,
       )) ?? 0;
-    if (result.deliveries + result.events + result.purgedDeliveries + result.purgedEndpoints + result.slots > 0) {
+    if (
+      result.deliveries +
+        result.events +
+        result.purgedDeliveries +
+        result.purgedEndpoints +
+        result.slots +
+        result.released >
+      0
+    ) {
       logger.info(result, 'webhook retention deleted old rows');
     }
     return result;

@@ -119,6 +119,7 @@ describe('webhook endpoint ordering', () => {
 
     // Turned unordered, the endpoint lets its line go: the two waiting deliveries are attempted too.
     const unordered = await api.graphql(UPDATE, { id, input: { ordering: 'UNORDERED' } }, alice);
+    expect(unordered.body.errors).toBeUndefined();
     expect(unordered.body.data.updateWebhookEndpoint.ordering).toBe('UNORDERED');
     await receiver.waitFor(
       () => new Set(receiver.requestsTo('/stuck').map((request) => request.headers['webhook-id'])).size === 3,

@@ -3,7 +3,9 @@
  *
  * - Producers (the outbox relay and the scheduler, in any dispatcher) XADD entries to the work stream,
  *   trimmed approximately to {@link MAX_STREAM_LENGTH}: entries are tiny, and the database can rebuild
- *   anything trimmed or lost (see below).
+ *   anything trimmed or lost (see below). Acknowledged entries are dropped soon after (at most every
+ *   {@link TRIM_INTERVAL_MS}, by whichever dispatcher acknowledges): the stream holds the backlog, not
+ *   the last {@link MAX_STREAM_LENGTH} entries (about 30 MB of Redis memory at 300 bytes an entry).
  * - Each dispatcher reads with XREADGROUP under its own consumer name, so an entry goes to exactly one
  *   of them and sits in the group's pending-entries list (PEL) until XACKed after the work is done.
  * - A dispatcher that dies leaves its entries pending. Every dispatcher periodically looks at the
@@ -33,6 +35,8 @@ import {
 export const MAX_STREAM_LENGTH = 100_000;
 /** The dead-letter stream keeps roughly this many entries. */
 export const MAX_DEAD_LETTER_STREAM_LENGTH = 100_000;
+/** Acknowledged entries are trimmed from the work stream at most this often per dispatcher. */
+export const TRIM_INTERVAL_MS = 1_000;
 /** Consumers with nothing pending and idle this long are removed from the group (dead dispatchers). */
 const STALE_CONSUMER_IDLE_MS = 24 * 3_600_000;
 
@@ -59,6 +63,8 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
   }
   const resetListeners: Array<() => void> = [];
   let lastPrune = 0;
+  let lastTrim = 0;
+  let trimming = false;
 
   async function createGroup(): Promise<boolean> {
     try {
@@ -81,6 +87,22 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     logger.warn({ stream: workStream, group: consumerGroup, created }, 'webhook stream or group was lost; recreated');
     reset();
     return true;
+  }
+
+  /**
+   * Drops the work stream's entries that every dispatcher is done with: those before both the oldest
+   * pending entry and the last entry handed to the group (entries after it are not read yet). An entry
+   * that becomes pending meanwhile has a later id than either, so it is kept.
+   * @returns how many entries were dropped
+   */
+  async function trimAcknowledged(): Promise<number> {
+    const groups = (await commands.xinfo('GROUPS', workStream)) as unknown[][];
+    const group = groups.map((raw) => pairs(raw)).find((info) => info.name === consumerGroup);
+    let threshold = group?.['last-delivered-id'];
+    if (!threshold || threshold === '0-0') return 0;
+    const [pending, oldest] = (await commands.xpending(workStream, consumerGroup)) as [number, string | null];
+    if (Number(pending) > 0 && oldest && compareStreamIds(oldest, threshold) < 0) threshold = oldest;
+    return Number(await commands.xtrim(workStream, 'MINID', threshold));
   }
 
   function toEntries(entries: StreamEntry[]): QueueEntry[] {
@@ -205,6 +227,14 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     async ack(ids) {
       if (ids.length === 0) return;
       await commands.xack(workStream, consumerGroup, ...ids);
+      if (trimming || Date.now() - lastTrim < TRIM_INTERVAL_MS) return;
+      trimming = true;
+      lastTrim = Date.now();
+      trimAcknowledged()
+        .catch((error: unknown) => logger.debug({ err: error }, 'trimming the webhook stream failed'))
+        .finally(() => {
+          trimming = false;
+        });
     },
     interrupt() {
       // Nothing to do: a read blocks for at most `blockMs`, and whatever it returns is still processed
@@ -246,6 +276,14 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
 }
 
 /** `[k1, v1, k2, v2, …]` → `{ k1: v1, … }`. */
+/** Orders two stream ids (`<ms>-<seq>`). */
+export function compareStreamIds(a: string, b: string): number {
+  const [aMs = 0n, aSeq = 0n] = a.split('-').map(BigInt);
+  const [bMs = 0n, bSeq = 0n] = b.split('-').map(BigInt);
+  if (aMs !== bMs) return aMs < bMs ? -1 : 1;
+  return aSeq === bSeq ? 0 : aSeq < bSeq ? -1 : 1;
+}
+
 function pairs(list: readonly unknown[]): Record<string, string> {
   const record: Record<string, string> = {};
   for (let i = 0; i + 1 < list.length; i += 2) record[String(list[i])] = String(list[i + 1]);

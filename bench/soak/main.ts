@@ -18,7 +18,7 @@ import { checkLedger, type DeliveryStatus, describeViolations, type LedgerInput,
 import { POSTS_QUERY, type PublishRecord, publishOne, type SoakSubscriber, startSubscriber, tagsFor } from './load.js';
 import { type Receiver, type ReceiverBehaviour, startReceiver } from './receivers.js';
 import { renderMarkdown, type SoakResults } from './report.js';
-import { ResourceSampler, tableSizes } from './resources.js';
+import { ResourceSampler, redisKeyKinds, tableSizes } from './resources.js';
 import { startTopology, type Topology } from './topology.js';
 
 const { values } = parseArgs({
@@ -412,6 +412,13 @@ async function main(): Promise<number> {
     unexpectedExits,
     processes: sampler.figures(warmUpMs),
     redisMemory: sampler.redisMemory,
+    redisKeys: (() => {
+      try {
+        return redisKeyKinds(cluster.redisPort);
+      } catch {
+        return [];
+      }
+    })(),
     tables: await tableSizes(cluster).catch(() => []),
     frameLatency: latency(frameLatency),
     receiverLatency: latency(receiverLatency),

@@ -1,6 +1,6 @@
 import type { FaultRecord } from './faults.js';
 import type { LedgerResult } from './ledger.js';
-import type { ProcessFigures } from './resources.js';
+import type { ProcessFigures, RedisKeyKind } from './resources.js';
 
 interface MinuteLatency {
   minute: number;
@@ -36,6 +36,8 @@ export interface SoakResults {
   unexpectedExits: string[];
   processes: ProcessFigures[];
   redisMemory: { t: number; usedMb: number }[];
+  /** Redis memory by kind of key at the end (after the drain). */
+  redisKeys?: RedisKeyKind[];
   tables: { table: string; rows: number; totalMb: number; indexMb: number }[];
   frameLatency: MinuteLatency[];
   receiverLatency: MinuteLatency[];
@@ -116,6 +118,16 @@ export function renderMarkdown(results: SoakResults): string {
     '',
     `Redis used_memory: ${results.redisMemory.length > 0 ? `${results.redisMemory[0]!.usedMb.toFixed(1)} MB at start, ${Math.max(...results.redisMemory.map((entry) => entry.usedMb)).toFixed(1)} MB at most, ${results.redisMemory[results.redisMemory.length - 1]!.usedMb.toFixed(1)} MB at the end` : 'not sampled'}.`,
     '',
+    ...(results.redisKeys && results.redisKeys.length > 0
+      ? [
+          'Redis keys at the end, by kind (`MEMORY USAGE`; hash tags and numbers folded):',
+          '',
+          '| keys | how many | MB |',
+          '|---|---|---|',
+          ...results.redisKeys.slice(0, 15).map((kind) => `| \`${kind.kind}\` | ${kind.keys} | ${kind.mb} |`),
+          '',
+        ]
+      : []),
     '## PostgreSQL tables at the end',
     '',
     '| table | live rows | total MB | of which indexes MB |',

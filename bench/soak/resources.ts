@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { Socket } from 'node:net';
 import { procSample } from '../src/common.js';
 import type { Topology } from './topology.js';
@@ -164,4 +165,40 @@ export async function tableSizes(
     totalMb: round(Number(row.total) / 1_048_576),
     indexMb: round(Number(row.indexes) / 1_048_576),
   }));
+}
+
+/** Redis memory by kind of key: names with their `{hash tag}` and numbers folded, summed. */
+export interface RedisKeyKind {
+  kind: string;
+  keys: number;
+  mb: number;
+}
+
+/** Keys looked at, at most: the breakdown stays quick whatever Redis holds. */
+const MAX_KEYS_MEASURED = 50_000;
+
+/** `MEMORY USAGE` of every key (up to {@link MAX_KEYS_MEASURED}), grouped by {@link RedisKeyKind}. */
+export function redisKeyKinds(port: number): RedisKeyKind[] {
+  const cli = (args: string[], input?: string) =>
+    execFileSync('redis-cli', ['-p', String(port), ...args], {
+      input,
+      encoding: 'utf8',
+      timeout: 30_000,
+      maxBuffer: 64 << 20,
+    });
+  const keys = cli(['--scan']).split('\n').filter(Boolean).slice(0, MAX_KEYS_MEASURED);
+  if (keys.length === 0) return [];
+  const quoted = keys.map((key) => `MEMORY USAGE "${key.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}" SAMPLES 0`);
+  const sizes = cli([], `${quoted.join('\n')}\n`).split('\n');
+  const kinds = new Map<string, RedisKeyKind>();
+  keys.forEach((key, i) => {
+    const kind = key.replace(/\{[^}]*\}/g, '{…}').replace(/\d+/g, 'N');
+    const entry = kinds.get(kind) ?? { kind, keys: 0, mb: 0 };
+    entry.keys++;
+    entry.mb += Number(sizes[i]) / 1_048_576 || 0;
+    kinds.set(kind, entry);
+  });
+  return [...kinds.values()]
+    .map((entry) => ({ ...entry, mb: Math.round(entry.mb * 100) / 100 }))
+    .sort((a, b) => b.mb - a.mb);
 }

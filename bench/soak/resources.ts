@@ -167,7 +167,7 @@ export async function tableSizes(
   }));
 }
 
-/** Redis memory by kind of key: names with their `{hash tag}` and numbers folded, summed. */
+/** Redis memory by kind of key: names with their `{hash tag}`, quota subject and numbers folded, summed. */
 export interface RedisKeyKind {
   kind: string;
   keys: number;
@@ -192,7 +192,11 @@ export function redisKeyKinds(port: number): RedisKeyKind[] {
   const sizes = cli([], `${quoted.join('\n')}\n`).split('\n');
   const kinds = new Map<string, RedisKeyKind>();
   keys.forEach((key, i) => {
-    const kind = key.replace(/\{[^}]*\}/g, '{…}').replace(/\d+/g, 'N');
+    const kind = key
+      .replace(/\{[^}]*\}/g, '{…}')
+      // Quota keys end with the organisation or user they count.
+      .replace(/(:tenant:[^:]+:).+$/, '$1…')
+      .replace(/\d+/g, 'N');
     const entry = kinds.get(kind) ?? { kind, keys: 0, mb: 0 };
     entry.keys++;
     entry.mb += Number(sizes[i]) / 1_048_576 || 0;

@@ -11,7 +11,9 @@ import { filterStream } from '../realtime/filter-stream.js';
 import { toPostRow } from '../realtime/post-event.js';
 import { openPostPublishedStream, type StreamedEntry } from '../realtime/post-published-stream.js';
 import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
+import { AuthorRef } from './author.js';
 import { builder } from './builder.js';
+import { CreatePostInput } from './create-post-input.js';
 import { postPageColumns } from './post-page-columns.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, resolveSeqConnection } from './seq-connection.js';
 
@@ -21,15 +23,6 @@ const MAX_TAG_LENGTH = 50;
 
 export const PostStatusEnum = builder.enumType('PostStatus', {
   values: { DRAFT: { value: 'DRAFT' }, PUBLISHED: { value: 'PUBLISHED' } } as const,
-});
-
-export const AuthorRef = builder.objectRef<{ id: string; name: string }>('Author').implement({
-  // Every field resolves the same for every viewer: subscriptions may share its execution.
-  extensions: { [SHARED_ACROSS_VIEWERS]: true },
-  fields: (t) => ({
-    id: t.exposeID('id'),
-    name: t.exposeString('name'),
-  }),
 });
 
 /**
@@ -125,14 +118,6 @@ builder.queryFields((t) => ({
     },
   }),
 }));
-
-const CreatePostInput = builder.inputType('CreatePostInput', {
-  fields: (t) => ({
-    orgId: t.id({ required: true }),
-    title: t.string({ required: true }),
-    tags: t.stringList({ required: false }),
-  }),
-});
 
 builder.mutationFields((t) => ({
   createPost: t.field({

@@ -5,8 +5,8 @@ import { BadUserInputError } from '../errors.js';
 
 /*
  * What the webhook mutations share about the event catalog: reading an endpoint's `filter` argument,
- * and reporting an event body the catalog refused. No types are defined here (webhook.ts and
- * webhook-event-types.ts both import it, so it imports neither).
+ * and reporting an event body the catalog refused. No types are defined here (the webhook type and
+ * mutation files import it, so it imports none of them).
  */
 
 /** The description of the `filter` argument, shared by the mutations that take one. */

@@ -3,7 +3,7 @@ import { WEBHOOK_EVENT_CATALOG } from '@herald/contracts';
 import { findWebhookEndpointById, setWebhookEndpointFilter } from '@herald/db';
 import { NotFoundError } from '../errors.js';
 import { builder } from './builder.js';
-import { WebhookEndpointRef } from './webhook.js';
+import { WebhookEndpointRef } from './webhook-endpoint.js';
 import { FILTER_INPUT_DESCRIPTION, parseFilterInput } from './webhook-event-input.js';
 
 /*

@@ -37,7 +37,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 
 /** The port of the master holding `key`'s slot. */
 async function shardOf(key: string): Promise<number | undefined> {
-  const ranges = (await redis.cluster('SLOTS')) as Array<[number, number, [string, number]]>;
+  const ranges = await redis.cluster('SLOTS');
   const slot = (await redis.cluster('KEYSLOT', key)) as number;
   return ranges.find(([from, to]) => slot >= from && slot <= to)?.[2][1];
 }

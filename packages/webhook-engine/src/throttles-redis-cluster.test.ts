@@ -39,7 +39,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 async function shardOf(key: string): Promise<number | undefined> {
   const ranges = await redis.cluster('SLOTS');
   const slot = (await redis.cluster('KEYSLOT', key)) as number;
-  return ranges.find(([from, to]) => slot >= from && slot <= to)?.[2][1];
+  return ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1];
 }
 
 /** `perShard` ids made by `make` for every master of the cluster (keys named by `keyOf`). */

@@ -1,7 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
+import type { ChildProcess } from 'node:child_process';
 import {
   createDispatcherHarness,
   type DispatcherHarness,
@@ -9,21 +6,17 @@ import {
   type TestReceiver,
 } from '@herald/webhook-engine/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { killDispatcherProcesses, startDispatcherProcess } from './testing/dispatcher-process.js';
 
 // A FIFO endpoint's backlog, with the dispatcher app as operators run it (tsx src/main.ts) SIGKILLed
 // in the middle of it and started again: every event reaches the receiver, and the first time the
 // receiver sees each event is strictly in publish order (what comes again after the kill is an event
 // already seen, in order too).
 
-const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
-// tsx's loader in this very process (`node --import tsx`), not the tsx CLI: the CLI is a wrapper process
-// that would take the signal (a SIGKILL would leave the real process running on as an orphan).
-const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const EVENTS = 120;
 
 let harness: DispatcherHarness;
 let receiver: TestReceiver;
-const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
@@ -32,53 +25,10 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  killDispatcherProcesses();
   await receiver?.close();
   await harness?.close();
 });
-
-/** Starts `src/main.ts` and resolves once it logs that it is ready. */
-async function startDispatcherProcess(crashAt?: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN], {
-    env: {
-      PATH: process.env.PATH,
-      NODE_ENV: 'test',
-      LOG_LEVEL: 'info',
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DATABASE_URL: harness.schema.url,
-      REDIS_URL: harness.redisUrl,
-      HERALD_REDIS_PREFIX: harness.redisPrefix,
-      HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
-      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-      WEBHOOK_TIMEOUT_MS: '1000',
-      WEBHOOK_RETRY_BASE_MS: '50',
-      WEBHOOK_POLL_INTERVAL_MS: '50',
-      ...(crashAt ? { HERALD_TEST_CRASH_AT: crashAt } : {}),
-      // A kill between the relay claiming events and its XADD leaves them relayed but never queued; the
-      // relay sends them again after this (120 s by default, longer than the test waits).
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.push(child);
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`dispatcher did not start:\n${output}`)), 30_000);
-    const onData = (chunk: Buffer) => {
-      output += chunk.toString();
-      if (output.includes('herald webhook dispatcher ready')) {
-        clearTimeout(timer);
-        resolve(child);
-      }
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`dispatcher exited with ${code} before it was ready:\n${output}`));
-    });
-  });
-}
 
 /** Stops a dispatcher so that the next test's crashing one is alone to take its work. */
 async function stop(child: ChildProcess): Promise<void> {
@@ -91,7 +41,7 @@ describe('a dispatcher killed with SIGKILL in the middle of a FIFO backlog', () 
   it('delivers the rest after a restart, never an event before one published earlier', async () => {
     const { id } = await harness.createEndpoint('org-fifo-crash', receiver.url('/fifo-crash'));
     await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
-    const first = await startDispatcherProcess();
+    const first = await startDispatcherProcess(harness);
     const events = await harness.publish('org-fifo-crash', EVENTS);
 
     await receiver.waitFor((requests) => requests.length >= 30, 30_000);
@@ -99,7 +49,7 @@ describe('a dispatcher killed with SIGKILL in the middle of a FIFO backlog', () 
     await new Promise((resolve) => first.once('exit', resolve));
     expect(receiver.requests.length).toBeLessThan(EVENTS);
 
-    const fresh = await startDispatcherProcess();
+    const fresh = await startDispatcherProcess(harness);
     const ids = () => receiver.requests.map((request) => request.headers['x-webhook-id']);
     await receiver.waitFor(() => new Set(ids()).size === EVENTS, 60_000);
     // First sightings in publish order: no event was ever sent before all those published before it.
@@ -123,13 +73,13 @@ describe("a dispatcher SIGKILLed at each step of a FIFO endpoint's straight path
       const orgId = `org-fifo-${step}`;
       const { id } = await harness.createEndpoint(orgId, receiver.url(path));
       await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
-      const crashing = await startDispatcherProcess(step);
+      const crashing = await startDispatcherProcess(harness, { crashAt: step });
       const exited = new Promise((resolve) => crashing.once('exit', resolve));
       const events = await harness.publish(orgId, 10);
       await exited;
       expect(crashing.signalCode).toBe('SIGKILL');
 
-      const fresh = await startDispatcherProcess();
+      const fresh = await startDispatcherProcess(harness);
       const ids = () => receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']);
       await receiver.waitFor(() => new Set(ids()).size === events.length, 60_000);
       expect([...new Set(ids())]).toEqual(events);

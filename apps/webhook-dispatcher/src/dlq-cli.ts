@@ -56,13 +56,20 @@ try {
     else process.stdout.write(`${count} dead letter(s); replay with: dlq replay <delivery-id> | dlq replay --all\n`);
   } else {
     const all = args.includes('--all');
-    const replayed = await replayDeadLetters(database.db, all ? { all: true } : { ids: args });
-    for (const id of replayed) process.stdout.write(`replayed ${id}\n`);
+    // The same paged path as GraphQL's replayDeadWebhookDeliveries: one statement per page.
+    const found = new Set<string>();
+    const replayed = await replayDeadLetters(database.db, all ? { all: true } : { ids: args }, {
+      onPage: (ids) => {
+        for (const id of ids) {
+          process.stdout.write(`replayed ${id}\n`);
+          if (!all) found.add(id);
+        }
+      },
+    });
     if (!all) {
-      const found = new Set(replayed);
       for (const id of args.filter((id) => !found.has(id))) process.stderr.write(`not DEAD or not found: ${id}\n`);
     }
-    process.stdout.write(`${replayed.length} replayed\n`);
+    process.stdout.write(`${replayed} replayed\n`);
   }
 } catch (error) {
   process.stderr.write(`dlq: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -10,6 +10,7 @@ import {
   type StartedDispatcher,
   startTestReceiver,
   type TestReceiver,
+  watchDeliveryUpdates,
 } from '@herald/webhook-engine/testing';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -122,7 +123,7 @@ describe('dlq CLI', () => {
     expect((await dlq('list')).stdout).toContain('no dead letters');
   });
 
-  it('lists and replays 1,100 dead letters, read from the database', async () => {
+  it('lists and replays 1,100 dead letters, read from the database, 500 per statement', async () => {
     receiver.behave(() => ({ status: 200 }), '/many');
     const endpoint = await harness.createEndpoint('org-many', receiver.url('/many'));
     await sql`
@@ -139,8 +140,18 @@ describe('dlq CLI', () => {
     const listed = await dlq('list');
     expect(listed.stdout.split('\n').filter((line) => line.startsWith('del_many'))).toHaveLength(1_100);
     expect(listed.stdout).toContain('1100 dead letter(s)');
-    const replayed = await dlq('replay', '--all');
-    expect(replayed.stdout.trim().split('\n').at(-1)).toBe('1100 replayed');
+    // The dispatcher keeps running meanwhile: the replay's statements are those that replayed rows.
+    const watch = await watchDeliveryUpdates(harness.db);
+    let replays: number[];
+    try {
+      const replayed = await dlq('replay', '--all');
+      expect(replayed.stdout.trim().split('\n').at(-1)).toBe('1100 replayed');
+      replays = (await watch.statements()).filter((s) => s.replayed > 0).map((s) => s.replayed);
+    } finally {
+      await watch.stop();
+    }
+    // One statement per page of 500 (the same paged path as GraphQL's replayDeadWebhookDeliveries).
+    expect(replays).toEqual([500, 500, 100]);
     const dead = await harness.db
       .selectFrom('webhook_deliveries')
       .select('id')

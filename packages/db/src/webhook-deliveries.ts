@@ -1,12 +1,11 @@
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { Database } from './database.js';
-import { replayedLinePlace } from './webhook-fifo.js';
 import type { WebhookDelivery, WebhookDeliveryStatus } from './webhook-tables.js';
 
 /*
  * Deliveries as the API reads them. The database is the source of truth for every delivery's state;
- * the statements that move deliveries between states (fan-out, claim, record) live with their lease
- * protocol in @herald/webhook-engine (lease-protocol.ts).
+ * every statement that changes one (fan-out, claim, record, replay, test send, ...) lives with its
+ * lease protocol in @herald/webhook-engine (lease-protocol.ts).
  */
 
 export async function findWebhookDeliveryById(db: Kysely<Database>, id: string): Promise<WebhookDelivery | undefined> {
@@ -38,30 +37,6 @@ export async function listWebhookDeliveries(
     .orderBy('seq', query.inverted ? 'asc' : 'desc')
     .limit(query.limit)
     .execute();
-}
-
-/**
- * Makes a delivery due again now, whatever its state, with a fresh retry horizon; its attempt history
- * stays. The lease is cleared: an attempt in flight records its attempt but can no longer set the
- * delivery's state (its lease no longer matches), so the replay is never overwritten.
- * @returns the delivery, or undefined when it does not exist
- */
-export async function replayWebhookDelivery(db: Kysely<Database>, id: string): Promise<WebhookDelivery | undefined> {
-  return db
-    .updateTable('webhook_deliveries')
-    .set({
-      status: 'PENDING',
-      next_attempt_at: replayedLinePlace().nextAttemptAt,
-      fifo_seq: replayedLinePlace().fifoSeq,
-      horizon_from: sql<Date>`now()`,
-      updated_at: sql<Date>`now()`,
-      lease_token: null,
-      leased_until: null,
-      dead_letter_streamed_at: null,
-    })
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirst();
 }
 
 /** Deliveries waiting for a retry (pending after at least one failed attempt). */

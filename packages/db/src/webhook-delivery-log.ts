@@ -1,13 +1,12 @@
-import { newDeliveryId, newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
-import { type Kysely, sql } from 'kysely';
+import { WEBHOOK_TEST_EVENT } from '@herald/contracts';
+import type { Kysely } from 'kysely';
 import type { Database } from './database.js';
-import { assertValidWebhookEvent } from './webhook-event-check.js';
-import { replayedLinePlace } from './webhook-fifo.js';
-import type { WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from './webhook-tables.js';
+import type { WebhookDelivery, WebhookDeliveryStatus } from './webhook-tables.js';
 
 /*
- * The tenant's tools on deliveries: the searchable delivery log of an endpoint, replaying
- * all of its dead letters at once, and the `webhook.test` event.
+ * The tenant's view of deliveries: the searchable delivery log of an endpoint and its pending test
+ * events. Replaying dead letters and sending a `webhook.test` event change deliveries: they are the
+ * webhook engine's (lease-protocol.ts).
  */
 
 export interface DeliveryLogQuery {
@@ -48,86 +47,6 @@ export async function listWebhookDeliveryLog(
     .orderBy('seq', query.inverted ? 'asc' : 'desc')
     .limit(query.limit)
     .execute();
-}
-
-/**
- * Makes every DEAD delivery of an endpoint due again now with a fresh retry horizon, in one statement
- * (any number of them); their attempt history stays. Same effect per delivery as
- * `replayWebhookDelivery`: the lease is cleared, so an attempt still in flight cannot overwrite the
- * replay, and the delivery may be streamed as a dead letter again if it dies again.
- * @returns how many deliveries were replayed
- */
-export async function replayDeadWebhookDeliveries(db: Kysely<Database>, endpointId: string): Promise<number> {
-  const result = await db
-    .updateTable('webhook_deliveries')
-    .set({
-      status: 'PENDING',
-      next_attempt_at: replayedLinePlace().nextAttemptAt,
-      fifo_seq: replayedLinePlace().fifoSeq,
-      horizon_from: sql<Date>`now()`,
-      updated_at: sql<Date>`now()`,
-      lease_token: null,
-      leased_until: null,
-      dead_letter_streamed_at: null,
-    })
-    .where('endpoint_id', '=', endpointId)
-    .where('status', '=', 'DEAD')
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows);
-}
-
-/**
- * Records a `webhook.test` event for one endpoint (outbox `target_endpoint_id`) and its delivery, in
- * one transaction, so the delivery can be returned and queried at once; the engine's fan-out finds it
- * already there (deliveries are unique per event and endpoint). The delivery is due now, or SKIPPED
- * (never sent) when the endpoint is disabled. Body data: `{ endpointId, message }`.
- * @throws InvalidWebhookEventError when the body does not match the catalog (nothing is recorded)
- */
-export async function insertTestWebhook(db: Kysely<Database>, endpoint: WebhookEndpoint): Promise<WebhookDelivery> {
-  return db.transaction().execute(async (trx) => {
-    const created = new Date();
-    const eventId = newEventId();
-    const body = JSON.stringify({
-      id: eventId,
-      type: WEBHOOK_TEST_EVENT,
-      created: created.toISOString(),
-      data: { endpointId: endpoint.id, message: 'A test event sent from Herald: your receiver is reachable.' },
-    });
-    assertValidWebhookEvent({ id: eventId, type: WEBHOOK_TEST_EVENT, body });
-    await trx
-      .insertInto('webhook_outbox')
-      .values({
-        id: eventId,
-        org_id: endpoint.org_id,
-        type: WEBHOOK_TEST_EVENT,
-        body,
-        created_at: created,
-        target_endpoint_id: endpoint.id,
-      })
-      .execute();
-    const current = await trx
-      .selectFrom('webhook_endpoints')
-      .select(['status', 'deleted_at'])
-      .where('id', '=', endpoint.id)
-      .forShare()
-      .executeTakeFirst();
-    const skipped = current?.status !== 'ENABLED' || current.deleted_at !== null;
-    return trx
-      .insertInto('webhook_deliveries')
-      .values({
-        id: newDeliveryId(),
-        event_id: eventId,
-        endpoint_id: endpoint.id,
-        org_id: endpoint.org_id,
-        event_type: WEBHOOK_TEST_EVENT,
-        status: skipped ? 'SKIPPED' : 'PENDING',
-        next_attempt_at: skipped ? null : sql<Date>`now()`,
-        lease_token: null,
-        leased_until: null,
-      })
-      .returningAll()
-      .executeTakeFirstOrThrow();
-  });
 }
 
 /** How many `webhook.test` deliveries of an endpoint are still PENDING (sent or retrying). */

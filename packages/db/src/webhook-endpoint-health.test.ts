@@ -4,11 +4,11 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { insertTestWebhook, listWebhookDeliveryLog, replayDeadWebhookDeliveries } from './webhook-delivery-log.js';
 import { disableWebhookEndpoint, enableWebhookEndpoint, getEndpointSuccessRates } from './webhook-endpoint-health.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
 
-// The operator's endpoint tools on both backends (embedded mode runs them on PGlite).
+// The operator's endpoint tools on both backends (embedded mode runs them on PGlite). Replaying dead
+// letters and the test send change deliveries: the webhook engine's lease-protocol/replay.test.ts.
 
 const backends = [
   {
@@ -106,34 +106,5 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ open }
       { attempts: 0, succeeded: 0 },
     ]);
     expect(await getEndpointSuccessRates(db, [mixed.id], 2)).toEqual([{ attempts: 2, succeeded: 1 }]);
-  });
-
-  it('replays only the DEAD deliveries of one endpoint', async () => {
-    const [target, other] = [await endpoint(), await endpoint()];
-    const dead = [await deliveryWithAttempts(target.id, [500]), await deliveryWithAttempts(target.id, [500])];
-    await deliveryWithAttempts(target.id, [200], 'SUCCEEDED');
-    await deliveryWithAttempts(other.id, [500]);
-    expect(await replayDeadWebhookDeliveries(db, target.id)).toBe(2);
-    const pending = await listWebhookDeliveryLog(db, { endpointId: target.id, status: 'PENDING', limit: 10 });
-    expect(pending.map((delivery) => delivery.id).sort()).toEqual(dead.sort());
-    expect(pending.every((delivery) => delivery.next_attempt_at !== null)).toBe(true);
-    expect(await listWebhookDeliveryLog(db, { endpointId: other.id, status: 'DEAD', limit: 10 })).toHaveLength(1);
-    expect(await replayDeadWebhookDeliveries(db, target.id)).toBe(0);
-  });
-
-  it('records a test event for one endpoint with its delivery, SKIPPED when the endpoint is disabled', async () => {
-    const target = await endpoint();
-    const delivery = await insertTestWebhook(db, target);
-    expect(delivery).toMatchObject({ endpoint_id: target.id, event_type: 'webhook.test', status: 'PENDING' });
-    const event = await db
-      .selectFrom('webhook_outbox')
-      .selectAll()
-      .where('id', '=', delivery.event_id)
-      .executeTakeFirst();
-    expect(event).toMatchObject({ type: 'webhook.test', target_endpoint_id: target.id, org_id: 'org-h' });
-    expect(JSON.parse(event?.body ?? '{}')).toMatchObject({ id: delivery.event_id, data: { endpointId: target.id } });
-
-    await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-h'], reason: 'off' });
-    expect(await insertTestWebhook(db, target)).toMatchObject({ status: 'SKIPPED', next_attempt_at: null });
   });
 });

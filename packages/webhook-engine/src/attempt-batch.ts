@@ -4,7 +4,6 @@ import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import { endAttemptSpan, startAttemptSpan, TRACEPARENT_HEADER } from './attempt-span.js';
-import { markDeadLettersStreamed } from './dead-letters.js';
 import type { Deliverer, DeliveryOutcome } from './deliver.js';
 import {
   type AttemptOutcome,
@@ -15,6 +14,7 @@ import {
   flushCommits,
   growEndpointSlots,
   type HandOver,
+  markDeadLettersStreamed,
   type QueuedDelivery,
   type RecordResult,
   recordOutcomes,

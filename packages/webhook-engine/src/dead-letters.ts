@@ -1,16 +1,19 @@
-import { type Database, replayedLinePlace } from '@herald/db';
+import type { Database } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
+import { markDeadLettersStreamed } from './lease-protocol.js';
 import type { DeadLetter, WebhookQueue } from './queue/webhook-queue.js';
 import { redactUrl } from './url-policy.js';
 
 /*
- * Dead letters are DEAD deliveries: the database is their one record. Listing and replay
- * read `webhook_deliveries` (walking the partial index on `seq` where DEAD), so any number of them is
- * listed and replayed. The dead-letter stream is an alerting feed only: each DEAD delivery is written
- * to it once (`dead_letter_streamed_at`), and one that could not be written is written later.
+ * Dead letters are DEAD deliveries: the database is their one record. Listing reads
+ * `webhook_deliveries` (walking the partial index on `seq` where DEAD), so any number of them is
+ * listed; replaying them changes their state, so it is the lease protocol's (`replayDeadLetters`,
+ * lease-protocol/replay.ts), as is noting that one was streamed. The dead-letter stream is an alerting
+ * feed only: each DEAD delivery is written to it once (`dead_letter_streamed_at`), and one that could
+ * not be written is written later.
  */
 
-/** Dead letters per listing page and per replay statement. */
+/** Dead letters per listing page. */
 export const DEAD_LETTER_PAGE = 500;
 
 export interface DeadLetterView {
@@ -84,52 +87,6 @@ export async function* listDeadLetters(
     yield* page.letters;
     afterSeq = page.nextSeq;
   } while (afterSeq);
-}
-
-/**
- * Makes DEAD deliveries PENDING and due now with a fresh retry horizon, in bounded statements. The
- * lease is cleared, so an attempt still in flight cannot overwrite the replay with its record.
- * @param selection delivery ids, or `{ all: true }` (optionally one endpoint's)
- * @returns the replayed delivery ids (ids that were not DEAD are left alone and not returned)
- */
-export async function replayDeadLetters(
-  db: Kysely<Database>,
-  selection: { ids: readonly string[] } | { all: true; endpointId?: string },
-): Promise<string[]> {
-  const replayed: string[] = [];
-  // A FIFO endpoint's delivery goes to the back of its line (lease-protocol.ts, "FIFO endpoints").
-  const place = replayedLinePlace('delivery');
-  const replay = async (where: ReturnType<typeof sql>) => {
-    const { rows } = await sql<{ id: string }>`
-      update webhook_deliveries delivery
-      set status = 'PENDING', next_attempt_at = ${place.nextAttemptAt}, fifo_seq = ${place.fifoSeq},
-        horizon_from = now(), updated_at = now(),
-        lease_token = null, leased_until = null, dead_letter_streamed_at = null
-      where delivery.id in (select id from webhook_deliveries where status = 'DEAD' and ${where} order by seq limit ${DEAD_LETTER_PAGE})
-        and delivery.status = 'DEAD'
-      returning delivery.id
-    `.execute(db);
-    replayed.push(...rows.map((row) => row.id));
-    return rows.length;
-  };
-  if ('ids' in selection) {
-    for (let i = 0; i < selection.ids.length; i += DEAD_LETTER_PAGE) {
-      await replay(sql`id = any(${selection.ids.slice(i, i + DEAD_LETTER_PAGE)}::text[])`);
-    }
-  } else {
-    const endpointId = selection.endpointId ?? null;
-    while ((await replay(sql`(${endpointId}::text is null or endpoint_id = ${endpointId})`)) > 0) {
-      // Each statement replays the oldest page still DEAD.
-    }
-  }
-  return replayed;
-}
-
-/** Notes that these DEAD deliveries are in the dead-letter stream. */
-export async function markDeadLettersStreamed(db: Kysely<Database>, ids: readonly string[]): Promise<void> {
-  if (ids.length === 0) return;
-  await sql`update webhook_deliveries set dead_letter_streamed_at = now()
-    where id = any(${ids}::text[]) and status = 'DEAD'`.execute(db);
 }
 
 /**

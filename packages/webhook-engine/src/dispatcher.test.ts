@@ -5,7 +5,8 @@ import { TEST_KEYRING } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
 import { generateWebhookSecret, verifyWebhook } from '@herald/webhooks';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { listDeadLetters, replayDeadLetters } from './dead-letters.js';
+import { listDeadLetters } from './dead-letters.js';
+import { replayDeadLetters } from './lease-protocol.js';
 import { createDispatcherHarness, type DispatcherHarness, type StartedDispatcher } from './testing/harness.js';
 import { type ReceivedRequest, startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
@@ -222,7 +223,12 @@ describe('delivery', () => {
         fields.includes(dead.id),
       );
     await waitFor('the dead letter on the stream', streamed, { timeoutMs: 10_000 });
-    expect(await replayDeadLetters(harness.db, { ids: [dead.id] })).toEqual([dead.id]);
+    const replayed: string[] = [];
+    const onPage = (ids: string[]) => {
+      replayed.push(...ids);
+    };
+    expect(await replayDeadLetters(harness.db, { ids: [dead.id] }, { onPage })).toBe(1);
+    expect(replayed).toEqual([dead.id]);
     await waitForStatus(eventId, 'SUCCEEDED');
     expect(bodyId(receiver.requestsTo(path).at(-1)!)).toBe(eventId);
     expect((await listed()).map((entry) => entry.letter.deliveryId)).not.toContain(dead.id);

@@ -11,7 +11,6 @@ import {
   disableWebhookEndpoint,
   type HeraldDatabase,
   insertOutboxEvent,
-  insertTestWebhook,
   insertWebhookEndpoint,
   migrateToLatest,
   newWebhookEventId,
@@ -20,7 +19,7 @@ import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
-import { fanOutOutbox } from './lease-protocol.js';
+import { fanOutOutbox, insertTestWebhook } from './lease-protocol.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 

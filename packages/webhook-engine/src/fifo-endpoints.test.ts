@@ -17,8 +17,8 @@ import { generateWebhookSecret } from '@herald/webhooks';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { replayDeadLetters } from './dead-letters.js';
 import { createEmbeddedDispatcher } from './embedded.js';
+import { replayDeadLetters } from './lease-protocol.js';
 import { createDispatcherHarness, type DispatcherHarness, FAST_SETTINGS } from './testing/harness.js';
 import { type ReceivedRequest, startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
@@ -148,7 +148,7 @@ describe('FIFO endpoints with a stuck head', () => {
     failing.add(second!);
     await receiver.waitFor(() => receiver.requestsTo(fifoPath).some((request) => eventIdOf(request) === second));
     failing.delete(head!);
-    expect(await replayDeadLetters(harness.db, { all: true, endpointId })).toHaveLength(1);
+    expect(await replayDeadLetters(harness.db, { all: true, endpointId })).toBe(1);
     const line = await findWebhookFifoHead(harness.db, endpointId);
     expect(line?.delivery.event_id).toBe(second);
     expect(line?.heldBack).toBe(1);

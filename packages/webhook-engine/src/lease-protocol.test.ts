@@ -6,9 +6,7 @@ import {
   findWebhookEndpointById,
   migrateToLatest,
   openSecret,
-  replayWebhookDelivery,
   sealSecret,
-  setWebhookEndpointOrdering,
 } from '@herald/db';
 import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import { sql } from 'kysely';
@@ -25,6 +23,8 @@ import {
   growEndpointSlots,
   queueDueDeliveries,
   recordOutcomes,
+  replayWebhookDelivery,
+  setWebhookEndpointOrdering,
 } from './lease-protocol.js';
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRetention } from './retention.js';

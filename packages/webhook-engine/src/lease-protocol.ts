@@ -1,7 +1,9 @@
 /**
  * The lease protocol: how any number of dispatchers share webhook deliveries without losing one or
- * attempting one twice at the same time. Every statement that moves a delivery between states is in
- * this file, next to this design.
+ * attempting one twice at the same time. Every statement that changes a delivery is here, next to this
+ * design: the four steps below in this file, and the changes made by hand (replays, the test send, an
+ * ordering change) in the modules of lease-protocol/ that this file re-exports (see "Outside the four
+ * steps" for the list and their entry points). packages/db only reads deliveries.
  *
  * State lives in `webhook_deliveries` only. A PENDING delivery is free, or held through its lease
  * (`lease_token`, `leased_until`):
@@ -48,6 +50,30 @@
  *    has work, a batch costs one statement.
  *
  * Work entries are hints: a lost, duplicated or reclaimed entry delays a delivery or claims nothing.
+ *
+ * Outside the four steps. Every other change to a delivery, and who calls it:
+ * - replay of one delivery ({@link replayWebhookDelivery}, lease-protocol/replay.ts; GraphQL
+ *   `replayWebhookDelivery`), whatever its state: PENDING with a fresh retry horizon, its lease cleared
+ *   (so a record of an attempt in flight no longer matches it, see step 4), due now or, for a FIFO
+ *   endpoint, at the back of its line ({@link replayedLinePlace}, see "FIFO endpoints").
+ * - replay of dead letters ({@link replayDeadLetters}, same file), the one path of both GraphQL
+ *   `replayDeadWebhookDeliveries` (an endpoint's) and `pnpm dlq replay` (apps/webhook-dispatcher
+ *   dlq-cli.ts: ids, or all): the same per DEAD delivery, in pages of {@link DEAD_LETTER_REPLAY_PAGE},
+ *   each one statement in its own transaction, oldest `seq` first; it walks forwards up to the highest
+ *   `seq` DEAD when it started, so it ends, and visits each delivery once.
+ * - test send ({@link insertTestWebhook}, lease-protocol/test-send.ts; GraphQL `sendTestWebhook`): the
+ *   only delivery inserted outside step 1, with its `webhook.test` event targeting the endpoint, free
+ *   and due now (SKIPPED when the endpoint is disabled); the fan-out finds it there and makes no other.
+ *   It has no place in a FIFO line (like a delivery made before the endpoint became FIFO).
+ * - ordering ({@link setWebhookEndpointOrdering}, lease-protocol/fifo-ordering.ts; GraphQL
+ *   `updateWebhookEndpoint`): turning FIFO off makes the deliveries waiting in the line due;
+ *   {@link releaseWebhookFifoLines} (run by retention.ts's pass) makes due whatever that left waiting.
+ * - dead-letter stream ({@link markDeadLettersStreamed}, lease-protocol/dead-letter-stream.ts;
+ *   attempt-batch.ts and dead-letters.ts): `dead_letter_streamed_at` only, on DEAD deliveries.
+ * - lost stream ({@link releaseQueuedDeliveries}, in this file; scheduler.ts): frees every q-lease.
+ * Deleting a row is not a change of state, and only retention.ts does it: SUCCEEDED and SKIPPED
+ * deliveries past the retention, deliveries of deleted endpoints (none being attempted) and DEAD ones
+ * whose endpoint row is gone, each with its attempts, in batches.
  *
  * Slots. The cap is counted in `webhook_endpoint_slots`, one row per lane (endpoint, a-lease): how
  * many POSTs the lane may have in flight, live until its `leased_until`. Claims (step 3) and step 3b
@@ -122,7 +148,7 @@
  * then attempted again, and with it the ones behind that were POSTed but not recorded: the receiver
  * may get a few again, in order, never one out of order. Deliveries made before an endpoint became
  * FIFO have no place in the line (attempted one at a time, unordered); turning FIFO off makes every
- * waiting delivery due (packages/db webhook-fifo.ts).
+ * waiting delivery due (lease-protocol/fifo-ordering.ts).
  *
  * Commits. Every statement here commits asynchronously (`synchronous_commit = off` for its own
  * transaction): its effects are visible to every other dispatcher at once, so an endpoint's slots are
@@ -160,6 +186,11 @@ import {
 } from '@herald/contracts';
 import type { Database } from '@herald/db';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
+
+export * from './lease-protocol/dead-letter-stream.js';
+export * from './lease-protocol/fifo-ordering.js';
+export * from './lease-protocol/replay.js';
+export * from './lease-protocol/test-send.js';
 
 export const QUEUED_LEASE_PREFIX = 'q:';
 export const ATTEMPT_LEASE_PREFIX = 'a:';

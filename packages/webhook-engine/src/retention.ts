@@ -1,6 +1,7 @@
-import { type Database, releaseWebhookFifoLines } from '@herald/db';
+import type { Database } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
+import { releaseWebhookFifoLines } from './lease-protocol.js';
 
 /** Rows deleted per statement: each batch is a short transaction, never an unbounded delete. */
 export const RETENTION_BATCH_ROWS = 500;

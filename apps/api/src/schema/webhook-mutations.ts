@@ -8,16 +8,18 @@ import {
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   InvalidWebhookEventError,
-  insertTestWebhook,
   insertWebhookEndpoint,
   listActiveWebhookSecrets,
   listWebhookEndpointsByOrg,
-  replayDeadWebhookDeliveries,
-  replayWebhookDelivery,
   rotateWebhookSecret,
-  setWebhookEndpointOrdering,
   setWebhookEndpointRateLimit,
 } from '@herald/db';
+import {
+  insertTestWebhook,
+  replayDeadLetters,
+  replayWebhookDelivery,
+  setWebhookEndpointOrdering,
+} from '@herald/webhook-engine';
 import { checkWebhookUrl } from '@herald/webhook-engine/url-policy';
 import { generateWebhookSecret, generateWebhookSigningKeyPair, isWebhookSigningKey } from '@herald/webhooks';
 import type { Context } from '../context.js';
@@ -283,7 +285,7 @@ builder.mutationFields((t) => ({
       if (endpoint.status === 'DISABLED') {
         throw new BadUserInputError('the endpoint is disabled: enable it before replaying its dead deliveries');
       }
-      return replayDeadWebhookDeliveries(context.db, endpoint.id);
+      return replayDeadLetters(context.db, { all: true, endpointId: endpoint.id });
     },
   }),
 }));

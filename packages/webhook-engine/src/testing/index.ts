@@ -1,2 +1,3 @@
+export * from './delivery-statements.js';
 export * from './harness.js';
 export * from './test-receiver.js';

@@ -1,0 +1,148 @@
+import type { Database, WebhookDelivery } from '@herald/db';
+import { type Kysely, sql } from 'kysely';
+
+/*
+ * Replays: a delivery made PENDING again by hand (the tenant over GraphQL, an operator with `dlq
+ * replay`). Part of the lease protocol (lease-protocol.ts, "Outside the four steps"): a replay clears
+ * the lease, so an attempt in flight records its attempt but can no longer set the delivery's state,
+ * and a FIFO endpoint's replayed delivery goes to the back of its line ("FIFO endpoints").
+ */
+
+/** Dead letters replayed per statement (each its own transaction): see {@link replayDeadLetters}. */
+export const DEAD_LETTER_REPLAY_PAGE = 500;
+
+/**
+ * The values a replay gives a delivery so that it goes to the back of its endpoint's line when the
+ * endpoint is FIFO (a fresh place from the outbox sequence, waiting: no `next_attempt_at`), and is due
+ * now otherwise.
+ * @param row how the replayed row (with its `endpoint_id`) is named in the statement
+ */
+export function replayedLinePlace(row = 'webhook_deliveries') {
+  const fifo = sql`exists (select 1 from webhook_endpoints fifo_endpoint
+    where fifo_endpoint.id = ${sql.ref(`${row}.endpoint_id`)} and fifo_endpoint.ordering = 'FIFO')`;
+  return {
+    nextAttemptAt: sql<Date | null>`case when ${fifo} then null else now() end`,
+    fifoSeq: sql<string | null>`case when ${fifo} then nextval(pg_get_serial_sequence('webhook_outbox', 'seq')) end`,
+  };
+}
+
+/**
+ * Makes a delivery due again now (or puts it at the back of its FIFO line), whatever its state, with a
+ * fresh retry horizon; its attempt history stays. The lease is cleared: an attempt in flight records
+ * its attempt but can no longer set the delivery's state (its lease no longer matches), so the replay
+ * is never overwritten. One statement.
+ * @returns the delivery, or undefined when it does not exist
+ */
+export async function replayWebhookDelivery(db: Kysely<Database>, id: string): Promise<WebhookDelivery | undefined> {
+  const place = replayedLinePlace();
+  return db
+    .updateTable('webhook_deliveries')
+    .set({
+      status: 'PENDING',
+      next_attempt_at: place.nextAttemptAt,
+      fifo_seq: place.fifoSeq,
+      horizon_from: sql<Date>`now()`,
+      updated_at: sql<Date>`now()`,
+      lease_token: null,
+      leased_until: null,
+      dead_letter_streamed_at: null,
+    })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirst();
+}
+
+/** Which dead letters {@link replayDeadLetters} replays. */
+export type DeadLetterSelection = { ids: readonly string[] } | { all: true; endpointId?: string };
+
+export interface ReplayDeadLettersOptions {
+  /** Deliveries per statement. @default {@link DEAD_LETTER_REPLAY_PAGE} */
+  pageSize?: number;
+  /** Called after each statement with the ids it replayed, oldest first (none: not called). */
+  onPage?: (ids: string[]) => void | Promise<void>;
+}
+
+/**
+ * Makes DEAD deliveries PENDING again with a fresh retry horizon, page by page: each page (at most
+ * `pageSize` deliveries, oldest `seq` first) is one statement in its own short transaction, so a
+ * replay of any number of dead letters never holds more than a page of row locks, nor one long
+ * transaction. The one path for both doors: GraphQL's `replayDeadWebhookDeliveries` and `pnpm dlq
+ * replay` (apps/webhook-dispatcher dlq-cli.ts).
+ *
+ * Per delivery it does what {@link replayWebhookDelivery} does: due now, or at the back of its FIFO
+ * endpoint's line ({@link replayedLinePlace}; a page's deliveries take their places in `seq` order),
+ * the lease cleared so an attempt still in flight cannot overwrite the replay, and streamed as a dead
+ * letter again should it die again.
+ *
+ * Bounded: `{ all: true }` replays the deliveries DEAD with a `seq` up to the highest one DEAD when it
+ * starts, walking forwards from page to page, so each is visited at most once; one replayed here that
+ * dies again meanwhile, or one that dies after the start, is left for the next replay. Ids that are
+ * not DEAD are left alone and not counted.
+ * @returns how many deliveries were replayed
+ */
+export async function replayDeadLetters(
+  db: Kysely<Database>,
+  selection: DeadLetterSelection,
+  options: ReplayDeadLettersOptions = {},
+): Promise<number> {
+  const pageSize = options.pageSize ?? DEAD_LETTER_REPLAY_PAGE;
+  if (!Number.isInteger(pageSize) || pageSize < 1) throw new RangeError(`pageSize must be a positive integer`);
+  let replayed = 0;
+  const replayPage = async (page: ReturnType<typeof sql>) => {
+    const { ids, scanned, lastSeq } = await replayStatement(db, page);
+    replayed += ids.length;
+    if (ids.length > 0) await options.onPage?.(ids);
+    return { scanned, lastSeq };
+  };
+  if ('ids' in selection) {
+    for (let i = 0; i < selection.ids.length; i += pageSize) {
+      const ids = selection.ids.slice(i, i + pageSize);
+      await replayPage(sql`select id, seq, endpoint_id from webhook_deliveries
+        where id = any(${ids}::text[]) and status = 'DEAD'`);
+    }
+    return replayed;
+  }
+  const endpoint = selection.endpointId === undefined ? sql`` : sql`and endpoint_id = ${selection.endpointId}::text`;
+  const { rows } = await sql<{ last: string | null }>`
+    select max(seq)::text as last from webhook_deliveries where status = 'DEAD' ${endpoint}
+  `.execute(db);
+  const last = rows[0]?.last;
+  if (!last) return 0;
+  let after = '0';
+  for (;;) {
+    const page = await replayPage(sql`select id, seq, endpoint_id from webhook_deliveries
+      where status = 'DEAD' and seq > ${after}::bigint and seq <= ${last}::bigint ${endpoint}
+      order by seq limit ${pageSize}`);
+    if (page.scanned < pageSize || page.lastSeq === null) return replayed;
+    after = page.lastSeq;
+  }
+}
+
+/** One page of a dead-letter replay: `page` selects the candidates (`id`, `seq`, `endpoint_id`). */
+async function replayStatement(
+  db: Kysely<Database>,
+  page: ReturnType<typeof sql>,
+): Promise<{ ids: string[]; scanned: number; lastSeq: string | null }> {
+  const place = replayedLinePlace('page');
+  const { rows } = await sql<{ ids: string[] | null; scanned: number; last_seq: string | null }>`
+    with page as (${page}), placed as (
+      -- Places in a FIFO line are taken in seq order (the select list is evaluated after the sort).
+      select page.id, ${place.nextAttemptAt} as next_attempt_at, ${place.fifoSeq} as fifo_seq
+      from page order by page.seq
+    ), replayed as (
+      -- Re-checked on the row's latest version: one replayed meanwhile by someone else is left alone.
+      update webhook_deliveries delivery
+      set status = 'PENDING', next_attempt_at = placed.next_attempt_at, fifo_seq = placed.fifo_seq,
+        horizon_from = now(), updated_at = now(),
+        lease_token = null, leased_until = null, dead_letter_streamed_at = null
+      from placed
+      where delivery.id = placed.id and delivery.status = 'DEAD'
+      returning delivery.id, delivery.seq
+    )
+    select (select array_agg(id order by seq) from replayed) as ids,
+      (select count(1) from page)::int as scanned,
+      (select max(seq) from page)::text as last_seq
+  `.execute(db);
+  const row = rows[0];
+  return { ids: row?.ids ?? [], scanned: row?.scanned ?? 0, lastSeq: row?.last_seq ?? null };
+}

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+import { type SlowReceiver, startSlowReceiver } from './testing/slow-receiver.js';
 
 // The attempt gate in a real dispatcher, against PostgreSQL, Redis and a real receiver whose every answer
 // takes a while: the dispatcher's cap holds with every endpoint lane chaining, an organisation's own cap
@@ -11,59 +10,12 @@ import { createDispatcherHarness, type DispatcherHarness } from './testing/harne
 /** How long the receiver takes to answer each POST. */
 const ANSWER_MS = 250;
 
-interface SlowReceiver {
-  url(path: string): string;
-  /** POSTs being answered now, and the most at once so far (all paths, or paths starting with `prefix`). */
-  inFlight(prefix?: string): number;
-  maxInFlight(prefix?: string): number;
-  /** POSTs answered so far to paths starting with `prefix`, and when each arrived. */
-  received(prefix: string): number[];
-  close(): Promise<void>;
-}
-
-async function startSlowReceiver(): Promise<SlowReceiver> {
-  const open = new Map<string, number>();
-  const most = new Map<string, number>();
-  const arrivals = new Map<string, number[]>();
-  const groupOf = (path: string) => path.split('/')[1] ?? '';
-  const bump = (key: string, by: number) => {
-    const now = (open.get(key) ?? 0) + by;
-    open.set(key, now);
-    most.set(key, Math.max(most.get(key) ?? 0, now));
-  };
-  const server: Server = createServer((req, res) => {
-    const group = groupOf(req.url ?? '/');
-    arrivals.set(group, [...(arrivals.get(group) ?? []), Date.now()]);
-    bump('', 1);
-    bump(group, 1);
-    req.resume();
-    setTimeout(() => {
-      bump('', -1);
-      bump(group, -1);
-      res.writeHead(200).end();
-    }, ANSWER_MS);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: (path) => `http://127.0.0.1:${port}${path}`,
-    inFlight: (prefix = '') => open.get(prefix) ?? 0,
-    maxInFlight: (prefix = '') => most.get(prefix) ?? 0,
-    received: (prefix) => arrivals.get(prefix) ?? [],
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 let harness: DispatcherHarness;
 let receiver: SlowReceiver;
 
 beforeAll(async () => {
   harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startSlowReceiver();
+  receiver = await startSlowReceiver(ANSWER_MS);
 });
 
 afterAll(async () => {

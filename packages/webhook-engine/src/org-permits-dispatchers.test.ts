@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+import { type SlowReceiver, startSlowReceiver } from './testing/slow-receiver.js';
 
 // An organisation's webhook attempts in flight (TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT, or its override in
 // organization_limits) held across two real dispatchers, against PostgreSQL, Redis and a receiver whose
@@ -15,50 +14,12 @@ import { createDispatcherHarness, type DispatcherHarness } from './testing/harne
 /** How long the receiver takes to answer each POST. */
 const ANSWER_MS = 200;
 
-interface SlowReceiver {
-  url(path: string): string;
-  /** The most POSTs being answered at once so far to paths under `/<group>/`. */
-  maxInFlight(group: string): number;
-  /** When each POST to paths under `/<group>/` arrived. */
-  received(group: string): number[];
-  close(): Promise<void>;
-}
-
-async function startSlowReceiver(): Promise<SlowReceiver> {
-  const open = new Map<string, number>();
-  const most = new Map<string, number>();
-  const arrivals = new Map<string, number[]>();
-  const server: Server = createServer((req, res) => {
-    const group = (req.url ?? '/').split('/')[1] ?? '';
-    arrivals.set(group, [...(arrivals.get(group) ?? []), Date.now()]);
-    open.set(group, (open.get(group) ?? 0) + 1);
-    most.set(group, Math.max(most.get(group) ?? 0, open.get(group)!));
-    req.resume();
-    setTimeout(() => {
-      open.set(group, open.get(group)! - 1);
-      res.writeHead(200).end();
-    }, ANSWER_MS);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: (path) => `http://127.0.0.1:${port}${path}`,
-    maxInFlight: (group) => most.get(group) ?? 0,
-    received: (group) => arrivals.get(group) ?? [],
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 let harness: DispatcherHarness;
 let receiver: SlowReceiver;
 
 beforeAll(async () => {
   harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startSlowReceiver();
+  receiver = await startSlowReceiver(ANSWER_MS);
 });
 
 afterAll(async () => {

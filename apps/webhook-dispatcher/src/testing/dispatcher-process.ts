@@ -5,8 +5,9 @@ import { TEST_ENCRYPTION_KEYS } from '@herald/testing';
 import type { DispatcherHarness } from '@herald/webhook-engine/testing';
 
 /*
- * The dispatcher app as operators run it (`src/main.ts` under tsx), in a child process of a test, on a
- * dispatcher harness's schema and Redis prefix: for the tests that SIGKILL it.
+ * The dispatcher app as operators run it (`src/main.ts` under tsx), in a child process of a test: the
+ * one way every test starts it (the app's own crash tests, and test/support/dispatcher-process.ts for the
+ * cross-app ones).
  */
 
 const MAIN = fileURLToPath(new URL('../main.ts', import.meta.url));
@@ -19,54 +20,36 @@ export interface DispatcherProcess {
   child: ChildProcess;
   /** Resolves once the process logs that it is ready; rejects if it exits first or takes too long. */
   ready: Promise<void>;
-  /** Resolves when the process has exited, however. */
-  exited: Promise<unknown>;
-}
-
-export interface DispatcherProcessOptions {
-  /** `HERALD_TEST_CRASH_AT`: the step at which the process SIGKILLs itself. */
-  crashAt?: string;
-  /** Variables added to (or replacing) the defaults below. */
-  env?: Record<string, string>;
-  /** @default 30_000 */
-  readyTimeoutMs?: number;
+  /** Resolves with the exit code when the process has exited, however. */
+  exited: Promise<number | null>;
+  /** What it wrote to stdout and stderr so far. */
+  output(): string;
 }
 
 /** Every process started here, so a test's `afterAll` can kill what is left ({@link killDispatcherProcesses}). */
 const started: ChildProcess[] = [];
 
-export function spawnDispatcherProcess(
-  harness: DispatcherHarness,
-  options: DispatcherProcessOptions = {},
-): DispatcherProcess {
+/**
+ * Starts the app with `env` over a few defaults (a free port on 127.0.0.1, info logs, the tests'
+ * encryption keyring). `ready` rejects after `readyTimeoutMs` (default 30 s) without the ready line.
+ */
+export function spawnDispatcherApp(env: Record<string, string>, readyTimeoutMs = 30_000): DispatcherProcess {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN], {
     env: {
-      PATH: process.env.PATH,
-      NODE_ENV: 'test',
-      LOG_LEVEL: 'info',
-      PORT: '0',
+      PATH: process.env.PATH ?? '',
       HOST: '127.0.0.1',
-      DATABASE_URL: harness.schema.url,
-      REDIS_URL: harness.redisUrl,
-      HERALD_REDIS_PREFIX: harness.redisPrefix,
+      PORT: '0',
+      LOG_LEVEL: 'info',
       HERALD_ENCRYPTION_KEYS: TEST_ENCRYPTION_KEYS,
-      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-      WEBHOOK_TIMEOUT_MS: '1000',
-      WEBHOOK_RETRY_BASE_MS: '50',
-      WEBHOOK_POLL_INTERVAL_MS: '50',
-      ...(options.crashAt ? { HERALD_TEST_CRASH_AT: options.crashAt } : {}),
-      ...options.env,
+      ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   started.push(child);
   let output = '';
-  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const ready = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`dispatcher did not start:\n${output}`)),
-      options.readyTimeoutMs ?? 30_000,
-    );
+    const timer = setTimeout(() => reject(new Error(`dispatcher did not start:\n${output}`)), readyTimeoutMs);
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
       if (output.includes(READY_LINE)) {
@@ -76,24 +59,54 @@ export function spawnDispatcherProcess(
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.once('exit', (code) => {
+    void exited.then((code) => {
       clearTimeout(timer);
       reject(new Error(`dispatcher exited with ${code} before it was ready:\n${output}`));
     });
   });
   // A crash planned after start-up rejects `ready` after it resolved: nothing listens then.
   ready.catch(() => {});
-  return { child, ready, exited };
+  return { child, ready, exited, output: () => output };
 }
 
-/** Starts a dispatcher process and resolves with it once it is ready. */
+export interface DispatcherProcessOptions {
+  /** `HERALD_TEST_CRASH_AT`: the step at which the process SIGKILLs itself. */
+  crashAt?: string;
+  /** Variables added to (or replacing) the harness's. */
+  env?: Record<string, string>;
+  readyTimeoutMs?: number;
+}
+
+/** The app on a dispatcher harness's schema and Redis prefix, with short timeouts and retries. */
+export function spawnDispatcherProcess(
+  harness: DispatcherHarness,
+  options: DispatcherProcessOptions = {},
+): DispatcherProcess {
+  return spawnDispatcherApp(
+    {
+      NODE_ENV: 'test',
+      DATABASE_URL: harness.schema.url,
+      REDIS_URL: harness.redisUrl,
+      HERALD_REDIS_PREFIX: harness.redisPrefix,
+      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+      WEBHOOK_TIMEOUT_MS: '1000',
+      WEBHOOK_RETRY_BASE_MS: '50',
+      WEBHOOK_POLL_INTERVAL_MS: '50',
+      ...(options.crashAt ? { HERALD_TEST_CRASH_AT: options.crashAt } : {}),
+      ...options.env,
+    },
+    options.readyTimeoutMs,
+  );
+}
+
+/** Starts the app on a harness and resolves with it once it is ready. */
 export async function startDispatcherProcess(
   harness: DispatcherHarness,
   options: DispatcherProcessOptions = {},
 ): Promise<ChildProcess> {
-  const started = spawnDispatcherProcess(harness, options);
-  await started.ready;
-  return started.child;
+  const process = spawnDispatcherProcess(harness, options);
+  await process.ready;
+  return process.child;
 }
 
 /** SIGKILLs every dispatcher process started here that is still running. */

@@ -5,8 +5,9 @@ import type { Context } from '../context.js';
 /**
  * The iterators the subscribe path (ws-subscribe.ts) wraps around one subscription's result stream:
  * {@link withCursors} adds each event's cursor, {@link onEnd} reports the end once, and
- * {@link refusalAsError} turns a refused cursor into a stream that fails at once. Classes with prototype
- * methods, not generators or closures: one of each lives per subscription (bench/results/PROFILE.md).
+ * {@link refusalAsError} turns a refused cursor into a stream that fails at once. The two that live as
+ * long as a subscription are classes with prototype methods, not generators or closures
+ * (bench/results/PROFILE.md).
  */
 
 /**

@@ -6,7 +6,7 @@ import { checkOperationQuota } from '../tenancy/operation-quota.js';
  * The `operationsPerSecond` quota on every HTTP operation that Yoga executes (the HTTP fast path checks
  * its compiled queries itself, with the same function): a refused operation is answered with
  * RATE_LIMITED (HTTP 429, `Retry-After`) before anything runs. WebSocket operations are checked when
- * subscribed (realtime/websocket.ts), so they are skipped here.
+ * subscribed (realtime/ws-subscribe.ts), so they are skipped here.
  */
 export function useOperationQuota(): Plugin<Context> {
   return {

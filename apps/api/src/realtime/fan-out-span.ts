@@ -4,7 +4,7 @@ import { type Span, SpanKind } from '@opentelemetry/api';
 /**
  * The span of one event's fan-out to one subscriber group on this pod, in the trace of the operation
  * that published the event (its `traceparent` travels in the event through the history and the live
- * channel). Made by hand in subscription-groups.ts: the group executes once and writes one frame per
+ * channel). Made by hand in subscription-broadcast.ts: the group executes once and writes one frame per
  * member straight to the sockets, so there is no library call to instrument, and a span per socket
  * would cost more than the write it measures. A pod with several groups for the same event (different
  * documents or variables) records one span for each, as siblings under the publishing span.

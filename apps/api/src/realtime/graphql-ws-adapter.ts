@@ -35,7 +35,7 @@ export interface ConnectionExtra {
   readonly socket: WebSocket;
   /** Set once at `connection_init`; null for an anonymous socket. */
   viewer: Viewer | null | undefined;
-  /** Closes the socket at the token's expiry (websocket.ts). */
+  /** Closes the socket at the token's expiry (ws-admission.ts). */
   expiryTimer: NodeJS.Timeout | undefined;
   /** The earliest token expiry on this socket (Unix seconds). */
   expiresAt: number | undefined;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { buildSchema, type ExecutionResult, parse } from 'graphql';
+import type { ExecutionResult } from 'graphql';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import type { Context } from '../context.js';
@@ -7,11 +7,7 @@ import { createApiMetrics } from '../metrics.js';
 import { schema as heraldSchema } from '../schema/index.js';
 import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
-import {
-  createSubscriptionGroups,
-  SHARED_ACROSS_VIEWERS,
-  selectionIsViewerIndependent,
-} from './subscription-groups.js';
+import { createSubscriptionGroups } from './subscription-groups.js';
 
 let api: TestApi;
 let wsUrl: string;
@@ -174,51 +170,6 @@ describe('shared execution', () => {
     (stalled.raw.socket as unknown as { _socket: { resume(): void } })._socket.resume();
     expect((await stalled.raw.closed).code).toBe(1013);
     closeAll([reader.raw]);
-  });
-});
-
-describe('selectionIsViewerIndependent', () => {
-  const schema = buildSchema(`
-    type Query { x: Int }
-    type Subscription { shared: Item  private: Item }
-    type Item { name: String  owner: Owner }
-    type Owner { email: String }
-  `);
-  schema.getSubscriptionType()!.getFields().shared!.extensions = { [SHARED_ACROSS_VIEWERS]: true };
-  (schema.getType('Item') as { extensions: Record<string, unknown> }).extensions = { [SHARED_ACROSS_VIEWERS]: true };
-
-  it('accepts a selection of flagged fields and types only', () => {
-    expect(selectionIsViewerIndependent(schema, parse('subscription { shared { name __typename } }'))).toBe(true);
-  });
-
-  it('refuses a root field, or a nested type, that is not flagged', () => {
-    expect(selectionIsViewerIndependent(schema, parse('subscription { private { name } }'))).toBe(false);
-    expect(selectionIsViewerIndependent(schema, parse('subscription { shared { owner { email } } }'))).toBe(false);
-    expect(
-      selectionIsViewerIndependent(
-        schema,
-        parse('subscription { shared { ...F } } fragment F on Item { owner { email } }'),
-      ),
-    ).toBe(false);
-  });
-
-  it('refuses queries and documents with several operations', () => {
-    expect(selectionIsViewerIndependent(schema, parse('{ x }'))).toBe(false);
-    expect(
-      selectionIsViewerIndependent(
-        schema,
-        parse('subscription A { shared { name } } subscription B { shared { name } }'),
-      ),
-    ).toBe(false);
-  });
-
-  it("marks Herald's postPublished selection of Post and Author as shareable", () => {
-    expect(
-      selectionIsViewerIndependent(
-        heraldSchema,
-        parse('subscription { postPublished(orgId: "o") { id title tags status publishedAt author { id name } } }'),
-      ),
-    ).toBe(true);
   });
 });
 

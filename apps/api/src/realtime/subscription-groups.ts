@@ -1,12 +1,13 @@
 import type { DocumentNode, ExecutionResult, GraphQLSchema } from 'graphql';
-import { getNamedType, isObjectType, TypeInfo, visit, visitWithTypeInfo } from 'graphql';
 import type { WebSocket } from 'ws';
 import type { Context } from '../context.js';
-import { SubscriptionInterruptedError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { ApiMetrics } from '../metrics.js';
-import { endFanOutSpan, startFanOutSpan } from './fan-out-span.js';
-import { createDirectFrames, type DirectFrames } from './ws-direct-frames.js';
+import { selectionIsViewerIndependent } from './shared-across-viewers.js';
+import { countSendError } from './subscription-broadcast.js';
+import { Member } from './subscription-group-member.js';
+import type { Registry } from './subscription-group-types.js';
+import { createDirectFrames } from './ws-direct-frames.js';
 
 /**
  * Shared execution for subscriptions whose results cannot differ between subscribers.
@@ -37,23 +38,20 @@ import { createDirectFrames, type DirectFrames } from './ws-direct-frames.js';
  *
  * Slow consumers: a socket whose send buffer is above `maxBufferedBytes` when an event is due is closed
  * (1013, counted), so one stuck client can't grow the server's memory without bound.
+ *
+ * Where it lives: this file is the registry (`createSubscriptionGroups`: group keys, joining);
+ * shared-across-viewers.ts decides what may be shared; subscription-group-member.ts is a member's
+ * iterator (joining, catching up, leaving); subscription-broadcast.ts runs a group's stream and writes
+ * its frames; subscription-group-types.ts has the shapes they share.
  */
 
-/** Extension flag on an object type or field: its resolution doesn't depend on who is asking. */
-export const SHARED_ACROSS_VIEWERS = 'sharedAcrossViewers';
-/** Close code for a consumer too slow to keep up: "Try Again Later". */
-export const SLOW_CONSUMER_CLOSE_CODE = 1013;
+export { SHARED_ACROSS_VIEWERS, selectionIsViewerIndependent } from './shared-across-viewers.js';
+export { SLOW_CONSUMER_CLOSE_CODE } from './subscription-broadcast.js';
 
 export interface GroupMember {
   socket: WebSocket;
   /** The graphql-ws subscription id. */
   id: string;
-}
-
-/** A place in an organisation's history. */
-interface Position {
-  epoch: string;
-  position: number;
 }
 
 export interface SubscriptionGroups {
@@ -88,283 +86,6 @@ export interface SubscriptionGroups {
   ): AsyncIterableIterator<ExecutionResult>;
   /** Number of live groups (for tests and metrics). */
   readonly size: number;
-}
-
-interface Group {
-  key: string;
-  members: Set<Member>;
-  stream: AsyncIterator<ExecutionResult>;
-  /** The context the stream executes with: where the resolver leaves each event's position. */
-  context: Context;
-  /** The last event broadcast. */
-  last: Position | undefined;
-}
-
-/** What every member of one `createSubscriptionGroups` shares (one object, not a closure per member). */
-interface Registry {
-  groups: Map<string, Group>;
-  metrics: ApiMetrics;
-  maxBufferedBytes: number;
-  onSendError: (error?: Error | null) => void;
-  /** Writes each member's frame (ws-direct-frames.ts: straight to the TCP socket when ws allows). */
-  frames: DirectFrames;
-}
-
-/** One function for every frame (called only on a failed write): no closure per send. */
-function countSendError(this: ApiMetrics, error?: Error | null) {
-  if (error) this.deliveryErrors.inc({ reason: 'send_failed' });
-}
-
-/**
- * One subscription of a shared group, and the iterator graphql-ws waits on for it. A class with
- * prototype methods rather than closures: tens of thousands of these live at once, one per subscribed
- * socket (bench/results/PROFILE.md). While catching up (resuming), it yields its own stream's results;
- * once in the group it yields nothing and completes (or fails) when the group ends or it leaves.
- */
-class Member implements AsyncIterableIterator<ExecutionResult> {
-  /** `{"id":<subscription id>`: the only part of a `next` frame that differs per member. */
-  readonly head: string;
-  readonly headBytes: number;
-  /** The group it belongs to, once it joined; undefined again once it left. */
-  group: Group | undefined = undefined;
-  /** Events at or before this were delivered to the member before it joined. */
-  skipThrough: Position | undefined = undefined;
-  /** Set once it entered a group: `next()` then waits for the end. */
-  private joined = false;
-  /**
-   * What `next()` returns once in the group, made when graphql-ws first waits (it always does, at once),
-   * and how to settle it; `outcome` keeps an end that came before anyone waited (an error: a failure).
-   */
-  private finished: Promise<IteratorResult<never>> | undefined = undefined;
-  private settle: ((value: IteratorResult<never> | Promise<never>) => void) | undefined = undefined;
-  private outcome: Error | true | undefined = undefined;
-  /** Called once when the subscription ends, for any reason; undefined once called. */
-  private onEnd: (() => void) | undefined;
-  /** While catching up: its own stream, its context, and the last event it delivered. */
-  private own: AsyncIterator<ExecutionResult> | undefined;
-  private context: Context | undefined;
-  private lastYielded: Position | undefined = undefined;
-  private lastLive = false;
-
-  constructor(
-    private readonly registry: Registry,
-    private readonly key: string,
-    readonly socket: WebSocket,
-    id: string,
-    own: AsyncIterator<ExecutionResult>,
-    context: Context,
-    onEnd: (() => void) | undefined,
-  ) {
-    this.head = `{"id":${JSON.stringify(id)}`;
-    this.headBytes = Buffer.byteLength(this.head);
-    this.own = own;
-    this.context = context;
-    this.onEnd = onEnd;
-  }
-
-  [Symbol.asyncIterator]() {
-    return this;
-  }
-
-  /** Joins the group at once (not resuming): hands over its own stream when the group is new. */
-  joinNow() {
-    const own = this.own as AsyncIterator<ExecutionResult>;
-    const existing = this.registry.groups.get(this.key);
-    // Authorized already; an existing group's stream serves this member, so its own is closed.
-    if (existing) void own.return?.();
-    this.enter(existing ?? startGroup(this.registry, this.key, own, this.context as Context), undefined);
-    // A member that is not catching up never reads its own context again (the group runs on its first
-    // member's): drop it, or it would keep the context and its auth caches per socket.
-    this.own = undefined;
-    this.context = undefined;
-  }
-
-  /** A resuming member joins once its own stream delivered what the group last broadcast. */
-  private tryJoin(): boolean {
-    const own = this.own;
-    const lastYielded = this.lastYielded;
-    // Not before its own stream is live: replayed events were never the group's to broadcast.
-    if (!own || !lastYielded || !this.lastLive) return false;
-    const group = this.registry.groups.get(this.key);
-    if (group) {
-      const last = group.last;
-      if (last && (last.epoch !== lastYielded.epoch || last.position > lastYielded.position)) return false;
-      void own.return?.();
-      this.enter(group, lastYielded);
-    } else {
-      this.enter(startGroup(this.registry, this.key, own, this.context as Context, lastYielded), undefined);
-    }
-    this.own = undefined;
-    this.context = undefined;
-    return true;
-  }
-
-  private enter(group: Group, skipThrough: Position | undefined) {
-    this.group = group;
-    this.skipThrough = skipThrough;
-    this.joined = true;
-    group.members.add(this);
-  }
-
-  /** The group ended (`error` set: it failed); called by the group, which forgets its members itself. */
-  end(error?: Error) {
-    this.group = undefined;
-    this.ended();
-    const settle = this.settle;
-    this.settle = undefined;
-    if (settle) settle(error ? Promise.reject(error) : { done: true, value: undefined });
-    else if (this.outcome === undefined) this.outcome = error ?? true;
-  }
-
-  /** Reports the end once (the caller's active-subscription count). */
-  private ended() {
-    const onEnd = this.onEnd;
-    this.onEnd = undefined;
-    onEnd?.();
-  }
-
-  /**
-   * What graphql-ws waits on while the member is in the group. Made on demand rather than at joining:
-   * a promise made earlier would need a handler of its own (no one may be waiting yet when it fails).
-   */
-  private waitForEnd(): Promise<IteratorResult<never>> {
-    if (this.finished) return this.finished;
-    const outcome = this.outcome;
-    if (outcome === true) this.finished = Promise.resolve({ done: true, value: undefined });
-    else if (outcome) this.finished = Promise.reject(outcome);
-    else
-      this.finished = new Promise<IteratorResult<never>>((resolve) => {
-        this.settle = resolve;
-      });
-    return this.finished;
-  }
-
-  /** Leaves the group (client `complete`, socket closed); the group's stream stops with its last member. */
-  private leave() {
-    const group = this.group;
-    if (!group) return;
-    group.members.delete(this);
-    this.end();
-    if (group.members.size === 0) {
-      const { groups, metrics } = this.registry;
-      if (groups.get(group.key) === group) groups.delete(group.key);
-      metrics.subscriptionGroups.set(groups.size);
-      void group.stream.return?.();
-    }
-  }
-
-  next(): Promise<IteratorResult<ExecutionResult>> {
-    if (this.joined || this.tryJoin()) return this.waitForEnd();
-    return this.nextOwn();
-  }
-
-  private async nextOwn(): Promise<IteratorResult<ExecutionResult>> {
-    let result: IteratorResult<ExecutionResult>;
-    try {
-      result = await (this.own as AsyncIterator<ExecutionResult>).next();
-    } catch (error) {
-      this.ended();
-      throw error;
-    }
-    if (result.done) this.ended();
-    const event = this.context?.event;
-    if (!result.done && event) {
-      this.lastYielded = { epoch: event.epoch, position: event.position };
-      this.lastLive = !event.replayed;
-    }
-    return result;
-  }
-
-  async return(): Promise<IteratorResult<ExecutionResult>> {
-    this.leave();
-    this.ended();
-    const own = this.own;
-    this.own = undefined;
-    this.context = undefined;
-    await own?.return?.();
-    return { done: true, value: undefined };
-  }
-
-  async throw(error?: unknown): Promise<IteratorResult<ExecutionResult>> {
-    await this.return();
-    throw error;
-  }
-}
-
-/** Starts a group on `stream`, executing with `context` (its first member's). */
-function startGroup(
-  registry: Registry,
-  key: string,
-  stream: AsyncIterator<ExecutionResult>,
-  context: Context,
-  last?: Position,
-): Group {
-  // From now on that context serves every member: drop the member's identity so no execution for the
-  // group can act with one member's rights (shared fields never read the viewer; one that did fails loudly).
-  context.viewer = null;
-  const group: Group = { key, members: new Set(), stream, context, last };
-  registry.groups.set(key, group);
-  registry.metrics.subscriptionGroups.set(registry.groups.size);
-  void pump(registry, group);
-  return group;
-}
-
-async function pump(registry: Registry, group: Group) {
-  let failure: Error | undefined;
-  try {
-    for (;;) {
-      const { value: result, done } = await group.stream.next();
-      if (done || group.members.size === 0) break;
-      broadcast(registry, group, result);
-    }
-  } catch {
-    failure = new SubscriptionInterruptedError();
-  } finally {
-    const { groups, metrics } = registry;
-    if (groups.get(group.key) === group) groups.delete(group.key);
-    metrics.subscriptionGroups.set(groups.size);
-    const members = [...group.members];
-    group.members.clear();
-    for (const member of members) member.end(failure);
-  }
-}
-
-/**
- * Writes the event's `next` frame to every member. graphql-ws's `next` message is serialized and UTF-8
- * encoded once per event; only its leading `{"id":…` differs per member. Each member's WebSocket frame
- * (header, id, shared bytes) is built in one Buffer and written straight to its TCP socket: one write
- * and one allocation per delivery, where `ws.send` costs two option objects, a header Buffer and a
- * corked two-buffer writev (bench/results/PROFILE.md).
- */
-function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
-  const { metrics, maxBufferedBytes, onSendError, frames } = registry;
-  const event = group.context.event;
-  // One span per group and event, never per socket (fan-out-span.ts); undefined with tracing off.
-  const span = event?.traceparent === undefined ? undefined : startFanOutSpan(event.traceparent, group.members.size);
-  const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
-  group.context.event = undefined;
-  const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
-  let sent = 0;
-  for (const member of group.members) {
-    const { socket } = member;
-    const skip = member.skipThrough;
-    if (skip !== undefined) {
-      if (position && skip.epoch === position.epoch && position.position <= skip.position) continue;
-      member.skipThrough = undefined;
-    }
-    if (socket.readyState !== socket.OPEN) continue;
-    if (socket.bufferedAmount > maxBufferedBytes) {
-      metrics.slowConsumersClosed.inc();
-      socket.close(SLOW_CONSUMER_CLOSE_CODE, 'Try Again Later: too slow to keep up');
-      continue;
-    }
-    frames.send(socket, member.head, member.headBytes, suffix, onSendError);
-    sent += 1;
-  }
-  group.last = position;
-  if (span) endFanOutSpan(span, sent, suffix.length);
-  if (sent > 0) metrics.eventsDelivered.inc(sent);
-  if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
 }
 
 export function createSubscriptionGroups(deps: {
@@ -414,36 +135,4 @@ export function createSubscriptionGroups(deps: {
       return registry.groups.size;
     },
   };
-}
-
-/**
- * True when every field the subscription selects is declared viewer-independent: the root field by its
- * own `sharedAcrossViewers` extension, every other field by its parent type's.
- */
-export function selectionIsViewerIndependent(schema: GraphQLSchema, document: DocumentNode): boolean {
-  const operations = document.definitions.filter((definition) => definition.kind === 'OperationDefinition');
-  if (operations.length !== 1 || operations[0]?.operation !== 'subscription') return false;
-  const subscriptionType = schema.getSubscriptionType();
-  const typeInfo = new TypeInfo(schema);
-  let independent = true;
-  visit(
-    document,
-    visitWithTypeInfo(typeInfo, {
-      Field() {
-        const parent = typeInfo.getParentType();
-        const field = typeInfo.getFieldDef();
-        if (!parent || !field) {
-          independent = false;
-          return;
-        }
-        if (field.name === '__typename') return;
-        const flagged =
-          parent === subscriptionType
-            ? field.extensions?.[SHARED_ACROSS_VIEWERS] === true
-            : isObjectType(getNamedType(parent)) && parent.extensions?.[SHARED_ACROSS_VIEWERS] === true;
-        if (!flagged) independent = false;
-      },
-    }),
-  );
-  return independent;
 }

@@ -1,4 +1,4 @@
-import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
+import { SHARED_ACROSS_VIEWERS } from '../realtime/shared-across-viewers.js';
 import { builder } from './builder.js';
 
 export const AuthorRef = builder.objectRef<{ id: string; name: string }>('Author').implement({

@@ -10,7 +10,7 @@ import { encodeCursor } from '../realtime/cursor.js';
 import { filterStream } from '../realtime/filter-stream.js';
 import { toPostRow } from '../realtime/post-event.js';
 import { openPostPublishedStream, type StreamedEntry } from '../realtime/post-published-stream.js';
-import { SHARED_ACROSS_VIEWERS } from '../realtime/subscription-groups.js';
+import { SHARED_ACROSS_VIEWERS } from '../realtime/shared-across-viewers.js';
 import { AuthorRef } from './author.js';
 import { builder } from './builder.js';
 import { CreatePostInput } from './create-post-input.js';

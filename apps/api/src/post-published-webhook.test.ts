@@ -1,5 +1,4 @@
 import {
-  createDatabase,
   type Database,
   deleteWebhookEndpoint,
   disableWebhookEndpoint,
@@ -10,7 +9,8 @@ import {
   migrateToLatest,
   upsertUser,
 } from '@herald/db';
-import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
+import { testBackends } from '@herald/db/testing';
+import { TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { createOutboxListener } from '@herald/webhook-engine';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
@@ -20,22 +20,7 @@ import { publishPostWithWebhook } from './post-published-webhook.js';
 // publishPost's one statement: the post becomes PUBLISHED and its `post.published` outbox row exists in the
 // same commit, exactly once, on PostgreSQL and on the embedded PGlite.
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => {
-      const schema = await createTestSchema(inject('databaseUrl'));
-      return { database: await createDatabase({ kind: 'postgres', url: schema.url }), schema };
-    },
-  },
-  {
-    name: 'embedded PGlite',
-    open: async () => ({
-      database: await createDatabase({ kind: 'embedded', dataDir: 'memory://' }),
-      schema: undefined as TestSchema | undefined,
-    }),
-  },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
   let database: HeraldDatabase;

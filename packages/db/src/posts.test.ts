@@ -1,4 +1,4 @@
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { TestSchema } from '@herald/testing';
 import { type Kysely, type KyselyPlugin, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createAuthorLoader } from './author-loader.js';
@@ -6,6 +6,7 @@ import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
 import { findPostById, insertPost, insertPostWithAuthor, listPostsByOrg, POST_PAGE_COLUMNS } from './posts.js';
+import { testBackends } from './testing.js';
 import { upsertUser } from './users.js';
 
 /** Counts the queries Kysely sends, to prove batching. */
@@ -24,23 +25,7 @@ function queryCounter(): KyselyPlugin & { count: number; results: number } {
   };
 }
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => {
-      const schema = await createTestSchema(inject('databaseUrl'));
-      const database = await createDatabase({ kind: 'postgres', url: schema.url });
-      return { database, schema };
-    },
-  },
-  {
-    name: 'embedded PGlite',
-    open: async () => ({
-      database: await createDatabase({ kind: 'embedded', dataDir: 'memory://' }),
-      schema: undefined as TestSchema | undefined,
-    }),
-  },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('data layer on $name', ({ name, open }) => {
   let database: HeraldDatabase;

@@ -1,10 +1,10 @@
-import { createTestSchema } from '@herald/testing';
 import { signWebhook, toStandardWebhookSecret, verifyWebhook } from '@herald/webhooks';
 import { type Kysely, Migrator, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrationProvider } from './migrations/index.js';
+import { testBackends } from './testing.js';
 
 // The Standard Webhooks migration annotates every stored secret with the form `standardwebhooks` and
 // `svix` accept, computed in SQL exactly as @herald/webhooks computes it, and leaves the secret
@@ -26,20 +26,14 @@ const STORED_SECRETS = [
 /** An ed25519 signing key (asymmetric v1a): no Standard Webhooks HMAC form. */
 const SIGNING_KEY = `whsk_${Buffer.alloc(32, 7).toString('base64')}`;
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url }),
-  },
-  { name: 'embedded PGlite', open: () => createDatabase({ kind: 'embedded', dataDir: 'memory://' }) },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('the standard-secrets migration on $name', ({ open }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
 
   beforeAll(async () => {
-    database = await open();
+    ({ database } = await open());
     db = database.db;
     const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
     const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });

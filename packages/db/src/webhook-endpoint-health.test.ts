@@ -1,22 +1,17 @@
-import { createTestSchema, TEST_KEYRING } from '@herald/testing';
+import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
+import { testBackends } from './testing.js';
 import { disableWebhookEndpoint, enableWebhookEndpoint, getEndpointSuccessRates } from './webhook-endpoint-health.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
 
 // The operator's endpoint tools on both backends (embedded mode runs them on PGlite). Replaying dead
 // letters and the test send change deliveries: the webhook engine's lease-protocol/replay.test.ts.
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url }),
-  },
-  { name: 'embedded PGlite', open: () => createDatabase({ kind: 'embedded', dataDir: 'memory://' }) },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('endpoint health and delivery tools on $name', ({ open }) => {
   let database: HeraldDatabase;
@@ -24,7 +19,7 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ open }
   let counter = 0;
 
   beforeAll(async () => {
-    database = await open();
+    ({ database } = await open());
     db = database.db;
     await migrateToLatest(db);
   });

@@ -1,11 +1,12 @@
-import { createTestSchema, dumpSchema } from '@herald/testing';
+import { dumpSchema } from '@herald/testing';
 import { type Kysely, Migrator, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDatabase, type HeraldDatabase } from './create-database.js';
+import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
 import { migrationProvider } from './migrations/index.js';
 import { envelopeKeyId, SecretUnreadableError } from './secret-envelope.js';
+import { testBackends } from './testing.js';
 import { insertWebhookEndpoint, listActiveWebhookSecrets, rotateWebhookSecret } from './webhook-endpoints.js';
 import { countNotUnderFirstKey, prepareWebhookSecrets, resealWebhookSecrets } from './webhook-secrets-at-rest.js';
 
@@ -32,28 +33,18 @@ function formsOf(secret: string): string[] {
   return [secret, body, Buffer.from(body, 'base64').toString('hex')];
 }
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => {
-      const schema = await createTestSchema(inject('databaseUrl'));
-      return { database: await createDatabase({ kind: 'postgres', url: schema.url }), schema: schema.schema };
-    },
-  },
-  {
-    name: 'embedded PGlite',
-    open: async () => ({ database: await createDatabase({ kind: 'embedded', dataDir: 'memory://' }), schema: null }),
-  },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('webhook secrets at rest on $name', ({ open }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
-  let schema: string | null;
+  let schema: string | undefined;
   let newEndpointId: string;
 
   beforeAll(async () => {
-    ({ database, schema } = await open());
+    const opened = await open();
+    database = opened.database;
+    schema = opened.schema?.schema;
     db = database.db;
     const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
     const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });

@@ -1,13 +1,13 @@
 import { checkWebhookEventBody, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import {
-  createDatabase,
   type Database,
   disableWebhookEndpoint,
   type HeraldDatabase,
   insertWebhookEndpoint,
   migrateToLatest,
 } from '@herald/db';
-import { createTestSchema, TEST_KEYRING } from '@herald/testing';
+import { testBackends } from '@herald/db/testing';
+import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { watchDeliveryUpdates } from '../testing/delivery-statements.js';
@@ -18,13 +18,7 @@ import { insertTestWebhook } from './test-send.js';
 // dispatchers' side of a replay (a late record leaves it alone, a FIFO replay waits at the back of
 // the line) is pinned in lease-protocol.test.ts and fifo-endpoints.test.ts.
 
-const backends = [
-  {
-    name: 'PostgreSQL',
-    open: async () => createDatabase({ kind: 'postgres', url: (await createTestSchema(inject('databaseUrl'))).url }),
-  },
-  { name: 'embedded PGlite', open: () => createDatabase({ kind: 'embedded', dataDir: 'memory://' }) },
-];
+const backends = testBackends(() => inject('databaseUrl'));
 
 describe.each(backends)('replays and test sends on $name', ({ open }) => {
   let database: HeraldDatabase;
@@ -32,7 +26,7 @@ describe.each(backends)('replays and test sends on $name', ({ open }) => {
   let counter = 0;
 
   beforeAll(async () => {
-    database = await open();
+    ({ database } = await open());
     db = database.db;
     await migrateToLatest(db);
   });

@@ -21,20 +21,39 @@ interface Seen {
 
 /**
  * In a fresh process (the test runner itself keeps async hooks on), with tracing started against a
- * collector that is never reached and `parentbased_always_off`: new traces are never sampled, a caller's
- * decision is followed. Three operations one after the other, then a promise made after the last.
+ * collector in that process and `parentbased_always_off`: new traces are never sampled, a caller's
+ * decision is followed. Three operations one after the other, then a promise made after the last, then
+ * one made after the sampled span was exported.
  */
-function runOperations(): { unsampled: Seen; sampled: Seen; callerUnsampled: Seen; after: string[] } {
+function runOperations(): {
+  unsampled: Seen;
+  sampled: Seen;
+  callerUnsampled: Seen;
+  after: string[];
+  afterExport: { exported: number; symbols: string[] };
+} {
   const script = `
+    const { createServer } = await import('node:http');
     const { startTracing } = await import(${JSON.stringify(START)});
     const telemetry = await import(${JSON.stringify(TELEMETRY)});
     const { ROOT_CONTEXT, trace } = await import('@opentelemetry/api');
-    await startTracing({ serviceName: 'test' });
+    let exported = 0;
+    const collector = createServer((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        exported++;
+        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+      });
+    });
+    await new Promise((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = 'http://127.0.0.1:' + collector.address().port;
+    const tracing = await startTracing({ serviceName: 'test' });
     if (!telemetry.isTracing()) throw new Error('not the module startTracing set');
     const symbols = (promise) => Object.getOwnPropertySymbols(promise).map(String);
     const operation = async (parent) => {
       const span = telemetry.tracer().startSpan('operation', {}, parent);
       return telemetry.runInOperation(parent, span, async () => {
+        setTimeout(() => span.end(), 10);
         await new Promise((resolve) => setTimeout(resolve, 5));
         return {
           symbols: symbols(new Promise(() => {})),
@@ -49,7 +68,13 @@ function runOperations(): { unsampled: Seen; sampled: Seen; callerUnsampled: See
     const sampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-01'));
     const callerUnsampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-00'));
     await new Promise((resolve) => setImmediate(resolve));
-    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after: symbols(new Promise(() => {})) }));
+    const after = symbols(new Promise(() => {}));
+    // The sampled span ended: the export (in a context of its own) turns the storage on until answered.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await tracing.shutdown(10000);
+    await new Promise((resolve) => setImmediate(resolve));
+    const afterExport = { exported, symbols: symbols(new Promise(() => {})) };
+    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport }));
     process.exit(0);
   `;
   const output = execFileSync(process.execPath, ['--import', TSX_LOADER, '--input-type=module', '-e', script], {
@@ -58,6 +83,7 @@ function runOperations(): { unsampled: Seen; sampled: Seen; callerUnsampled: See
     timeout: 30_000,
     env: {
       PATH: process.env.PATH ?? '',
+      // Set to the script's own collector before tracing starts; any URL turns tracing on.
       OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
       OTEL_TRACES_SAMPLER: 'parentbased_always_off',
       OTEL_BSP_SCHEDULE_DELAY: '600000',
@@ -67,7 +93,7 @@ function runOperations(): { unsampled: Seen; sampled: Seen; callerUnsampled: See
 }
 
 describe('the context an operation runs in', () => {
-  const { unsampled, sampled, callerUnsampled, after } = runOperations();
+  const { unsampled, sampled, callerUnsampled, after, afterExport } = runOperations();
 
   it('is none for a new trace the sampler left out: no async hooks, yet a publish stores "not sampled"', () => {
     // Async hooks would give this promise its async ids and the storage's slot.
@@ -94,5 +120,10 @@ describe('the context an operation runs in', () => {
 
   it('turns the storage, and so async hooks, off again once no operation holds it', () => {
     expect(after).toEqual([]);
+  });
+
+  it('turns it off again after an export, which runs in a context of its own', () => {
+    expect(afterExport.exported).toBeGreaterThan(0);
+    expect(afterExport.symbols).toEqual([]);
   });
 });

@@ -8,7 +8,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
-import { setTracing } from './trace-context.js';
+import { holdContext, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
 /**
@@ -286,16 +286,28 @@ function packageVersion(entry: string, name: string): string | undefined {
   return undefined;
 }
 
-/** Counts spans whose export did not succeed, and those that left the queue. */
+/**
+ * Counts spans whose export did not succeed, and those that left the queue. An export holds the context
+ * storage until it is answered (`holdContext`): the batch processor starts it in a context of its own
+ * (tracing suppressed), which turns the storage on, and a process that serves no traced operation (a
+ * dispatcher) would otherwise keep it on from its first export.
+ */
 function countingExporter(inner: SpanExporter, counts: { pending: number; dropped: number }): SpanExporter {
   return {
     export(spans: ReadableSpan[], done: (result: ExportResult) => void) {
       counts.pending = Math.max(0, counts.pending - spans.length);
-      inner.export(spans, (result) => {
-        // ExportResultCode.SUCCESS is 0; anything else lost these spans.
-        if (result.code !== 0) counts.dropped += spans.length;
-        done(result);
-      });
+      const release = holdContext();
+      try {
+        inner.export(spans, (result) => {
+          // ExportResultCode.SUCCESS is 0; anything else lost these spans.
+          if (result.code !== 0) counts.dropped += spans.length;
+          release();
+          done(result);
+        });
+      } catch (error) {
+        release();
+        throw error;
+      }
     },
     shutdown: () => inner.shutdown(),
     forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),

@@ -34,7 +34,9 @@ function tracedListener(listener: RequestListener, path: string): RequestListene
   return (req, res) => {
     const url = req.url ?? '';
     if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
-    const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    // Without a `traceparent` there is no caller's trace to extract (Herald reads no baggage).
+    const parent =
+      req.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, req.headers);
     const span = tracer().startSpan(
       req.method === 'POST' ? postName : `${req.method} ${path}`,
       { kind: SpanKind.SERVER },

@@ -252,8 +252,9 @@ function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolea
       const wrapped = Object.getOwnPropertyDescriptor(target, key)?.value as Wrapped | undefined;
       if (typeof wrapped !== 'function' || !wrapped.__wrapped || typeof wrapped.__original !== 'function') continue;
       const original = wrapped.__original;
-      const gate: Wrapped = function (this: unknown, ...args: unknown[]) {
-        return storageOn() ? wrapped.apply(this, args) : original.apply(this, args);
+      const gate: Wrapped = function (this: unknown) {
+        // biome-ignore lint/complexity/noArguments: forwarded as is, without copying them into an array
+        return Reflect.apply(storageOn() ? wrapped : original, this, arguments);
       };
       Object.defineProperty(gate, 'length', { value: wrapped.length });
       Object.defineProperty(gate, 'name', { value: wrapped.name });

@@ -31,12 +31,13 @@ function runOperations(): {
   callerUnsampled: Seen;
   after: string[];
   afterExport: { exported: number; symbols: string[] };
+  late: { during: string[]; after: string[] };
 } {
   const script = `
     const { createServer } = await import('node:http');
     const { startTracing } = await import(${JSON.stringify(START)});
     const telemetry = await import(${JSON.stringify(TELEMETRY)});
-    const { ROOT_CONTEXT, trace } = await import('@opentelemetry/api');
+    const { context, ROOT_CONTEXT, trace } = await import('@opentelemetry/api');
     let exported = 0;
     const collector = createServer((request, response) => {
       request.resume();
@@ -61,6 +62,7 @@ function runOperations(): {
           logFields: telemetry.traceLogFields(),
           active: trace.getActiveSpan() === span,
           spanId: span.spanContext().spanId,
+          late: context.bind(context.active(), () => symbols(new Promise(() => {}))),
         };
       });
     };
@@ -68,13 +70,17 @@ function runOperations(): {
     const sampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-01'));
     const callerUnsampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-00'));
     await new Promise((resolve) => setImmediate(resolve));
+    // A listener bound to the sampled operation's context, called after it ended (a request's late event).
+    const late = { during: sampled.late(), after: [] };
+    await new Promise((resolve) => setImmediate(resolve));
+    late.after = symbols(new Promise(() => {}));
     const after = symbols(new Promise(() => {}));
     // The sampled span ended: the export (in a context of its own) turns the storage on until answered.
     await new Promise((resolve) => setTimeout(resolve, 50));
     await tracing.shutdown(10000);
     await new Promise((resolve) => setImmediate(resolve));
     const afterExport = { exported, symbols: symbols(new Promise(() => {})) };
-    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport }));
+    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late }));
     process.exit(0);
   `;
   const output = execFileSync(process.execPath, ['--import', TSX_LOADER, '--input-type=module', '-e', script], {
@@ -93,7 +99,7 @@ function runOperations(): {
 }
 
 describe('the context an operation runs in', () => {
-  const { unsampled, sampled, callerUnsampled, after, afterExport } = runOperations();
+  const { unsampled, sampled, callerUnsampled, after, afterExport, late } = runOperations();
 
   it('is none for a new trace the sampler left out: no async hooks, yet a publish stores "not sampled"', () => {
     // Async hooks would give this promise its async ids and the storage's slot.
@@ -120,6 +126,11 @@ describe('the context an operation runs in', () => {
 
   it('turns the storage, and so async hooks, off again once no operation holds it', () => {
     expect(after).toEqual([]);
+  });
+
+  it('keeps it on for the synchronous part only of a call bound to an operation that already ended', () => {
+    expect(late.during).toContain('Symbol(kResourceStore)');
+    expect(late.after).toEqual([]);
   });
 
   it('turns it off again after an export, which runs in a context of its own', () => {

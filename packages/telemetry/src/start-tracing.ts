@@ -8,7 +8,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
-import { holdContext, setTracing } from './trace-context.js';
+import { contextHeld, holdContext, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
 /**
@@ -162,6 +162,14 @@ function operationContextManager() {
         // Off, the root context is already the active one everywhere.
         if (context === ROOT_CONTEXT || context === this.#sdkRoot) return fn.apply(thisArg, args);
         this.#on = true;
+        // Outside any held operation (a listener bound to a request that already ended, say): the context
+        // holds for `fn`'s synchronous part only, unless `fn` took a hold (an export does).
+        if (!contextHeld())
+          try {
+            return super.with(context, fn, thisArg, ...args);
+          } finally {
+            if (!contextHeld()) this.idle();
+          }
       }
       return super.with(context, fn, thisArg, ...args);
     }

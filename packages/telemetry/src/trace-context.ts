@@ -97,6 +97,11 @@ export function holdContext(): () => void {
   };
 }
 
+/** Whether an operation holds the context storage on ({@link holdContext}); for start-tracing.ts. */
+export function contextHeld(): boolean {
+  return heldOperations > 0;
+}
+
 /**
  * Runs `work` as the operation `span` stands for, in {@link operationContext} and holding the storage
  * until it settles; without a context needed, just runs it.

@@ -36,6 +36,8 @@ let fanOutPod: ApiProcess;
 let dispatcher: DispatcherProcess;
 let subscriber: Subscriber | undefined;
 let token: string;
+/** The environment every process of this file starts with. */
+let env: Record<string, string>;
 
 beforeAll(async () => {
   schema = await createTestSchema(inject('databaseUrl'));
@@ -47,7 +49,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   token = await signToken(JWT_SECRET, { sub: 'writer', name: 'Writer', orgs: [ORG] });
-  const env = {
+  env = {
     DATABASE_URL: schema.url,
     REDIS_URL: inject('redisUrl'),
     HERALD_REDIS_PREFIX: REDIS_PREFIX,
@@ -281,6 +283,40 @@ describe('a caller that does not sample', () => {
     // Whatever was exported meanwhile (other tests' spans, batch spans linking elsewhere), none is in it.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(collector.spans.filter((span) => span.traceId === traceId)).toEqual([]);
+  });
+});
+
+describe('a publish the sampler left out, with no caller trace', () => {
+  it('tells its webhook "not sampled": the dispatcher, which samples new traces, records no attempt', {
+    timeout: 120_000,
+  }, async () => {
+    // A pod that never samples a new trace: its requests run in no trace context at all (the cheap path),
+    // yet what they publish must carry the decision, or the dispatcher would start a sampled trace.
+    const unsampledPod = await startApiProcess({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_always_off' });
+    try {
+      const created = await postGraphql(
+        unsampledPod.baseUrl,
+        token,
+        'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+        { input: { orgId: ORG, title: 'left out' } },
+      );
+      const seen = webhookHeaders.length;
+      const published = await postGraphql(
+        unsampledPod.baseUrl,
+        token,
+        'mutation Publish($id: ID!) { publishPost(id: $id) { id } }',
+        { id: created.body.data.createPost.id },
+      );
+      expect(published.body.errors).toBeUndefined();
+      await waitFor('the webhook POST', () => webhookHeaders.length > seen);
+      const traceparent = String(webhookHeaders.at(-1)?.traceparent);
+      expect(traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+      const traceId = traceparent.split('-')[1];
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(collector.spans.filter((span) => span.traceId === traceId)).toEqual([]);
+    } finally {
+      await unsampledPod.stop('SIGTERM');
+    }
   });
 });
 

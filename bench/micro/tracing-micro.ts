@@ -4,11 +4,22 @@
  * `parentbased_traceidratio` 0.01, and on with every request sampled (1.0), exporting OTLP/protobuf to a
  * sink in this process that answers 200 at once. Each round sends `requests` requests with `concurrency`
  * in flight after a warm-up, and prints requests/s, latency percentiles and the server's CPU µs per request
- * (from /proc). Bounded: a fixed count per round, and each request times out.
- *   node --import tsx bench/micro/tracing-micro.ts [requests=4000] [concurrency=16]
+ * (from /proc). With `repeats` above 1 the three rounds run that many times, interleaved (off, 0.01, 1.0,
+ * off, …), and a last table gives each setting's lowest CPU per request and the run it came from: on a
+ * shared machine the load moves between rounds, and the least disturbed run is the closest to the cost.
+ * Bounded: a fixed count per round, and each request times out.
+ *   node --import tsx bench/micro/tracing-micro.ts [requests=4000] [concurrency=16] [repeats=1] [side-by-side]
+ *
+ * `side-by-side`: the three settings are served at the same time instead, one process each with
+ * `concurrency` requests in flight, and each process's CPU is read over the same window (until one of them
+ * answered `requests`): load from elsewhere then falls on the three alike, and the differences between
+ * them hold better than between rounds run one after another. Its figures are higher than the sequential
+ * rounds' (three servers and their load share two cores); compare its columns with each other.
+ * Results: bench/results/tracing/results.md.
  */
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { loadavg } from 'node:os';
 import { signToken } from '@herald/auth';
 import pg from 'pg';
 import { Pool } from 'undici';
@@ -17,6 +28,8 @@ import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
 
 const requests = Number(process.argv[2] ?? 4_000);
 const concurrency = Number(process.argv[3] ?? 16);
+const repeats = Math.max(1, Number(process.argv[4] ?? 1));
+const sideBySide = process.argv[5] === 'side-by-side';
 const WARM_UP_REQUESTS = 1_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 const JWT_SECRET = 'tracing-micro-secret-0123456789abcdef';
@@ -42,6 +55,20 @@ function cpuMicros(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
 
+/** One `posts` request, checked. */
+async function postsRequest(pool: Pool): Promise<void> {
+  const response = await pool.request({
+    path: '/graphql',
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body,
+    headersTimeout: REQUEST_TIMEOUT_MS,
+    bodyTimeout: REQUEST_TIMEOUT_MS,
+  });
+  const text = await response.body.text();
+  if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+}
+
 async function load(pool: Pool, count: number): Promise<number[]> {
   const latencies: number[] = [];
   let left = count;
@@ -49,21 +76,101 @@ async function load(pool: Pool, count: number): Promise<number[]> {
     Array.from({ length: concurrency }, async () => {
       while (left-- > 0) {
         const started = performance.now();
-        const response = await pool.request({
-          path: '/graphql',
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-          body,
-          headersTimeout: REQUEST_TIMEOUT_MS,
-          bodyTimeout: REQUEST_TIMEOUT_MS,
-        });
-        const text = await response.body.text();
-        if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+        await postsRequest(pool);
         latencies.push(performance.now() - started);
       }
     }),
   );
   return latencies.sort((a, b) => a - b);
+}
+
+/** The posts the queries read: 20, made through the API. */
+async function seed(pool: Pool): Promise<void> {
+  for (let i = 0; i < 20; i++) {
+    await pool
+      .request({
+        path: '/graphql',
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify({
+          query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+          variables: { input: { orgId: ORG, title: `post ${i}` } },
+        }),
+      })
+      .then((response) => response.body.text());
+  }
+}
+
+/**
+ * The `side-by-side` mode: the three settings at once, each process's CPU over the same window, `repeats`
+ * times (new processes each time).
+ */
+async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
+  console.log(
+    `posts(first: 10) over HTTP, side by side: ${rounds.length} processes at once, ${concurrency} in flight each, ` +
+      `CPU read over the window in which the first of them answered ${requests} (after ${WARM_UP_REQUESTS} warm-up each); ` +
+      `load average ${loadavg()
+        .map((load) => load.toFixed(1))
+        .join(' ')}`,
+  );
+  console.log(`| run | ${rounds.map((round) => `${round.name}: µs/req, req/s`).join(' | ')} | against off |`);
+  console.log(`|${' --- |'.repeat(rounds.length + 2)}`);
+  const ratios: number[][] = [];
+  for (let run = 1; run <= repeats; run++) {
+    const apis = await Promise.all(rounds.map((round) => startApiProcess({ ...apiEnv, ...round.env })));
+    const pools = apis.map((api) => new Pool(api.baseUrl, { connections: concurrency }));
+    try {
+      if (run === 1) await seed(pools[0]!);
+      await Promise.all(pools.map((pool) => load(pool, WARM_UP_REQUESTS)));
+      const done = rounds.map(() => 0);
+      const cpuBefore = apis.map((api) => cpuMicros(api.child.pid as number));
+      const started = performance.now();
+      let window: { cpu: number[]; done: number[]; seconds: number } | undefined;
+      await Promise.all(
+        pools.flatMap((pool, i) =>
+          Array.from({ length: concurrency }, async () => {
+            while (!window) {
+              await postsRequest(pool);
+              done[i]!++;
+              if (!window && done[i]! >= requests)
+                window = {
+                  cpu: apis.map((api, j) => cpuMicros(api.child.pid as number) - cpuBefore[j]!),
+                  done: [...done],
+                  seconds: (performance.now() - started) / 1000,
+                };
+            }
+          }),
+        ),
+      );
+      const measured = window!;
+      const cpu = measured.cpu.map((micros, i) => micros / measured.done[i]!);
+      ratios.push(cpu.map((value) => value / cpu[0]!));
+      console.log(
+        `| ${run} | ` +
+          cpu
+            .map((value, i) => `${Math.round(value)}, ${Math.round(measured.done[i]! / measured.seconds)}`)
+            .join(' | ') +
+          ` | ${cpu
+            .slice(1)
+            .map((value) => `${value >= cpu[0]! ? '+' : ''}${(((value - cpu[0]!) / cpu[0]!) * 100).toFixed(1)} %`)
+            .join(', ')} |`,
+      );
+    } finally {
+      await Promise.all(pools.map((pool) => pool.close()));
+      await Promise.all(apis.map((api) => api.stop('SIGTERM')));
+    }
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  console.log(
+    `\nMedian against off over ${repeats} runs: ` +
+      rounds
+        .slice(1)
+        .map((round, i) => `${round.name} ${((median(ratios.map((ratio) => ratio[i + 1]!)) - 1) * 100).toFixed(1)} %`)
+        .join(', ') +
+      `; load average now ${loadavg()
+        .map((load) => load.toFixed(1))
+        .join(' ')}`,
+  );
 }
 
 const rounds: Array<{ name: string; env: Record<string, string> }> = [
@@ -93,36 +200,35 @@ await admin.connect();
 await admin.query(`create schema ${schemaName}`);
 const schemaUrl = new URL(base);
 schemaUrl.searchParams.set('options', `-c search_path=${schemaName}`);
+const apiEnv = { DATABASE_URL: schemaUrl.toString(), JWT_SECRET, ...UNLIMITED_TENANT_QUOTAS };
 try {
+  if (sideBySide) await runSideBySide(apiEnv);
+  else await runRounds();
+} finally {
+  await admin.query(`drop schema ${schemaName} cascade`);
+  await admin.end();
+  sink.close();
+}
+
+/** The rounds one after another (the default mode). */
+async function runRounds(): Promise<void> {
   console.log(
-    `posts(first: 10) over HTTP, ${requests} requests, ${concurrency} in flight, after ${WARM_UP_REQUESTS} warm-up`,
+    `posts(first: 10) over HTTP, ${requests} requests, ${concurrency} in flight, after ${WARM_UP_REQUESTS} warm-up, ` +
+      `${repeats} × each setting; load average ${loadavg()
+        .map((load) => load.toFixed(1))
+        .join(' ')}`,
   );
-  console.log('| tracing | req/s | p50 ms | p99 ms | server CPU µs/req | exported KiB |');
-  console.log('| --- | --- | --- | --- | --- | --- |');
+  console.log('| tracing | run | req/s | p50 ms | p99 ms | server CPU µs/req | exported KiB |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- |');
   let seeded = false;
-  for (const round of rounds) {
-    const api = await startApiProcess({
-      DATABASE_URL: schemaUrl.toString(),
-      JWT_SECRET,
-      ...UNLIMITED_TENANT_QUOTAS,
-      ...round.env,
-    });
+  const best = new Map<string, { cpu: number; perSecond: number; run: number }>();
+  const schedule = Array.from({ length: repeats }, (_, run) => rounds.map((round) => ({ round, run: run + 1 }))).flat();
+  for (const { round, run } of schedule) {
+    const api = await startApiProcess({ ...apiEnv, ...round.env });
     const pool = new Pool(api.baseUrl, { connections: concurrency });
     try {
       if (!seeded) {
-        for (let i = 0; i < 20; i++) {
-          await pool
-            .request({
-              path: '/graphql',
-              method: 'POST',
-              headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-              body: JSON.stringify({
-                query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
-                variables: { input: { orgId: ORG, title: `post ${i}` } },
-              }),
-            })
-            .then((response) => response.body.text());
-        }
+        await seed(pool);
         seeded = true;
       }
       await load(pool, WARM_UP_REQUESTS);
@@ -136,15 +242,27 @@ try {
       // The last batch is exported within the schedule delay: wait for it before reading the sink.
       await new Promise((resolve) => setTimeout(resolve, round.env.OTEL_EXPORTER_OTLP_ENDPOINT ? 5_500 : 0));
       console.log(
-        `| ${round.name} | ${Math.round(requests / seconds)} | ${at(0.5)} | ${at(0.99)} | ${Math.round(cpu)} | ${Math.round((exportedBytes - exportedBefore) / 1024)} |`,
+        `| ${round.name} | ${run} | ${Math.round(requests / seconds)} | ${at(0.5)} | ${at(0.99)} | ${Math.round(cpu)} | ${Math.round((exportedBytes - exportedBefore) / 1024)} |`,
       );
+      const kept = best.get(round.name);
+      if (!kept || cpu < kept.cpu) best.set(round.name, { cpu, perSecond: requests / seconds, run });
     } finally {
       await pool.close();
       await api.stop('SIGTERM');
     }
   }
-} finally {
-  await admin.query(`drop schema ${schemaName} cascade`);
-  await admin.end();
-  sink.close();
+  if (repeats > 1) {
+    const off = best.get(rounds[0]!.name)!.cpu;
+    console.log(
+      `\nLowest CPU per request of ${repeats} runs; load average now ${loadavg()
+        .map((load) => load.toFixed(1))
+        .join(' ')}`,
+    );
+    console.log('| tracing | server CPU µs/req | against off | req/s (that run) | run |');
+    console.log('| --- | --- | --- | --- | --- |');
+    for (const [name, { cpu, perSecond, run }] of best)
+      console.log(
+        `| ${name} | ${Math.round(cpu)} | ${cpu >= off ? '+' : ''}${(((cpu - off) / off) * 100).toFixed(1)} % | ${Math.round(perSecond)} | ${run} |`,
+      );
+  }
 }

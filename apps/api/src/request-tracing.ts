@@ -1,5 +1,5 @@
 import type { RequestListener, Server } from 'node:http';
-import { contextWithSpan, isTracing, tracer } from '@herald/telemetry';
+import { holdContext, isTracing, operationContext, tracer } from '@herald/telemetry';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
 
@@ -17,6 +17,9 @@ import { type DocumentNode, getOperationAST } from 'graphql';
  *
  * With tracing off nothing changes: the server keeps its listener, not even a wrapper call per request.
  * With tracing on, the server's `request` listener is replaced by one that makes the span and calls it.
+ * A request the sampler leaves out and that continues no caller's trace only pays for that decision: it
+ * runs in no context, so its queries meet no span and Node's async hooks stay off for it
+ * (`operationContext`, `holdContext` in @herald/telemetry; bench/results/tracing).
  */
 export function traceGraphQLRequests(server: Server, path: string): void {
   if (!isTracing()) return;
@@ -27,22 +30,31 @@ export function traceGraphQLRequests(server: Server, path: string): void {
 }
 
 function tracedListener(listener: RequestListener, path: string): RequestListener {
+  const postName = `POST ${path}`;
   return (req, res) => {
     const url = req.url ?? '';
     if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
-    const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    // Without a `traceparent` there is no caller's trace to extract (Herald reads no baggage).
+    const parent =
+      req.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, req.headers);
     const span = tracer().startSpan(
-      `${req.method} ${path}`,
-      { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': path } },
+      req.method === 'POST' ? postName : `${req.method} ${path}`,
+      { kind: SpanKind.SERVER },
       parent,
     );
+    // Not sampled and no caller's trace to continue: no context, no listener, nothing more to pay
+    // (operationContext; a publish still stores "not sampled", activeTraceparent).
+    const active = operationContext(parent, span);
+    if (!active) return listener(req, res);
+    // Attributes only for a span that records (none of this reaches the exporter otherwise).
+    if (span.isRecording()) span.setAttributes({ 'http.request.method': req.method ?? '', 'url.path': path });
+    const release = holdContext();
     res.once('close', () => {
       span.setAttribute('http.response.status_code', res.statusCode);
       if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
       span.end();
+      release();
     });
-    // An unsampled span is not made active (contextWithSpan): its queries then make no spans at all.
-    const active = contextWithSpan(parent, span);
     // The fast path reads the body in `data`/`end` listeners: bound, they run inside the request's span
     // (an emitter's listeners otherwise run in whatever context emitted the event). The response needs
     // no binding: it is written from the request's own async chain.

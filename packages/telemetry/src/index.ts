@@ -1,16 +1,17 @@
 export {
   activeTraceparent,
   contextFromTraceparent,
-  contextWithSpan,
   detached,
   formatTraceparent,
+  holdContext,
   isTracing,
   linksFromTraceparents,
+  operationContext,
   parseTraceparent,
   recordBatchSpan,
+  runInOperation,
   traceLogFields,
   traceLogMixin,
   tracer,
-  withSpan,
 } from './trace-context.js';
 export { type OtlpProtocol, readTracingConfig, type TracingConfig, TracingConfigError } from './tracing-config.js';

@@ -1,12 +1,14 @@
+import type { AsyncLocalStorage } from 'node:async_hooks';
 import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { type Context, type ContextManager, ROOT_CONTEXT } from '@opentelemetry/api';
 import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
-import { setTracing } from './trace-context.js';
+import { contextHeld, holdContext, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
 /**
@@ -14,8 +16,9 @@ import { readTracingConfig } from './tracing-config.js';
  * nothing at all: without an endpoint no SDK module is even loaded, and every span Herald asks for is the
  * API's no-op (trace-context.ts checks `isTracing()` before making one).
  *
- * When on: a NodeTracerProvider (AsyncLocalStorage context, W3C trace context propagation, the sampler
- * of `OTEL_TRACES_SAMPLER`), one batch processor exporting OTLP over HTTP (protobuf or JSON), and the
+ * When on: a NodeTracerProvider (AsyncLocalStorage context, on only while an operation needs it:
+ * `OperationContextManager`; W3C trace context propagation; the sampler of `OTEL_TRACES_SAMPLER`), one
+ * batch processor exporting OTLP over HTTP (protobuf or JSON), and the
  * PostgreSQL (`pg`) and Redis (`ioredis`) instrumentations, which only record a query inside a Herald
  * span (background polling makes no traces of its own).
  *
@@ -85,14 +88,15 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     .merge(resources.resourceFromAttributes({ 'service.name': config.serviceName }))
     .merge(resources.detectResources({ detectors: [resources.envDetector] }));
   const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
-  provider.register();
+  const contextManager = new (operationContextManager())();
+  provider.register({ contextManager });
   const instrumentations = [
     new pg.PgInstrumentation({ requireParentSpan: true }),
     new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
   ];
   registerInstrumentations({ tracerProvider: provider, instrumentations });
-  await patchAppModules(instrumentations);
-  setTracing(true, provider.getTracer('herald'));
+  gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
+  setTracing(true, provider.getTracer('herald'), () => contextManager.idle());
 
   let stopping: Promise<void> | undefined;
   return {
@@ -120,6 +124,76 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   };
 }
 
+/** What Herald uses of the SDK's AsyncLocalStorage context manager. */
+interface AsyncLocalStorageContextManager extends ContextManager {
+  readonly _asyncLocalStorage: AsyncLocalStorage<Context>;
+  /** Experimental in the SDK: `enterWith` the context. */
+  attach(context: Context): unknown;
+}
+
+/**
+ * The SDK's AsyncLocalStorage context manager, with its storage turned off while no operation holds it
+ * (`holdContext`, trace-context.ts): on Node 20 an enabled AsyncLocalStorage makes every promise of the
+ * process run async hooks, which cost an unsampled `posts` request more than all its tracing otherwise
+ * (bench/results/tracing). Off, `active()` is the root context, and `with(root)` (`detached`) just
+ * runs its work; any other `with` turns the storage on again (AsyncLocalStorage's `run` does).
+ *
+ * The class is `@opentelemetry/context-async-hooks`' own, loaded as `@opentelemetry/sdk-trace-node`
+ * loads it (that package's dependency, at the version it was tested with).
+ */
+function operationContextManager() {
+  const require = createRequire(import.meta.url);
+  const fromSdk = createRequire(realpathSync(require.resolve('@opentelemetry/sdk-trace-node')));
+  const { AsyncLocalStorageContextManager: Base } = fromSdk('@opentelemetry/context-async-hooks') as {
+    AsyncLocalStorageContextManager: new () => AsyncLocalStorageContextManager;
+  };
+  return class OperationContextManager extends Base {
+    #on = false;
+    /** The root context of the API copy the SDK uses (ours may be another build: see trace-context.ts). */
+    readonly #sdkRoot = this.active();
+
+    override with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(
+      context: Context,
+      fn: F,
+      thisArg?: ThisParameterType<F>,
+      ...args: A
+    ): ReturnType<F> {
+      if (!this.#on) {
+        // Off, the root context is already the active one everywhere.
+        if (context === ROOT_CONTEXT || context === this.#sdkRoot) return fn.apply(thisArg, args);
+        this.#on = true;
+        // Outside any held operation (a listener bound to a request that already ended, say): the context
+        // holds for `fn`'s synchronous part only, unless `fn` took a hold (an export does).
+        if (!contextHeld())
+          try {
+            return super.with(context, fn, thisArg, ...args);
+          } finally {
+            if (!contextHeld()) this.idle();
+          }
+      }
+      return super.with(context, fn, thisArg, ...args);
+    }
+
+    /** `enterWith`, underneath: the storage is on from here. */
+    override attach(context: Context): unknown {
+      this.#on = true;
+      return super.attach(context);
+    }
+
+    /** Whether the storage is on: off, the active context is the root one everywhere. */
+    get on(): boolean {
+      return this.#on;
+    }
+
+    /** Turns the storage off (no held operation left): until the next `with`, no async hooks run. */
+    idle(): void {
+      if (!this.#on) return;
+      this.#on = false;
+      this._asyncLocalStorage.disable();
+    }
+  };
+}
+
 /**
  * Applies `instrumentations` to the very module objects the app uses. Registering them hooks `require`,
  * which patches a module when it is required; but an app's main.ts imports `pg` and `ioredis` as ES
@@ -129,7 +203,8 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
  * instance the app has), and patched in place: the prototypes, which every connection shares, get the
  * wrappers. A module this app does not have is skipped.
  */
-async function patchAppModules(instrumentations: readonly InstrumentationBase[]): Promise<void> {
+async function patchAppModules(instrumentations: readonly InstrumentationBase[]): Promise<unknown[]> {
+  const patched: unknown[] = [];
   const require = createRequire(import.meta.url);
   const found = new Map<string, { exports: unknown; version: string } | undefined>();
   const load = async (name: string) => {
@@ -148,7 +223,53 @@ async function patchAppModules(instrumentations: readonly InstrumentationBase[])
       } else {
         module = await load(definition.name);
       }
-      if (module && definition.patch) definition.patch(module.exports, module.version);
+      if (module && definition.patch) {
+        definition.patch(module.exports, module.version);
+        patched.push(module.exports);
+      }
+    }
+  }
+  return patched;
+}
+
+/** A function an instrumentation wrapped (shimmer marks the wrapper so). */
+interface Wrapped {
+  (...args: unknown[]): unknown;
+  __wrapped?: boolean;
+  __original?: (...args: unknown[]) => unknown;
+  __unwrap?: () => void;
+}
+
+/**
+ * Puts a gate in front of every method the instrumentations wrapped in `modules` (on their prototypes:
+ * `pg`'s `Client`, `pg-pool`, `ioredis`): while the context storage is off there is no active span
+ * anywhere, so the instrumentations (`requireParentSpan`) would only look for one and call the original;
+ * the gate calls the original straight away. With a ratio sampler that is every query of an unsampled
+ * request while no sampled one is in flight (bench/results/tracing). While the storage is on, the
+ * instrumentation's wrapper runs as it would without the gate. Shimmer's marks are kept.
+ */
+function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolean): void {
+  const targets = new Set<object>();
+  for (const exports of modules) {
+    const value = exports as { prototype?: unknown; Client?: { prototype?: unknown } } | undefined;
+    for (const target of [value?.prototype, value?.Client?.prototype])
+      if (target && typeof target === 'object') targets.add(target);
+  }
+  for (const target of targets) {
+    for (const key of Object.getOwnPropertyNames(target)) {
+      const wrapped = Object.getOwnPropertyDescriptor(target, key)?.value as Wrapped | undefined;
+      if (typeof wrapped !== 'function' || !wrapped.__wrapped || typeof wrapped.__original !== 'function') continue;
+      const original = wrapped.__original;
+      const gate: Wrapped = function (this: unknown) {
+        // biome-ignore lint/complexity/noArguments: forwarded as is, without copying them into an array
+        return Reflect.apply(storageOn() ? wrapped : original, this, arguments);
+      };
+      Object.defineProperty(gate, 'length', { value: wrapped.length });
+      Object.defineProperty(gate, 'name', { value: wrapped.name });
+      gate.__wrapped = true;
+      gate.__original = original;
+      gate.__unwrap = wrapped.__unwrap;
+      (target as Record<string, unknown>)[key] = gate;
     }
   }
 }
@@ -174,16 +295,28 @@ function packageVersion(entry: string, name: string): string | undefined {
   return undefined;
 }
 
-/** Counts spans whose export did not succeed, and those that left the queue. */
+/**
+ * Counts spans whose export did not succeed, and those that left the queue. An export holds the context
+ * storage until it is answered (`holdContext`): the batch processor starts it in a context of its own
+ * (tracing suppressed), which turns the storage on, and a process that serves no traced operation (a
+ * dispatcher) would otherwise keep it on from its first export.
+ */
 function countingExporter(inner: SpanExporter, counts: { pending: number; dropped: number }): SpanExporter {
   return {
     export(spans: ReadableSpan[], done: (result: ExportResult) => void) {
       counts.pending = Math.max(0, counts.pending - spans.length);
-      inner.export(spans, (result) => {
-        // ExportResultCode.SUCCESS is 0; anything else lost these spans.
-        if (result.code !== 0) counts.dropped += spans.length;
-        done(result);
-      });
+      const release = holdContext();
+      try {
+        inner.export(spans, (result) => {
+          // ExportResultCode.SUCCESS is 0; anything else lost these spans.
+          if (result.code !== 0) counts.dropped += spans.length;
+          release();
+          done(result);
+        });
+      } catch (error) {
+        release();
+        throw error;
+      }
     },
     shutdown: () => inner.shutdown(),
     forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),

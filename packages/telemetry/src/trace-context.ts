@@ -21,6 +21,10 @@ import {
 
 let tracing = false;
 let heraldTracer: Tracer = trace.getTracer('herald');
+/** Operations holding the context storage on (see {@link holdContext}). */
+let heldOperations = 0;
+/** Turns the context storage off (start-tracing.ts); called when the last held operation ends. */
+let contextStorageIdle: (() => void) | undefined;
 
 /** True once `startTracing` registered an SDK in this process. One boolean read: cheap enough for hot paths. */
 export function isTracing(): boolean {
@@ -30,11 +34,13 @@ export function isTracing(): boolean {
 /**
  * For start-tracing.ts only: the SDK's own tracer, held directly. A tracer taken from the API before the
  * SDK registered is a proxy bound to the API copy that made it, and `@opentelemetry/api` ships an ESM and
- * a CommonJS build: a proxy made by one never learns of a provider the other registered.
+ * a CommonJS build: a proxy made by one never learns of a provider the other registered. `idle` turns the
+ * context storage off once no operation holds it (start-tracing.ts, `OperationContextManager`).
  */
-export function setTracing(on: boolean, sdkTracer?: Tracer): void {
+export function setTracing(on: boolean, sdkTracer?: Tracer, idle?: () => void): void {
   tracing = on;
   heraldTracer = sdkTracer ?? trace.getTracer('herald');
+  contextStorageIdle = idle;
 }
 
 /** The tracer every hand-made Herald span comes from. */
@@ -45,19 +51,70 @@ export function tracer(): Tracer {
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 /**
- * Where an unsampled operation keeps its span context: not as the active span, so the PostgreSQL and
- * Redis instrumentations (which only record under an active span) skip its queries entirely instead of
- * making a no-op span for each, but still there for {@link activeTraceparent} and the log fields.
+ * Where an unsampled operation that continues a caller's trace keeps its span context: not as the active
+ * span, so the PostgreSQL and Redis instrumentations (which only record under an active span) skip its
+ * queries entirely instead of making a no-op span for each, but still there for {@link activeTraceparent}
+ * and the log fields.
  */
 const UNSAMPLED_SPAN_KEY = createContextKey('herald unsampled span context');
 
 /**
- * The context an operation's work runs in: `span` as the active span when it records, else only its
- * span context under a key of Herald's own (see above): with a ratio sampler most operations are
- * unsampled, and they then pay for no span below them.
+ * The context an operation's work runs in, or undefined when it needs none:
+ * - `span` records: `span` as the active span (its PostgreSQL and Redis calls nest under it);
+ * - `span` does not record but `parent` carries a caller's trace (a `traceparent` that said "not
+ *   sampled"): only its span context, under a key of Herald's own (see above), so a publish stores the
+ *   caller's trace id with the not-sampled flag;
+ * - neither (the sampler said no to a new trace, 99 % of requests at a ratio of 0.01): undefined. Such
+ *   an operation runs in no context at all, so the context storage, and Node's async hooks behind it,
+ *   can stay off ({@link holdContext}); a publish from it stores a not-sampled `traceparent` of its own
+ *   ({@link activeTraceparent}).
  */
-export function contextWithSpan(parent: Context, span: Span): Context {
-  return span.isRecording() ? trace.setSpan(parent, span) : parent.setValue(UNSAMPLED_SPAN_KEY, span.spanContext());
+export function operationContext(parent: Context, span: Span): Context | undefined {
+  if (span.isRecording()) return trace.setSpan(parent, span);
+  // The caller's span leaves the context: the instrumentations would take it for a parent.
+  if (trace.getSpanContext(parent)) return trace.deleteSpan(parent).setValue(UNSAMPLED_SPAN_KEY, span.spanContext());
+  return undefined;
+}
+
+/**
+ * Holds the context storage on until the returned function is called (once; later calls do nothing).
+ *
+ * On Node 20 an enabled AsyncLocalStorage runs async hooks on every promise the process makes, whoever
+ * makes it (bench/results/PROFILE.md): left on after the first sampled request, it would cost every
+ * unsampled one too. So the storage is on only while an operation that needs a context is in flight:
+ * each takes a hold for its whole life (an HTTP request until its response closed, a socket operation
+ * until it settled), and when the last hold is released the storage is turned off until the next
+ * `context.with`. Work an operation leaves running after its hold (a timer it set) then runs in no
+ * context, as work scheduled outside any operation does (see {@link detached}).
+ */
+export function holdContext(): () => void {
+  heldOperations++;
+  let held = true;
+  return () => {
+    if (!held) return;
+    held = false;
+    if (--heldOperations === 0) contextStorageIdle?.();
+  };
+}
+
+/** Whether an operation holds the context storage on ({@link holdContext}); for start-tracing.ts. */
+export function contextHeld(): boolean {
+  return heldOperations > 0;
+}
+
+/**
+ * Runs `work` as the operation `span` stands for, in {@link operationContext} and holding the storage
+ * until it settles; without a context needed, just runs it.
+ */
+export async function runInOperation<T>(parent: Context, span: Span, work: () => T | Promise<T>): Promise<T> {
+  const active = operationContext(parent, span);
+  if (!active) return await work();
+  const release = holdContext();
+  try {
+    return await context.with(active, work);
+  } finally {
+    release();
+  }
 }
 
 /** The span context of the operation running here, recorded or not. */
@@ -67,13 +124,31 @@ function activeSpanContext(): SpanContext | undefined {
 }
 
 /**
- * The W3C `traceparent` of the operation running here, or null (tracing off, no operation). An unsampled
- * operation's is returned too (flags `00`), so work done later for the same event stays unsampled.
+ * The W3C `traceparent` of the operation running here, or null while tracing is off. An unsampled
+ * operation's is returned too (flags `00`), so work done later for the same event stays unsampled. An
+ * operation running in no context is one the sampler said no to at its start, with no caller's trace to
+ * continue ({@link operationContext}): it gets a not-sampled `traceparent` of a new trace, which tells
+ * the webhook attempts and fan-out of its event the same as its own would have (its ids are recorded
+ * nowhere).
  */
 export function activeTraceparent(): string | null {
   if (!tracing) return null;
   const spanContext = activeSpanContext();
-  return spanContext ? formatTraceparent(spanContext) : null;
+  return spanContext ? formatTraceparent(spanContext) : unsampledTraceparent();
+}
+
+/** Scratch space for {@link unsampledTraceparent}'s ids. */
+const ID_BYTES = Buffer.alloc(24);
+
+/**
+ * `00-<new trace id>-<new span id>-00`. Ids as the SDK's own generator makes them (Math.random, not
+ * crypto: `randomBytes` would cost a publish several µs), never all zeros.
+ */
+function unsampledTraceparent(): string {
+  for (let offset = 0; offset < 24; offset += 4) ID_BYTES.writeUInt32BE((Math.random() * 2 ** 32) >>> 0, offset);
+  ID_BYTES[15] ||= 1;
+  ID_BYTES[23] ||= 1;
+  return `00-${ID_BYTES.toString('hex', 0, 16)}-${ID_BYTES.toString('hex', 16, 24)}-00`;
 }
 
 /** `00-<trace id>-<span id>-<flags>`, or null for an invalid context. */
@@ -143,11 +218,6 @@ export function recordBatchSpan(
  */
 export function detached<T>(work: () => T): T {
   return tracing ? context.with(ROOT_CONTEXT, work) : work();
-}
-
-/** Runs `work` in {@link contextWithSpan} (so PostgreSQL and Redis spans nest under a recorded span). */
-export function withSpan<T>(span: Span, work: () => T): T {
-  return context.with(contextWithSpan(context.active(), span), work);
 }
 
 /**

@@ -24,20 +24,20 @@ export function startAttemptSpan(delivery: ClaimedDelivery): { span: Span; trace
   if (!isTracing()) return undefined;
   const span = tracer().startSpan(
     'webhook attempt',
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        'http.request.method': 'POST',
-        'url.full': redactUrl(delivery.url),
-        'herald.webhook.attempt': delivery.attemptCount + 1,
-        'herald.webhook.endpoint_id': delivery.endpointId,
-        'herald.webhook.delivery_id': delivery.id,
-        'herald.webhook.event_id': delivery.eventId,
-        'herald.webhook.event_type': delivery.eventType,
-      },
-    },
+    { kind: SpanKind.CLIENT },
     contextFromTraceparent(delivery.traceparent),
   );
+  // Attributes only for a span that records: an unsampled attempt parses no URL.
+  if (span.isRecording())
+    span.setAttributes({
+      'http.request.method': 'POST',
+      'url.full': redactUrl(delivery.url),
+      'herald.webhook.attempt': delivery.attemptCount + 1,
+      'herald.webhook.endpoint_id': delivery.endpointId,
+      'herald.webhook.delivery_id': delivery.id,
+      'herald.webhook.event_id': delivery.eventId,
+      'herald.webhook.event_type': delivery.eventType,
+    });
   return { span, traceparent: formatTraceparent(span.spanContext()) };
 }
 

@@ -13,11 +13,13 @@ import { type Span, SpanKind } from '@opentelemetry/api';
  */
 export function startFanOutSpan(traceparent: string, members: number): Span | undefined {
   if (!isTracing()) return undefined;
-  return tracer().startSpan(
+  const span = tracer().startSpan(
     'subscription fan-out',
-    { kind: SpanKind.CONSUMER, attributes: { 'herald.subscription.members': members } },
+    { kind: SpanKind.CONSUMER },
     contextFromTraceparent(traceparent),
   );
+  if (span.isRecording()) span.setAttribute('herald.subscription.members', members);
+  return span;
 }
 
 /** Records what the fan-out wrote: frames sent (skipped, closed and too-slow members are not), payload bytes. */

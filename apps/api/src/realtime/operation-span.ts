@@ -1,6 +1,17 @@
-import { contextWithSpan, isTracing, tracer } from '@herald/telemetry';
-import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import { isTracing, runInOperation, tracer } from '@herald/telemetry';
+import {
+  type Context,
+  propagation,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+} from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
+
+/** The caller's context a span continues (`extensions.traceparent`), for {@link runInSocketOperationSpan}. */
+const callerContexts = new WeakMap<Span, Context>();
 
 /**
  * The span of one graphql-ws operation (`subscribe` message), made by hand: the socket server runs
@@ -29,18 +40,16 @@ export function startSocketOperationSpan(
   const operation = getOperationAST(document, operationName);
   const type = operation?.operation ?? 'operation';
   const name = operation?.name?.value ?? operationName ?? '';
-  return tracer().startSpan(
-    name ? `${type} ${name}` : type,
-    {
-      kind: SpanKind.SERVER,
-      attributes: {
-        'graphql.operation.type': type,
-        ...(name ? { 'graphql.operation.name': name } : {}),
-        'network.protocol.name': 'websocket',
-      },
-    },
-    parent,
-  );
+  const span = tracer().startSpan(name ? `${type} ${name}` : type, { kind: SpanKind.SERVER }, parent);
+  if (trace.getSpanContext(parent)) callerContexts.set(span, parent);
+  // Attributes only for a span that records (none of this reaches the exporter otherwise).
+  if (span.isRecording())
+    span.setAttributes({
+      'graphql.operation.type': type,
+      ...(name ? { 'graphql.operation.name': name } : {}),
+      'network.protocol.name': 'websocket',
+    });
+  return span;
 }
 
 /**
@@ -51,7 +60,8 @@ export function startSocketOperationSpan(
  */
 export async function runInSocketOperationSpan<T>(span: Span, active: boolean, work: () => T | Promise<T>): Promise<T> {
   try {
-    return await (active ? context.with(contextWithSpan(ROOT_CONTEXT, span), work) : work());
+    // A span the sampler left out, with no caller's trace, runs in no context (runInOperation).
+    return await (active ? runInOperation(callerContexts.get(span) ?? ROOT_CONTEXT, span, work) : work());
   } catch (error) {
     span.setStatus({ code: SpanStatusCode.ERROR });
     throw error;

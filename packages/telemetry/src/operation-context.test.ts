@@ -1,0 +1,140 @@
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+const START = pathToFileURL(fileURLToPath(new URL('./start-tracing.ts', import.meta.url))).href;
+const TELEMETRY = pathToFileURL(fileURLToPath(new URL('./index.ts', import.meta.url))).href;
+const CALLER_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
+const CALLER_SPAN_ID = 'b7ad6b7169203331';
+
+interface Seen {
+  /** The own symbols of a promise made inside the operation, after an await. */
+  symbols: string[];
+  traceparent: string | null;
+  logFields: Record<string, string>;
+  /** Whether the operation's span was the active one after an await. */
+  active: boolean;
+  spanId: string;
+}
+
+/**
+ * In a fresh process (the test runner itself keeps async hooks on), with tracing started against a
+ * collector in that process and `parentbased_always_off`: new traces are never sampled, a caller's
+ * decision is followed. Three operations one after the other, then a promise made after the last, then
+ * one made after the sampled span was exported.
+ */
+function runOperations(): {
+  unsampled: Seen;
+  sampled: Seen;
+  callerUnsampled: Seen;
+  after: string[];
+  afterExport: { exported: number; symbols: string[] };
+  late: { during: string[]; after: string[] };
+} {
+  const script = `
+    const { createServer } = await import('node:http');
+    const { startTracing } = await import(${JSON.stringify(START)});
+    const telemetry = await import(${JSON.stringify(TELEMETRY)});
+    const { context, ROOT_CONTEXT, trace } = await import('@opentelemetry/api');
+    let exported = 0;
+    const collector = createServer((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        exported++;
+        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+      });
+    });
+    await new Promise((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = 'http://127.0.0.1:' + collector.address().port;
+    const tracing = await startTracing({ serviceName: 'test' });
+    if (!telemetry.isTracing()) throw new Error('not the module startTracing set');
+    const symbols = (promise) => Object.getOwnPropertySymbols(promise).map(String);
+    const operation = async (parent) => {
+      const span = telemetry.tracer().startSpan('operation', {}, parent);
+      return telemetry.runInOperation(parent, span, async () => {
+        setTimeout(() => span.end(), 10);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        return {
+          symbols: symbols(new Promise(() => {})),
+          traceparent: telemetry.activeTraceparent(),
+          logFields: telemetry.traceLogFields(),
+          active: trace.getActiveSpan() === span,
+          spanId: span.spanContext().spanId,
+          late: context.bind(context.active(), () => symbols(new Promise(() => {}))),
+        };
+      });
+    };
+    const unsampled = await operation(ROOT_CONTEXT);
+    const sampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-01'));
+    const callerUnsampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-00'));
+    await new Promise((resolve) => setImmediate(resolve));
+    // A listener bound to the sampled operation's context, called after it ended (a request's late event).
+    const late = { during: sampled.late(), after: [] };
+    await new Promise((resolve) => setImmediate(resolve));
+    late.after = symbols(new Promise(() => {}));
+    const after = symbols(new Promise(() => {}));
+    // The sampled span ended: the export (in a context of its own) turns the storage on until answered.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await tracing.shutdown(10000);
+    await new Promise((resolve) => setImmediate(resolve));
+    const afterExport = { exported, symbols: symbols(new Promise(() => {})) };
+    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late }));
+    process.exit(0);
+  `;
+  const output = execFileSync(process.execPath, ['--import', TSX_LOADER, '--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    encoding: 'utf8',
+    timeout: 30_000,
+    env: {
+      PATH: process.env.PATH ?? '',
+      // Set to the script's own collector before tracing starts; any URL turns tracing on.
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
+      OTEL_TRACES_SAMPLER: 'parentbased_always_off',
+      OTEL_BSP_SCHEDULE_DELAY: '600000',
+    },
+  });
+  return JSON.parse(output);
+}
+
+describe('the context an operation runs in', () => {
+  const { unsampled, sampled, callerUnsampled, after, afterExport, late } = runOperations();
+
+  it('is none for a new trace the sampler left out: no async hooks, yet a publish stores "not sampled"', () => {
+    // Async hooks would give this promise its async ids and the storage's slot.
+    expect(unsampled.symbols).toEqual([]);
+    expect(unsampled.active).toBe(false);
+    expect(unsampled.logFields).toEqual({});
+    // A new trace of its own, flagged not sampled: the webhook attempts and fan-out of its event record nothing.
+    expect(unsampled.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+    expect(unsampled.traceparent).not.toContain(CALLER_TRACE_ID);
+  });
+
+  it('carries a sampled span across awaits, with its ids in the log fields', () => {
+    expect(sampled.symbols).toContain('Symbol(kResourceStore)');
+    expect(sampled.active).toBe(true);
+    expect(sampled.traceparent).toBe(`00-${CALLER_TRACE_ID}-${sampled.spanId}-01`);
+    expect(sampled.logFields).toEqual({ trace_id: CALLER_TRACE_ID, span_id: sampled.spanId });
+  });
+
+  it("keeps a caller's not-sampled trace for what the operation publishes", () => {
+    expect(callerUnsampled.active).toBe(false);
+    expect(callerUnsampled.traceparent).toBe(`00-${CALLER_TRACE_ID}-${callerUnsampled.spanId}-00`);
+    expect(callerUnsampled.logFields).toEqual({ trace_id: CALLER_TRACE_ID, span_id: callerUnsampled.spanId });
+  });
+
+  it('turns the storage, and so async hooks, off again once no operation holds it', () => {
+    expect(after).toEqual([]);
+  });
+
+  it('keeps it on for the synchronous part only of a call bound to an operation that already ended', () => {
+    expect(late.during).toContain('Symbol(kResourceStore)');
+    expect(late.after).toEqual([]);
+  });
+
+  it('turns it off again after an export, which runs in a context of its own', () => {
+    expect(afterExport.exported).toBeGreaterThan(0);
+    expect(afterExport.symbols).toEqual([]);
+  });
+});

@@ -1,7 +1,8 @@
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { renderConfigurationReference, undocumentedVariables } from '../docs/build/config-reference.js';
 import { CONFIG_SOURCES } from '../docs/build/config-sources.js';
+import { TRACING_VARIABLES } from '../packages/telemetry/src/tracing-variables.js';
 
 // docs/configuration.md is generated from the apps' environment schemas; this fails when a variable is
 // added, removed or given another default without `pnpm docs:config`.
@@ -32,5 +33,20 @@ describe('docs/configuration.md', () => {
     expect(undocumentedVariables([{ ...api!, schema: { shape: { ...shape, NEW_VARIABLE: shape.PORT! } } }])).toEqual([
       'api:NEW_VARIABLE',
     ]);
+  });
+
+  it('lists every OpenTelemetry variable the telemetry package reads', async () => {
+    const dir = new URL('../packages/telemetry/src/', import.meta.url);
+    const sources = (await readdir(dir)).filter((file) => file.endsWith('.ts') && !file.endsWith('.test.ts'));
+    const read = new Set<string>();
+    for (const file of sources) {
+      const text = await readFile(new URL(file, dir), 'utf8');
+      for (const [name] of text.matchAll(/OTEL_[A-Z_]+/g)) read.add(name);
+    }
+    const listed = new Set(TRACING_VARIABLES.flatMap((variable) => variable.names));
+    expect(read.size).toBeGreaterThan(5);
+    expect([...read].filter((name) => !listed.has(name))).toEqual([]);
+    const reference = renderConfigurationReference(CONFIG_SOURCES);
+    for (const name of listed) expect(reference).toContain(`\`${name}\``);
   });
 });

@@ -1,3 +1,4 @@
+import { TRACING_VARIABLES } from '../../packages/telemetry/src/tracing-variables.js';
 import { VARIABLE_DESCRIPTIONS } from './config-descriptions.js';
 
 /*
@@ -65,6 +66,19 @@ export function renderConfigurationReference(sources: readonly ConfigSource[]): 
     }
     lines.push('');
   }
+  lines.push(
+    '## Tracing (both apps)',
+    '',
+    'Traces are configured only through the standard OpenTelemetry variables, read by the API and the webhook',
+    'dispatcher alike; what each span means and how to sample: docs/operations.md, "Tracing with OpenTelemetry".',
+    '',
+    '| variable | meaning |',
+    '| --- | --- |',
+    ...TRACING_VARIABLES.map(
+      ({ names, meaning }) => `| ${names.map((name) => `\`${name}\``).join(', ')} | ${escapeCell(meaning)} |`,
+    ),
+    '',
+  );
   return `${lines.join('\n').trimEnd()}\n`;
 }
 

@@ -174,6 +174,14 @@ export interface RedisKeyKind {
   mb: number;
 }
 
+/** A key's kind: its `{hash tag}`, a quota key's subject (organisation or user) and its numbers folded. */
+export function redisKeyKind(key: string): string {
+  return key
+    .replace(/\{[^}]*\}/g, '{…}')
+    .replace(/(:tenant:[^:]+:).+$/, '$1…')
+    .replace(/\d+/g, 'N');
+}
+
 /** Keys looked at, at most: the breakdown stays quick whatever Redis holds. */
 const MAX_KEYS_MEASURED = 50_000;
 
@@ -192,11 +200,7 @@ export function redisKeyKinds(port: number): RedisKeyKind[] {
   const sizes = cli([], `${quoted.join('\n')}\n`).split('\n');
   const kinds = new Map<string, RedisKeyKind>();
   keys.forEach((key, i) => {
-    const kind = key
-      .replace(/\{[^}]*\}/g, '{…}')
-      // Quota keys end with the organisation or user they count.
-      .replace(/(:tenant:[^:]+:).+$/, '$1…')
-      .replace(/\d+/g, 'N');
+    const kind = redisKeyKind(key);
     const entry = kinds.get(kind) ?? { kind, keys: 0, mb: 0 };
     entry.keys++;
     entry.mb += Number(sizes[i]) / 1_048_576 || 0;

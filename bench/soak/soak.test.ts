@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { type CommittedEvent, checkLedger, type LedgerInput, type SubscriberFrame } from './ledger.js';
 import type { SoakResults } from './report.js';
+import { redisKeyKind } from './resources.js';
 
 // The soak's ledger is arithmetic over what a run recorded; it is pinned here on crafted inputs (a balanced
 // one, and one of each way a run can lose or misplace an event), through the CLI's `--check` (exit 3 and the
@@ -75,6 +76,16 @@ function balanced(): LedgerInput {
     leasedPastBound: [],
   };
 }
+
+describe('the Redis breakdown', () => {
+  it('groups keys by kind: one row per kind, not per organisation, endpoint or user', () => {
+    expect(redisKeyKind('herald:history:{org-soak-a-3f9}')).toBe('herald:history:{…}');
+    expect(redisKeyKind('herald:{herald}:work')).toBe('herald:{…}:work');
+    expect(redisKeyKind('herald:tenant:org-sockets:org-soak-b-b2d')).toBe('herald:tenant:org-sockets:…');
+    expect(redisKeyKind('herald:tenant:sockets:user:42')).toBe('herald:tenant:sockets:…');
+    expect(redisKeyKind('bull:queue:1234')).toBe('bull:queue:N');
+  });
+});
 
 describe('the soak ledger', () => {
   it('balances a run where every event went somewhere, counting duplicates apart', () => {

@@ -11,7 +11,7 @@ const ORG = `org-${randomUUID()}`;
 const OPS_PER_SECOND = 5;
 /** Concurrent request loops of the storm, and how many times the client's socket may be dropped. */
 const STORM_LOOPS = 4;
-const MAX_DROPS = 10;
+const MAX_DROPS = 25;
 const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 1) { edges { node { id } } } }';
 
 let api: TestApi;

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 /** A dispatcher's presence lapses this long after its last renewal (a dead one stops counting). */
 export const PRESENCE_TTL_MS = 5_000;
 /** Each dispatcher renews its presence, and reads how many are live, this often (one MULTI). */
-const PRESENCE_RENEW_MS = 1_000;
+export const PRESENCE_RENEW_MS = 1_000;
 /** `start` waits at most this long for the client to connect (its offline queue may be off). */
 const CONNECT_WAIT_MS = 5_000;
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { PRESENCE_RENEW_MS } from './dispatcher-presence.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
 import { type SlowReceiver, startSlowReceiver } from './testing/slow-receiver.js';
 
@@ -120,6 +121,14 @@ describe("an organisation's attempts in flight across two dispatchers", () => {
         throttlesRedisUrl: `redis://127.0.0.1:${proxy.port}`,
       });
       const kept = await harness.startDispatcher(settings);
+      // Both have counted each other (a share while Redis is away is the cap over the dispatchers a
+      // dispatcher last counted; one cut within a renewal of another's start still counts itself alone).
+      const deadline = Date.now() + 10_000;
+      while ((await harness.redis.zcard(harness.keys.dispatchers)) < 2) {
+        if (Date.now() > deadline) throw new Error('timed out waiting for both dispatchers to be present');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await new Promise((resolve) => setTimeout(resolve, PRESENCE_RENEW_MS + 200));
       await org.publish();
       await until('the run under way', () => receiver.received('cut').length >= 4);
       proxy.cut();

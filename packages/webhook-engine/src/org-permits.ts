@@ -38,7 +38,9 @@ import type { Logger } from 'pino';
  * nothing is failed, nothing refused for good. While its field has not lapsed yet the others cannot
  * take its permits, and once it has, it starts no more than its share: the organisation sees at most
  * its cap plus one share per dispatcher cut off. Once Redis answers again, the fields written say what
- * each dispatcher really has in flight.
+ * each dispatcher really has in flight. The share rests on the count a dispatcher last read (renewed each
+ * second): one cut off within a second of another dispatcher's start still counts itself alone, keeps up
+ * to the whole cap, and the organisation may see up to twice its cap until Redis answers again.
  *
  * Without Redis (embedded mode, one dispatcher) the whole cap is this dispatcher's.
  */

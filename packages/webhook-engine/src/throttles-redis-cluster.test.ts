@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { createRedisClient, type RedisClient } from '@herald/config/redis';
+import type { RedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
-import { type RedisClusterSetup, startRedisCluster } from '@herald/testing';
+import { type RedisClusterWithClient, startRedisClusterWithClient } from '@herald/testing/redis-cluster-client';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { burstOf, createEndpointRate } from './endpoint-rate.js';
@@ -11,21 +11,17 @@ import { countOrgPermits, createOrgPermits } from './org-permits.js';
 // two dispatchers through a real Redis Cluster of three masters: each key is hash-tagged by its
 // organisation or endpoint, so every script runs on that key's shard.
 
-let cluster: RedisClusterSetup;
+let cluster: RedisClusterWithClient;
 let redis: RedisClient;
 const logger = pino({ level: 'silent' });
 const keys = webhookRedisKeys(`herald-test:${randomUUID()}:`);
 
 beforeAll(async () => {
-  cluster = await startRedisCluster();
-  redis = createRedisClient(cluster.url, { enableOfflineQueue: true });
-  await new Promise((resolve) => redis.once('ready', resolve));
+  cluster = await startRedisClusterWithClient();
+  redis = cluster.redis;
 }, 40_000);
 
-afterAll(async () => {
-  redis?.disconnect();
-  await cluster?.stop();
-});
+afterAll(() => cluster?.stop());
 
 async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

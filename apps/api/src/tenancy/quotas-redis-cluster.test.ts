@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { createRedisClient, type RedisClient } from '@herald/config/redis';
-import { type RedisClusterSetup, startRedisCluster } from '@herald/testing';
+import type { RedisClient } from '@herald/config/redis';
+import { type RedisClusterWithClient, startRedisClusterWithClient } from '@herald/testing/redis-cluster-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createConcurrencyQuota } from './concurrency-quota.js';
 import { createRateQuota } from './rate-quota.js';
@@ -8,23 +8,18 @@ import { createRateQuota } from './rate-quota.js';
 // The quota limiters on a real Redis Cluster (three masters): every command names one key, so each runs
 // on its key's shard; a Redis error here fails the test instead of falling back to the local share.
 
-let cluster: RedisClusterSetup;
+let cluster: RedisClusterWithClient;
 let redis: RedisClient;
 const failOnRedisError = (error: unknown) => {
   throw error;
 };
 
 beforeAll(async () => {
-  cluster = await startRedisCluster();
-  redis = createRedisClient(cluster.url, { enableOfflineQueue: true });
-  // The rate limiter answers locally until the client is ready (as a pod does at start).
-  await new Promise((resolve) => redis.once('ready', resolve));
+  cluster = await startRedisClusterWithClient();
+  redis = cluster.redis;
 }, 40_000);
 
-afterAll(async () => {
-  redis?.disconnect();
-  await cluster?.stop();
-});
+afterAll(() => cluster?.stop());
 
 describe('tenant quotas on Redis Cluster', () => {
   it('counts a rate quota across subjects on every shard, refusing past the limit', async () => {

@@ -6,7 +6,6 @@ import {
   type HeraldDatabase,
   insertPost,
   insertWebhookEndpoint,
-  migrateToLatest,
   upsertUser,
 } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
@@ -22,15 +21,13 @@ import { publishPostWithWebhook } from './post-published-webhook.js';
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('publishPostWithWebhook on $name', ({ name, open }) => {
+describe.each(backends)('publishPostWithWebhook on $name', ({ name, openMigrated }) => {
   let database: HeraldDatabase;
   let schema: TestSchema | undefined;
   let db: Kysely<Database>;
 
   beforeAll(async () => {
-    ({ database, schema } = await open());
-    db = database.db;
-    await migrateToLatest(db);
+    ({ database, schema, db } = await openMigrated());
   });
 
   afterAll(async () => {

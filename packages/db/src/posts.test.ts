@@ -1,5 +1,5 @@
 import type { TestSchema } from '@herald/testing';
-import { type Kysely, type KyselyPlugin, sql } from 'kysely';
+import { type Kysely, type KyselyPlugin, type MigrationResult, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createAuthorLoader } from './author-loader.js';
 import { createDatabase, type HeraldDatabase } from './create-database.js';
@@ -27,17 +27,16 @@ function queryCounter(): KyselyPlugin & { count: number; results: number } {
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('data layer on $name', ({ name, open }) => {
+describe.each(backends)('data layer on $name', ({ name, openMigrated }) => {
   let database: HeraldDatabase;
   let schema: TestSchema | undefined;
   let db: Kysely<Database>;
 
   beforeAll(async () => {
-    ({ database, schema } = await open());
-    db = database.db;
-    const results = await migrateToLatest(db);
-    expect(results.length).toBeGreaterThan(0);
-    expect(results.every((result) => result.status === 'Success')).toBe(true);
+    let migrations: MigrationResult[];
+    ({ database, schema, db, migrations } = await openMigrated());
+    expect(migrations.length).toBeGreaterThan(0);
+    expect(migrations.every((result) => result.status === 'Success')).toBe(true);
   });
 
   afterAll(async () => {

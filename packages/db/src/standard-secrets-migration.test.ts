@@ -1,10 +1,9 @@
 import { signWebhook, toStandardWebhookSecret, verifyWebhook } from '@herald/webhooks';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
-import { migrationProvider } from './migrations/index.js';
-import { testBackends } from './testing.js';
+import { migrateTestDatabaseTo, testBackends } from './testing.js';
 
 // The Standard Webhooks migration annotates every stored secret with the form `standardwebhooks` and
 // `svix` accept, computed in SQL exactly as @herald/webhooks computes it, and leaves the secret
@@ -28,17 +27,12 @@ const SIGNING_KEY = `whsk_${Buffer.alloc(32, 7).toString('base64')}`;
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('the standard-secrets migration on $name', ({ open }) => {
+describe.each(backends)('the standard-secrets migration on $name', ({ openMigrated }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
 
   beforeAll(async () => {
-    ({ database } = await open());
-    db = database.db;
-    const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
-    const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });
-    const { error } = await migrator.migrateTo(BEFORE);
-    if (error) throw error;
+    ({ database, db } = await openMigrated(BEFORE));
     for (const [index, secret] of STORED_SECRETS.entries()) {
       await sql`insert into webhook_endpoints (id, org_id, url, event_types)
         values (${`we_old${index}`}, 'org-old', 'https://example.com/hook', '{post.published}')`.execute(db);
@@ -51,8 +45,7 @@ describe.each(backends)('the standard-secrets migration on $name', ({ open }) =>
     await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_oldkey', ${SIGNING_KEY})`.execute(
       db,
     );
-    const migrated = await migrator.migrateTo(MIGRATION);
-    if (migrated.error) throw migrated.error;
+    await migrateTestDatabaseTo(db, MIGRATION);
   });
 
   /** The rows' secret and standard_secret (columns of this schema, no longer of the app's Database type). */

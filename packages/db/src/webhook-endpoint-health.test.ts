@@ -3,7 +3,6 @@ import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
-import { migrateToLatest } from './migrate.js';
 import { testBackends } from './testing.js';
 import { disableWebhookEndpoint, enableWebhookEndpoint, getEndpointSuccessRates } from './webhook-endpoint-health.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
@@ -13,15 +12,13 @@ import { insertWebhookEndpoint } from './webhook-endpoints.js';
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('endpoint health and delivery tools on $name', ({ open }) => {
+describe.each(backends)('endpoint health and delivery tools on $name', ({ openMigrated }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
   let counter = 0;
 
   beforeAll(async () => {
-    ({ database } = await open());
-    db = database.db;
-    await migrateToLatest(db);
+    ({ database, db } = await openMigrated());
   });
 
   afterAll(() => database.close());

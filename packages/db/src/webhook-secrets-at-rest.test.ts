@@ -1,10 +1,9 @@
 import { dumpSchema } from '@herald/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
-import { migrationProvider } from './migrations/index.js';
 import { envelopeKeyId, SecretUnreadableError } from './secret-envelope.js';
 import { testBackends } from './testing.js';
 import { insertWebhookEndpoint, listActiveWebhookSecrets, rotateWebhookSecret } from './webhook-endpoints.js';
@@ -35,21 +34,16 @@ function formsOf(secret: string): string[] {
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('webhook secrets at rest on $name', ({ open }) => {
+describe.each(backends)('webhook secrets at rest on $name', ({ openMigrated }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
   let schema: string | undefined;
   let newEndpointId: string;
 
   beforeAll(async () => {
-    const opened = await open();
-    database = opened.database;
+    const opened = await openMigrated(BEFORE);
+    ({ database, db } = opened);
     schema = opened.schema?.schema;
-    db = database.db;
-    const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
-    const migrator = new Migrator({ db, provider: migrationProvider, migrationTableSchema: rows[0]?.schema });
-    const { error } = await migrator.migrateTo(BEFORE);
-    if (error) throw error;
     for (const [endpointId, secret] of LEGACY) {
       await sql`insert into webhook_endpoints (id, org_id, url, event_types)
         values (${endpointId}, 'org-legacy', 'https://example.com/hook', '{post.published}') on conflict do nothing`.execute(

@@ -1,11 +1,5 @@
 import { checkWebhookEventBody, WEBHOOK_TEST_EVENT } from '@herald/contracts';
-import {
-  type Database,
-  disableWebhookEndpoint,
-  type HeraldDatabase,
-  insertWebhookEndpoint,
-  migrateToLatest,
-} from '@herald/db';
+import { type Database, disableWebhookEndpoint, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
@@ -20,15 +14,13 @@ import { insertTestWebhook } from './test-send.js';
 
 const backends = testBackends(() => inject('databaseUrl'));
 
-describe.each(backends)('replays and test sends on $name', ({ open }) => {
+describe.each(backends)('replays and test sends on $name', ({ openMigrated }) => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
   let counter = 0;
 
   beforeAll(async () => {
-    ({ database } = await open());
-    db = database.db;
-    await migrateToLatest(db);
+    ({ database, db } = await openMigrated());
   });
 
   afterAll(() => database.close());

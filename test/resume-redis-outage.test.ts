@@ -1,11 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { signToken } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
-import { freePort, waitFor } from '@herald/testing/ports';
+import { waitFor } from '@herald/testing/ports';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type ApiProcess, startApiProcess } from './support/api-process.js';
-import { type OwnRedis, ownRedis } from './support/redis-server.js';
-import { createAndPublish, readMetric, type Subscriber, subscribePostPublished } from './support/subscribers.js';
+import type { ApiProcess } from './support/api-process.js';
+import { type PodsOnOwnRedis, startPodsOnOwnRedis } from './support/pods-on-own-redis.js';
+import type { OwnRedis } from './support/redis-server.js';
+import { createAndPublish, type Subscriber } from './support/subscribers.js';
 
 // No silent drop on publish: posts committed while Redis is down stay in the outbox and
 // reach every live subscriber, in commit order and once, when Redis is back (empty: no persistence).
@@ -14,34 +13,23 @@ const JWT_SECRET = 'resume-outage-test-secret-0123456789abcdef';
 const ORG = `org-${randomUUID()}`;
 const POSTS = 20;
 
-let schema: TestSchema;
+let started: PodsOnOwnRedis;
 let redis: OwnRedis;
 let pods: ApiProcess[];
 let subscribers: Subscriber[];
 let token: string;
 
 beforeAll(async () => {
-  schema = await createTestSchema(inject('databaseUrl'));
-  redis = await ownRedis(await freePort());
-  await redis.start();
-  token = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
-  const env = { DATABASE_URL: schema.url, REDIS_URL: redis.url, JWT_SECRET };
-  pods = await Promise.all([startApiProcess(env), startApiProcess(env)]);
-  subscribers = pods.flatMap((pod) =>
-    [1, 2].map(() => subscribePostPublished(`ws://127.0.0.1:${pod.port}/graphql`, token, ORG)),
-  );
-  await waitFor('two subscriptions on each pod', async () => {
-    const counts = await Promise.all(pods.map((pod) => readMetric(pod.baseUrl, 'herald_subscriptions_active')));
-    return counts.every((count) => count === 2);
+  started = await startPodsOnOwnRedis({
+    databaseUrl: inject('databaseUrl'),
+    jwtSecret: JWT_SECRET,
+    orgId: ORG,
+    subscribersPerPod: 2,
   });
+  ({ redis, pods, subscribers, token } = started);
 }, 120_000);
 
-afterAll(async () => {
-  await Promise.all((subscribers ?? []).map((subscriber) => subscriber.client.dispose()));
-  await Promise.all((pods ?? []).map((pod) => pod.stop('SIGTERM')));
-  await redis?.cleanup();
-  await schema?.drop();
-});
+afterAll(() => started?.stop());
 
 describe('posts published while Redis is down', () => {
   it('all succeed, and every subscriber gets all of them in order, once, when Redis is back', async () => {

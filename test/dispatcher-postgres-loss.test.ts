@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
 import { signToken } from '@herald/auth';
 import { createOwnDatabase, type OwnDatabase } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
@@ -7,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type DispatcherProcess, startDispatcherProcess } from './support/dispatcher-process.js';
 import { postGraphql } from './support/graphql-http.js';
+import { createPostPublishedEndpoint, startWebhookReceiver, type WebhookReceiver } from './support/webhooks.js';
 
 // Cluster mode during a PostgreSQL failover: the webhook-dispatcher app (separate process) and the API
 // both lose every connection to their own database while posts are published and webhooks delivered.
@@ -23,23 +23,12 @@ const DELIVERY_TIMEOUT_MS = 90_000;
 let own: OwnDatabase;
 let api: ApiProcess;
 let dispatcher: DispatcherProcess;
-let receiver: Server;
+let receiver: WebhookReceiver;
 let token: string;
-const received = new Set<string>();
 
 beforeAll(async () => {
   own = await createOwnDatabase(inject('databaseUrl'));
-  receiver = createServer((request, response) => {
-    let body = '';
-    request.on('data', (chunk) => {
-      body += chunk;
-    });
-    request.on('end', () => {
-      received.add((JSON.parse(body) as { data: { id: string } }).data.id);
-      response.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiver = await startWebhookReceiver();
   const env = {
     DATABASE_URL: own.url,
     REDIS_URL: inject('redisUrl'),
@@ -56,20 +45,13 @@ beforeAll(async () => {
     NODE_ENV: 'test',
     WEBHOOK_POLL_INTERVAL_MS: '100',
   });
-  const { port } = receiver.address() as { port: number };
-  const endpoint = await postGraphql(
-    api.baseUrl,
-    token,
-    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-    { input: { orgId: ORG, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-  );
-  expect(endpoint.body.errors).toBeUndefined();
+  await createPostPublishedEndpoint(api.baseUrl, token, ORG, receiver.url);
 }, 180_000);
 
 afterAll(async () => {
   await dispatcher?.stop('SIGTERM');
   await api?.stop('SIGTERM');
-  await new Promise((resolve) => receiver?.close(resolve));
+  await receiver?.close();
   await own?.drop();
 });
 
@@ -96,10 +78,14 @@ describe('the dispatcher app during a PostgreSQL failover', () => {
     expect(terminated).toBeGreaterThan(0);
     expect(published.length).toBeGreaterThan(0);
 
-    await waitFor('every published post to reach the receiver', () => published.every((id) => received.has(id)), {
-      timeoutMs: DELIVERY_TIMEOUT_MS,
-      intervalMs: 200,
-    });
+    await waitFor(
+      'every published post to reach the receiver',
+      () => published.every((id) => receiver.received.has(id)),
+      {
+        timeoutMs: DELIVERY_TIMEOUT_MS,
+        intervalMs: 200,
+      },
+    );
     expect(dispatcher.child.exitCode).toBeNull();
     expect(api.child.exitCode).toBeNull();
   });

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
 import { signToken } from '@herald/auth';
 import { createOwnDatabase, type OwnDatabase } from '@herald/testing';
 import { waitFor } from '@herald/testing/ports';
@@ -9,6 +8,7 @@ import { WebSocket } from 'ws';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type GraphqlAnswer, isOkOrUnavailable, postGraphql } from './support/graphql-http.js';
 import { type Subscriber, subscribePostPublished } from './support/subscribers.js';
+import { createPostPublishedEndpoint, startWebhookReceiver, type WebhookReceiver } from './support/webhooks.js';
 
 // A managed PostgreSQL failover ends every backend (`pg_terminate_backend`). The API (single mode: its
 // own in-process webhook dispatcher polls the same database) must not exit, must answer every request
@@ -29,8 +29,7 @@ let own: OwnDatabase;
 let api: ApiProcess;
 let subscriber: Subscriber;
 let token: string;
-let receiver: Server;
-const received = new Set<string>();
+let receiver: WebhookReceiver;
 /** Sockets whose every event loads the author from the database (DataLoader per event). */
 const AUTHOR_SOCKETS = 5;
 interface AuthorSocket {
@@ -74,17 +73,7 @@ const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 5) { edges { nod
 
 beforeAll(async () => {
   own = await createOwnDatabase(inject('databaseUrl'));
-  receiver = createServer((request, response) => {
-    let body = '';
-    request.on('data', (chunk) => {
-      body += chunk;
-    });
-    request.on('end', () => {
-      received.add((JSON.parse(body) as { data: { id: string } }).data.id);
-      response.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiver = await startWebhookReceiver();
   token = await signToken(JWT_SECRET, { sub: 'writer', name: 'Writer', orgs: [ORG] });
   api = await startApiProcess({
     DATABASE_URL: own.url,
@@ -97,14 +86,7 @@ beforeAll(async () => {
     TENANT_OPERATIONS_PER_SECOND: '0',
     TENANT_PUBLISHES_PER_SECOND: '0',
   });
-  const { port } = receiver.address() as { port: number };
-  const endpoint = await postGraphql(
-    api.baseUrl,
-    token,
-    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-    { input: { orgId: ORG, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-  );
-  expect(endpoint.body.errors).toBeUndefined();
+  await createPostPublishedEndpoint(api.baseUrl, token, ORG, receiver.url);
   subscriber = subscribePostPublished(`ws://127.0.0.1:${api.port}/graphql`, token, ORG);
   authorSockets = Array.from({ length: AUTHOR_SOCKETS }, subscribeWithAuthor);
   await waitFor('the subscribers to connect', () =>
@@ -116,7 +98,7 @@ afterAll(async () => {
   await subscriber?.client.dispose();
   await Promise.all(authorSockets.map((socket) => socket.client.dispose()));
   await api?.stop('SIGTERM');
-  await new Promise((resolve) => receiver?.close(resolve));
+  await receiver?.close();
   await own?.drop();
 });
 
@@ -189,7 +171,7 @@ describe('PostgreSQL backends terminated under HTTP, WebSocket and webhook load'
     // requeue, 120 s in today's dispatcher) to expire: late, never lost.
     await waitFor(
       'every published post to reach the webhook receiver',
-      () => published.every((id) => received.has(id)),
+      () => published.every((id) => receiver.received.has(id)),
       { timeoutMs: WEBHOOK_RECOVERY_TIMEOUT_MS, intervalMs: 200 },
     );
     expect(api.child.exitCode).toBeNull();

@@ -11,6 +11,7 @@ import { type DispatcherProcess, startDispatcherProcess } from './support/dispat
 import { postGraphql } from './support/graphql-http.js';
 import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
 import { readMetric } from './support/subscribers.js';
+import { createPostPublishedEndpoint } from './support/webhooks.js';
 
 // Redis Cluster end to end (docs/scaling.md, "One Redis shard"): a real 3-master cluster, two API pods
 // and the webhook dispatcher as their own processes on it, real PostgreSQL. Resumable @herald/client applications on both pods and a
@@ -97,13 +98,7 @@ beforeAll(async () => {
   dispatcher = started;
 
   const { port } = receiver.address() as { port: number };
-  const endpoint = await postGraphql(
-    pods[0]!.baseUrl,
-    writer,
-    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-    { input: { orgId: org, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-  );
-  expect(endpoint.body.errors).toBeUndefined();
+  await createPostPublishedEndpoint(pods[0]!.baseUrl, writer, org, `http://127.0.0.1:${port}/hook`);
 }, 180_000);
 
 afterAll(async () => {

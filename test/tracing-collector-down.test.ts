@@ -8,6 +8,7 @@ import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { postGraphql } from './support/graphql-http.js';
 import { type OtlpReceiver, startOtlpReceiver } from './support/otlp-receiver.js';
 import { readMetric } from './support/subscribers.js';
+import { createPostPublishedEndpoint } from './support/webhooks.js';
 
 // Tracing must never cost a request its answer: a collector answering 500, then gone altogether, leaves
 // every request served (each bounded by the helper's hang timeout, no timing asserted) and the lost spans
@@ -47,13 +48,7 @@ async function startPod(otel: Record<string, string>): Promise<Pod> {
     ...otel,
   });
   const { port } = receiver.address() as { port: number };
-  const endpoint = await postGraphql(
-    api.baseUrl,
-    token,
-    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-    { input: { orgId: ORG, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-  );
-  expect(endpoint.body.errors).toBeUndefined();
+  await createPostPublishedEndpoint(api.baseUrl, token, ORG, `http://127.0.0.1:${port}/hook`);
   return { schema, api, receiver, webhookHeaders };
 }
 

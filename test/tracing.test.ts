@@ -13,6 +13,7 @@ import { type DispatcherProcess, startDispatcherProcess } from './support/dispat
 import { postGraphql } from './support/graphql-http.js';
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from './support/otlp-receiver.js';
 import { type Subscriber, subscribePostPublished } from './support/subscribers.js';
+import { createPostPublishedEndpoint } from './support/webhooks.js';
 
 // One publish followed through a real cluster: two API pods sharing PostgreSQL and Redis and a webhook
 // dispatcher process, all exporting OTLP/protobuf to a receiver in this test. The caller's traceparent
@@ -66,13 +67,7 @@ beforeAll(async () => {
   ]);
   dispatcher = await startDispatcherProcess({ ...env, NODE_ENV: 'test', WEBHOOK_POLL_INTERVAL_MS: '100' });
   const { port } = receiver.address() as { port: number };
-  const endpoint = await postGraphql(
-    publisher.baseUrl,
-    token,
-    'mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } } }',
-    { input: { orgId: ORG, url: `http://127.0.0.1:${port}/hook`, eventTypes: ['post.published'] } },
-  );
-  expect(endpoint.body.errors).toBeUndefined();
+  await createPostPublishedEndpoint(publisher.baseUrl, token, ORG, `http://127.0.0.1:${port}/hook`);
 }, 180_000);
 
 afterAll(async () => {

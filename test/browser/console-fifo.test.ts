@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
 import { launchChromium } from '../support/chromium.js';
+import { graphqlData, publishNewPost } from '../support/graphql-http.js';
 
 // The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API:
 // a FIFO endpoint whose receiver keeps failing shows its ordering, the delivery at the head of its
@@ -61,25 +62,10 @@ afterAll(async () => {
   for (const dir of [profileDir, dataDir]) if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-async function graphql(query: string, variables: Record<string, unknown> = {}): Promise<any> {
-  const response = await fetch(`http://127.0.0.1:${api!.port}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-    signal: AbortSignal.timeout(WAIT_MS),
-  });
-  const body = (await response.json()) as { data?: any; errors?: unknown[] };
-  if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
-  return body.data;
-}
+const graphql = (query: string, variables?: Record<string, unknown>) =>
+  graphqlData(`http://127.0.0.1:${api!.port}`, token, query, variables, WAIT_MS);
 
-async function publishPost(title: string): Promise<void> {
-  const { createPost } = await graphql(
-    'mutation($title: String!) { createPost(input: { orgId: "demo", title: $title }) { id } }',
-    { title },
-  );
-  await graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id: createPost.id });
-}
+const publishPost = (title: string) => publishNewPost(`http://127.0.0.1:${api!.port}`, token, 'demo', title, WAIT_MS);
 
 describe('the console on a FIFO endpoint', () => {
   it('shows the ordering, the stuck head of the line and how many deliveries it holds back', async () => {

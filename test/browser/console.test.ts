@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
 import { launchChromium } from '../support/chromium.js';
+import { graphqlData, publishNewPost } from '../support/graphql-http.js';
 import { type NginxProcess, startNginx } from '../support/nginx.js';
 
 // The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API
@@ -99,27 +100,10 @@ async function launchBrowser(): Promise<BrowserContext> {
 }
 
 /** GraphQL from the test process, as the same demo user (through nginx too). */
-async function graphql(query: string, variables: Record<string, unknown> = {}): Promise<any> {
-  const response = await fetch(`${nginx!.baseUrl}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-    signal: AbortSignal.timeout(WAIT_MS),
-  });
-  const body = (await response.json()) as { data?: any; errors?: unknown[] };
-  if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
-  return body.data;
-}
+const graphql = (query: string, variables?: Record<string, unknown>) =>
+  graphqlData(nginx!.baseUrl, token, query, variables, WAIT_MS);
 
-async function publishPost(title: string): Promise<void> {
-  const { createPost } = await graphql(
-    'mutation($title: String!) { createPost(input: { orgId: "demo", title: $title }) { id } }',
-    {
-      title,
-    },
-  );
-  await graphql('mutation($id: ID!) { publishPost(id: $id) { id } }', { id: createPost.id });
-}
+const publishPost = (title: string) => publishNewPost(nginx!.baseUrl, token, 'demo', title, WAIT_MS);
 
 /** Waits (bounded) until the receiver got a request matching `match`, and returns it. */
 async function receivedMatching(what: string, match: (entry: Received) => boolean): Promise<Received> {

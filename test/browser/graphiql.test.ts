@@ -5,6 +5,7 @@ import type { BrowserContext, Page, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
 import { launchChromium } from '../support/chromium.js';
+import { graphqlData } from '../support/graphql-http.js';
 
 // The GraphiQL that Herald serves on GET /graphql, driven in a real (headless) Chromium: a user pastes
 // the development token into the Headers tab, runs a `postPublished` subscription, and sees a post that
@@ -59,17 +60,7 @@ async function answerOutsideRequest(route: Route): Promise<void> {
 }
 
 /** Plain GraphQL over HTTP from the test process, as the same user. */
-async function graphql(query: string): Promise<any> {
-  const response = await fetch(`${api!.baseUrl}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query }),
-    signal: AbortSignal.timeout(WAIT_MS),
-  });
-  const body = (await response.json()) as { data?: any; errors?: unknown[] };
-  if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
-  return body.data;
-}
+const graphql = (query: string) => graphqlData(api!.baseUrl, token, query, {}, WAIT_MS);
 
 async function activeSubscriptions(): Promise<number> {
   const response = await fetch(`${api!.baseUrl}/metrics`, { signal: AbortSignal.timeout(WAIT_MS) });

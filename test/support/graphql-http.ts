@@ -40,3 +40,49 @@ export function isOkOrUnavailable(answer: GraphqlAnswer): boolean {
     answer.body.errors.every((error) => error.extensions?.code === 'SERVICE_UNAVAILABLE')
   );
 }
+
+/**
+ * The `data` of one GraphQL request as `token`'s user, for the steps a test takes itself (not for what it
+ * asserts about an answer): any GraphQL error throws, naming the query.
+ */
+export async function graphqlData(
+  baseUrl: string,
+  token: string,
+  query: string,
+  variables: Record<string, unknown> = {},
+  timeoutMs = REQUEST_HANG_MS,
+): Promise<any> {
+  const response = await fetch(`${baseUrl}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const body = (await response.json()) as { data?: any; errors?: unknown[] };
+  if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
+  return body.data;
+}
+
+/** Creates a post titled `title` in `orgId` and publishes it, through {@link graphqlData}. */
+export async function publishNewPost(
+  baseUrl: string,
+  token: string,
+  orgId: string,
+  title: string,
+  timeoutMs = REQUEST_HANG_MS,
+): Promise<void> {
+  const { createPost } = await graphqlData(
+    baseUrl,
+    token,
+    'mutation($orgId: ID!, $title: String!) { createPost(input: { orgId: $orgId, title: $title }) { id } }',
+    { orgId, title },
+    timeoutMs,
+  );
+  await graphqlData(
+    baseUrl,
+    token,
+    'mutation($id: ID!) { publishPost(id: $id) { id } }',
+    { id: createPost.id },
+    timeoutMs,
+  );
+}

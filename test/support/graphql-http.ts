@@ -16,12 +16,13 @@ export async function postGraphql(
   token: string,
   query: string,
   variables: Record<string, unknown> = {},
+  timeoutMs = REQUEST_HANG_MS,
 ): Promise<GraphqlAnswer> {
   const response = await fetch(`${baseUrl}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
     body: JSON.stringify({ query, variables }),
-    signal: AbortSignal.timeout(REQUEST_HANG_MS),
+    signal: AbortSignal.timeout(timeoutMs),
   });
   return {
     status: response.status,
@@ -52,13 +53,7 @@ export async function graphqlData(
   variables: Record<string, unknown> = {},
   timeoutMs = REQUEST_HANG_MS,
 ): Promise<any> {
-  const response = await fetch(`${baseUrl}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-    signal: AbortSignal.timeout(timeoutMs),
-  });
-  const body = (await response.json()) as { data?: any; errors?: unknown[] };
+  const { body } = await postGraphql(baseUrl, token, query, variables, timeoutMs);
   if (body.errors) throw new Error(`${query} failed: ${JSON.stringify(body.errors)}`);
   return body.data;
 }

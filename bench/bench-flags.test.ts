@@ -26,10 +26,20 @@ describe('pnpm bench flags', () => {
     ['--trials', 'abc'],
     ['--sockets', '1000,lots'],
     ['--trials', '-5'],
+    ['--tracing-repeats', 'twice'],
   ])('refuses %s %s: not a number', (flag, value) => {
     const run = bench('--scenarios', 'http', flag, value);
     expect(run.status).toBe(2);
     expect(run.stderr).toHaveLength(1);
     expect(run.stderr[0]).toMatch(/^pnpm bench: --[a-z-]+ takes a number, got /);
+  });
+
+  it.each([
+    ['--tracing-paths', 'http,grpc', 'pnpm bench: --tracing-paths takes a list of http, fanout, webhooks, got "grpc"'],
+    ['--tracing-repeats', '0', 'pnpm bench: --tracing-repeats takes a whole number of at least 1, got "0"'],
+  ])('refuses %s %s in one line', (flag, value, line) => {
+    const run = bench('--scenarios', 'tracing', flag, value);
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([line]);
   });
 });

@@ -8,6 +8,7 @@ import { PEERS } from './src/protocol.js';
 import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
+import { runTracing, tracingMarkdown } from './src/tracing.js';
 import { besideRatio, renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
@@ -320,4 +321,47 @@ describe('pnpm bench embedded footprint, smoke', () => {
       expect(start.idleRssMiB).toBeGreaterThan(0);
     }
   }, 300_000);
+});
+
+// One path per test, side by side: each path starts three or six Herald processes of its own, one after
+// another, which alone takes most of a minute on a loaded 2-core machine.
+describe.concurrent('pnpm bench tracing scenario, smoke size', () => {
+  it.each(['http', 'fanout', 'webhooks'] as const)(
+    '%s: off / ratio 0.01 / ratio 1.0 measured, and the sink gets spans only when on',
+    async (path) => {
+      const result = await runTracing({
+        databaseUrl: inject('databaseUrl'),
+        redisUrl: inject('redisUrl'),
+        paths: [path],
+        repeats: 1,
+        heraldEnv: {},
+        http: { connections: 2, trialsPerRound: 1, trialMs: 250, warmupMs: 100 },
+        fanout: { ...config, sockets: 10, workers: 1, fixedMs: 100, singleTrials: 1 },
+        webhooks: { events: 20, warmUpEvents: 5, connections: 2, timeoutMs: 30_000 },
+        log: () => {},
+      });
+      expect(result.skipped).toEqual([]);
+      expect(result.rows.map((row) => `${row.path}/${row.setting}`)).toEqual(
+        ['off', 'ratio-0.01', 'ratio-1'].map((id) => `${path}/${id}`),
+      );
+      for (const row of result.rows) {
+        expect({ setting: row.setting, problems: row.problems }).toEqual({ setting: row.setting, problems: [] });
+        expect(row.lowest?.cpu).toBeGreaterThan(0);
+        expect(row.lowest?.rate).toBeGreaterThan(0);
+        // Off loads no SDK and exports nothing; with every trace sampled the path's processes export spans.
+        if (row.setting === 'off') expect(row.exported).toEqual({ exports: 0, bytes: 0 });
+        if (row.setting === 'ratio-1') expect(row.exported.bytes).toBeGreaterThan(0);
+      }
+      expect(result.sinkStrays).toBe(0);
+      const table = tracingMarkdown(result)
+        .split('\n')
+        .filter((line) => /^\| (`posts|subscription|webhook)/.test(line));
+      expect(table).toHaveLength(3);
+      for (const line of table)
+        expect(line).toMatch(
+          /^\| [^|]+ \| [^|]+ \| \d+(\.\d+)? µs\/(request|delivery) \|[^|]+\| [\d,]+ (req|deliveries)\/s \|/,
+        );
+    },
+    180_000,
+  );
 });

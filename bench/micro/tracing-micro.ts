@@ -18,13 +18,13 @@
  * Results: bench/results/tracing/results.md.
  */
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { loadavg } from 'node:os';
 import { signToken } from '@herald/auth';
 import pg from 'pg';
 import { Pool } from 'undici';
 import { startApiProcess } from '../../test/support/api-process.js';
 import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
+import { againstOff, LowestCpu, startOtlpSink, TRACING_SETTINGS, tracingEnv } from '../src/tracing-settings.js';
 
 const requests = Number(process.argv[2] ?? 4_000);
 const concurrency = Number(process.argv[3] ?? 16);
@@ -36,16 +36,8 @@ const JWT_SECRET = 'tracing-micro-secret-0123456789abcdef';
 const ORG = 'org-tracing-micro';
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-// The collector: drains each export and answers 200, counting what it got.
-let exportedBytes = 0;
-const sink = createServer((request, response) => {
-  request.on('data', (chunk: Buffer) => {
-    exportedBytes += chunk.length;
-  });
-  request.on('end', () => response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end());
-});
-await new Promise<void>((resolve) => sink.listen(0, '127.0.0.1', resolve));
-const sinkUrl = `http://127.0.0.1:${(sink.address() as { port: number }).port}`;
+// The collector (bench/src/tracing-settings.ts): drains each export and answers 200, counting what it got.
+const sink = await startOtlpSink();
 const token = await signToken(JWT_SECRET, { sub: 'bench', name: 'Bench', orgs: [ORG] });
 const body = JSON.stringify({ query: `{ posts(orgId: "${ORG}", first: 10) { edges { node { id title } } } }` });
 
@@ -152,7 +144,7 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
             .join(' | ') +
           ` | ${cpu
             .slice(1)
-            .map((value) => `${value >= cpu[0]! ? '+' : ''}${(((value - cpu[0]!) / cpu[0]!) * 100).toFixed(1)} %`)
+            .map((value) => againstOff(value, cpu[0]!))
             .join(', ')} |`,
       );
     } finally {
@@ -173,25 +165,11 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
   );
 }
 
-const rounds: Array<{ name: string; env: Record<string, string> }> = [
-  { name: 'off', env: {} },
-  {
-    name: 'on, ratio 0.01',
-    env: {
-      OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl,
-      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: '0.01',
-    },
-  },
-  {
-    name: 'on, ratio 1.0',
-    env: {
-      OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl,
-      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: '1',
-    },
-  },
-];
+const rounds = TRACING_SETTINGS.map((setting) => ({
+  id: setting.id,
+  name: setting.name,
+  env: tracingEnv(setting, sink),
+}));
 
 // A schema of its own, dropped at the end.
 const schemaName = `tracing_micro_${process.pid}`;
@@ -207,7 +185,7 @@ try {
 } finally {
   await admin.query(`drop schema ${schemaName} cascade`);
   await admin.end();
-  sink.close();
+  await sink.close();
 }
 
 /** The rounds one after another (the default mode). */
@@ -221,7 +199,7 @@ async function runRounds(): Promise<void> {
   console.log('| tracing | run | req/s | p50 ms | p99 ms | server CPU µs/req | exported KiB |');
   console.log('| --- | --- | --- | --- | --- | --- | --- |');
   let seeded = false;
-  const best = new Map<string, { cpu: number; perSecond: number; run: number }>();
+  const best = new LowestCpu<{ cpu: number; perSecond: number; run: number }>();
   const schedule = Array.from({ length: repeats }, (_, run) => rounds.map((round) => ({ round, run: run + 1 }))).flat();
   for (const { round, run } of schedule) {
     const api = await startApiProcess({ ...apiEnv, ...round.env });
@@ -232,7 +210,7 @@ async function runRounds(): Promise<void> {
         seeded = true;
       }
       await load(pool, WARM_UP_REQUESTS);
-      const exportedBefore = exportedBytes;
+      const exportedBefore = sink.received(round.id).bytes;
       const cpuBefore = cpuMicros(api.child.pid as number);
       const started = performance.now();
       const latencies = await load(pool, requests);
@@ -242,17 +220,16 @@ async function runRounds(): Promise<void> {
       // The last batch is exported within the schedule delay: wait for it before reading the sink.
       await new Promise((resolve) => setTimeout(resolve, round.env.OTEL_EXPORTER_OTLP_ENDPOINT ? 5_500 : 0));
       console.log(
-        `| ${round.name} | ${run} | ${Math.round(requests / seconds)} | ${at(0.5)} | ${at(0.99)} | ${Math.round(cpu)} | ${Math.round((exportedBytes - exportedBefore) / 1024)} |`,
+        `| ${round.name} | ${run} | ${Math.round(requests / seconds)} | ${at(0.5)} | ${at(0.99)} | ${Math.round(cpu)} | ${Math.round((sink.received(round.id).bytes - exportedBefore) / 1024)} |`,
       );
-      const kept = best.get(round.name);
-      if (!kept || cpu < kept.cpu) best.set(round.name, { cpu, perSecond: requests / seconds, run });
+      best.offer(round.id, { cpu, perSecond: requests / seconds, run });
     } finally {
       await pool.close();
       await api.stop('SIGTERM');
     }
   }
   if (repeats > 1) {
-    const off = best.get(rounds[0]!.name)!.cpu;
+    const off = best.get('off')!.cpu;
     console.log(
       `\nLowest CPU per request of ${repeats} runs; load average now ${loadavg()
         .map((load) => load.toFixed(1))
@@ -260,9 +237,9 @@ async function runRounds(): Promise<void> {
     );
     console.log('| tracing | server CPU µs/req | against off | req/s (that run) | run |');
     console.log('| --- | --- | --- | --- | --- |');
-    for (const [name, { cpu, perSecond, run }] of best)
-      console.log(
-        `| ${name} | ${Math.round(cpu)} | ${cpu >= off ? '+' : ''}${(((cpu - off) / off) * 100).toFixed(1)} % | ${Math.round(perSecond)} | ${run} |`,
-      );
+    for (const { id, name } of rounds) {
+      const { cpu, perSecond, run } = best.get(id)!;
+      console.log(`| ${name} | ${Math.round(cpu)} | ${againstOff(cpu, off)} | ${Math.round(perSecond)} | ${run} |`);
+    }
   }
 }

@@ -16,6 +16,9 @@
  *   pnpm bench --scenarios resume --resume-clients 200 --resume-events 200  # resume storm (default 1000 × 1000)
  *   pnpm bench --scenarios webhooks --webhook-steady-only true --out /tmp/s  # the steady webhook trial alone (≈ 20 s)
  *   pnpm bench --scenarios noisy-neighbour --out /tmp/n  # B's latency alone and under A's storm, every path (≈ 3 min)
+ *   pnpm bench --scenarios tracing --out /tmp/t  # tracing off / ratio 0.01 / ratio 1.0: posts over HTTP, fan-out at
+ *                                                # the largest --sockets (10000; --quick 1000), webhooks → tracing.{md,json}
+ *   pnpm bench --scenarios tracing --tracing-repeats 3 --tracing-paths http,fanout,webhooks  # rounds per setting, paths
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -52,6 +55,7 @@ import { type ResumeResult, runResumeCatchUp } from './resume.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
 import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
+import { runTracing, TRACING_PATHS, type TracingPath, tracingMarkdown } from './tracing.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
@@ -80,7 +84,8 @@ const KNOWN_FLAGS = new Set(
     'http-connections http-operations http-profile http-targets http-trial-ms http-trials http-warmup-ms ' +
     'noisy-probe-ms out profile quick render resume-clients resume-events resume-latency-events ' +
     'resume-timeout-ms scenarios sequential single sockets source-addresses token-clients token-iterations ' +
-    'token-trials trial-ms trials warmup-ms webhook-connections webhook-cpu-prof webhook-endpoint-cap ' +
+    'token-trials tracing-paths tracing-repeats trial-ms trials warmup-ms ' +
+    'webhook-connections webhook-cpu-prof webhook-endpoint-cap ' +
     'webhook-endpoints webhook-events webhook-steady-compare-notify webhook-steady-ms webhook-steady-only ' +
     'webhook-steady-rate webhook-timeout-ms webhook-trial-ms webhook-trials webhook-two webhook-warm-up window workers'
   ).split(' '),
@@ -183,6 +188,14 @@ async function main() {
       ? 'raw,embedded,embedded-stock'
       : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,nginx3,webhooks,token-verify,resume,http,footprint',
   );
+  // The tracing scenario's own flags, refused here (before anything starts) when they would be misread.
+  const tracingPaths = list('tracing-paths', TRACING_PATHS.join(','));
+  const badPath = tracingPaths.find((path) => !(TRACING_PATHS as readonly string[]).includes(path));
+  if (badPath !== undefined)
+    usage(`--tracing-paths takes a list of ${TRACING_PATHS.join(', ')}, got ${JSON.stringify(badPath)}`);
+  const tracingRepeats = num('tracing-repeats', quick ? 2 : 3);
+  if (!Number.isInteger(tracingRepeats) || tracingRepeats < 1)
+    usage(`--tracing-repeats takes a whole number of at least 1, got ${JSON.stringify(args['tracing-repeats'])}`);
 
   // What's reachable decides what can run; nothing is faked.
   const skipped: string[] = [];
@@ -276,11 +289,10 @@ async function main() {
         }),
     },
   };
+  const standalone = ['webhooks', 'token-verify', 'resume', 'http', 'footprint', 'noisy-neighbour', 'tracing'];
   for (const id of scenarios) {
-    if (!['webhooks', 'token-verify', 'resume', 'http', 'footprint', 'noisy-neighbour'].includes(id) && !specs[id])
-      throw new Error(
-        `unknown scenario ${id}; known: ${Object.keys(specs).join(', ')}, webhooks, token-verify, resume, http, footprint, noisy-neighbour`,
-      );
+    if (!standalone.includes(id) && !specs[id])
+      throw new Error(`unknown scenario ${id}; known: ${[...Object.keys(specs), ...standalone].join(', ')}`);
   }
 
   log(
@@ -349,7 +361,7 @@ async function main() {
       }
       return missing.length === 0;
     });
-    const batches = args.sequential === true ? runnable.map((id) => [id]) : [runnable];
+    const batches = args.sequential === true ? runnable.map((id) => [id]) : runnable.length ? [runnable] : [];
     for (const batch of batches) {
       let active: Active[] = [];
       for (const id of batch) {
@@ -507,6 +519,56 @@ async function main() {
     process.stdout.write(`${noisyMarkdown(noisy)}\n`);
   }
 
+  if (scenarios.includes('tracing')) {
+    const tracingSockets = Math.max(...sockets);
+    log(
+      `tracing: off, ratio 0.01 and ratio 1.0 taking turns ${tracingRepeats} times on ${tracingPaths.join(', ')} (fan-out at ${tracingSockets} sockets)`,
+    );
+    const tracing = await runTracing({
+      databaseUrl: postgresOk ? databaseUrl : undefined,
+      redisUrl: redisOk ? redisUrl : undefined,
+      paths: tracingPaths as TracingPath[],
+      repeats: tracingRepeats,
+      heraldEnv,
+      http: {
+        connections: num('http-connections', 16),
+        trialsPerRound: num('http-trials', quick ? 1 : 2),
+        trialMs: num('http-trial-ms', quick ? 2000 : 3000),
+        warmupMs: num('http-warmup-ms', quick ? 1000 : 2000),
+      },
+      // Only the saturation trials are compared: one event alone and the fixed rate are kept short.
+      fanout: {
+        ...fanoutConfig,
+        sockets: tracingSockets,
+        singleTrials: Math.min(1, fanoutConfig.singleTrials),
+        fixedMs: Math.min(2000, fanoutConfig.fixedMs),
+      },
+      webhooks: {
+        events: num('webhook-events', quick ? 1000 : 5000),
+        warmUpEvents: num('webhook-warm-up', quick ? 500 : 2000),
+        connections: num('webhook-connections', 10),
+        timeoutMs: num('webhook-timeout-ms', 60_000),
+      },
+      log,
+    });
+    skipped.push(...tracing.skipped.map((line) => `tracing ${line}`));
+    mkdirSync(outDir, { recursive: true });
+    const header = `# Tracing: off against on (ratio 0.01 and 1.0)\n\n\`pnpm bench ${process.argv.slice(2).join(' ')}\` on ${machineDescription()}, Node ${process.version}, Herald ${gitCommit(ROOT)}, ${new Date().toISOString()}; load average at the start ${loadavgAtStart.join(' ')}, at the end ${currentLoadavg().join(' ')}.\n\n`;
+    writeFileSync(join(outDir, 'tracing.md'), `${header}${tracingMarkdown(tracing)}\n`);
+    const run = {
+      command: `pnpm bench ${process.argv.slice(2).join(' ')}`,
+      date: new Date().toISOString(),
+      machine: machineDescription(),
+      node: process.version,
+      commit: gitCommit(ROOT),
+      loadavgAtStart,
+      loadavgAtEnd: currentLoadavg(),
+    };
+    writeFileSync(join(outDir, 'tracing.json'), `${JSON.stringify({ run, ...tracing }, null, 2)}\n`);
+    process.stdout.write(`${tracingMarkdown(tracing)}\n`);
+    log(`tracing results written to ${join(outDir, 'tracing.{md,json}')}`);
+  }
+
   const durationSec = (wallNow() - started) / 1000;
   const command = `pnpm bench${process.argv.length > 2 ? ` ${process.argv.slice(2).join(' ')}` : ''}`;
   const results: BenchResults = {
@@ -558,6 +620,10 @@ async function main() {
     writeFileSync(file, `${[...header, glanceMarkdown(glance), ...profiles].join('\n')}\n`);
     log(`profile summary written to ${file}`);
     rmSync(profileDir!, { recursive: true, force: true });
+  } else if (scenarios.every((id) => id === 'tracing')) {
+    // Its own report only: results.{json,md,svg} would have nothing in them (and would overwrite a
+    // results.md beside it, e.g. the micro benchmark's in bench/results/tracing/).
+    log(`done in ${Math.round(durationSec)} s`);
   } else {
     writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
     writeFileSync(join(outDir, 'results.md'), markdown(results));

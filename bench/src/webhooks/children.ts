@@ -65,3 +65,17 @@ export function redisCommand(url: string, args: string[]): Promise<string> {
     socket.write(`*${args.length}\r\n${args.map((arg) => `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`).join('')}`);
   });
 }
+
+/** The verifying receiver (webhook-receiver.ts) in its own process, and its origin once it listens. */
+export async function startReceiver(): Promise<{ receiver: IpcChild; origin: string }> {
+  const receiver = forkChild(RECEIVER);
+  const port = await new Promise<number>((resolve) => {
+    let buffered = '';
+    receiver.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buffered += chunk;
+      const match = /listening (\d+)/.exec(buffered);
+      if (match) resolve(Number(match[1]));
+    });
+  });
+  return { receiver, origin: `http://127.0.0.1:${port}` };
+}

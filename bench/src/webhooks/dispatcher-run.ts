@@ -65,7 +65,7 @@ export async function runDispatcher(
       databaseUrl: config.databaseUrl,
       redisUrl: config.redisUrl,
       database: 'postgres',
-      env: { WEBHOOK_ALLOW_PRIVATE_URLS: 'true', HERALD_REDIS_PREFIX: prefix },
+      env: { ...config.heraldEnv, WEBHOOK_ALLOW_PRIVATE_URLS: 'true', HERALD_REDIS_PREFIX: prefix },
       label: 'webhook setup',
     });
     const secrets: Record<string, string> = {};
@@ -142,6 +142,7 @@ export async function runDispatcher(
         {
           cwd: ROOT,
           env: {
+            ...config.heraldEnv,
             PATH: process.env.PATH ?? '',
             ...(process.env.BENCH_PG_QUERY_LOG ? { BENCH_PG_QUERY_LOG: process.env.BENCH_PG_QUERY_LOG } : {}),
             NODE_ENV: 'production',

@@ -45,6 +45,11 @@ export interface WebhookConfig {
   steadyCompareNotify?: boolean | 'first';
   /** Run only the steady trial(s): no raw loops, backlogs or scheduler pass (≈ 20 s instead of ≈ 2 min). */
   steadyOnly?: boolean;
+  /**
+   * Extra environment for the dispatcher(s) and for the API that publishes their events (e.g. the OTEL_*
+   * variables of the `tracing` scenario); the bench's own settings of either win over it.
+   */
+  heraldEnv?: Record<string, string>;
   log: (line: string) => void;
 }
 

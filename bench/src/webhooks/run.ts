@@ -8,7 +8,7 @@ import { signWebhook } from '@herald/webhooks';
 import { machineCpuSince, machineSample, round, spread, stopChild } from '../common.js';
 import type { LoopCommand, LoopResult } from '../post-loop.js';
 import type { ReceiverStats } from '../webhook-receiver.js';
-import { forkChild, POST_LOOP, RECEIVER } from './children.js';
+import { forkChild, POST_LOOP, startReceiver } from './children.js';
 import { runDispatcher } from './dispatcher-run.js';
 import {
   besideRatio,
@@ -22,16 +22,7 @@ import { measureSchedulerPass } from './scheduler-pass.js';
 
 export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult> {
   const { log } = config;
-  const receiver = forkChild(RECEIVER);
-  const port = await new Promise<number>((resolve) => {
-    let buffered = '';
-    receiver.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-      buffered += chunk;
-      const match = /listening (\d+)/.exec(buffered);
-      if (match) resolve(Number(match[1]));
-    });
-  });
-  const origin = `http://127.0.0.1:${port}`;
+  const { receiver, origin } = await startReceiver();
   const loop = forkChild(POST_LOOP);
   try {
     // Raw keep-alive POST loop: the same kind of signed body, signed once.

@@ -1,0 +1,389 @@
+/**
+ * `pnpm bench --scenarios tracing`: what OpenTelemetry tracing costs three paths, off against on with
+ * `parentbased_traceidratio` at 0.01 and at 1.0, in one run:
+ * - `http`: `posts(first: 10)` over HTTP against one API process (runHttp, bench/src/http.ts): server CPU
+ *   µs/request and req/s;
+ * - `fanout`: subscription fan-out to `sockets` sockets on one API process in embedded mode on PostgreSQL
+ *   (FanoutRun, bench/src/fanout.ts): deliveries/s at saturation and server CPU µs/delivery;
+ * - `webhooks`: one warm `apps/webhook-dispatcher` draining a backlog to the verifying receiver
+ *   (runDispatcher, bench/src/webhooks/): dispatcher CPU µs/delivery and deliveries/s.
+ * Every Herald process of a setting (API and dispatcher alike) gets that setting's OTEL_* variables and
+ * exports OTLP/protobuf to a sink in this process (tracing-settings.ts), which counts what each setting
+ * sent. The settings take turns (off, 0.01, 1.0, off, …) `repeats` times, and each setting is reported by
+ * its lowest CPU per unit, as bench/micro/tracing-micro.ts does: on a shared machine load comes and goes
+ * between rounds, and the least disturbed round is the closest to the cost.
+ */
+import { round, stopChild } from './common.js';
+import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
+import { runHttp } from './http.js';
+import { startHeraldTarget, type Target } from './targets.js';
+import {
+  againstOff,
+  LowestCpu,
+  type OtlpSink,
+  type SinkCount,
+  startOtlpSink,
+  TRACING_SETTINGS,
+  type TracingSetting,
+  type TracingSettingId,
+  tracingEnv,
+} from './tracing-settings.js';
+import { startReceiver } from './webhooks/children.js';
+import { runDispatcher } from './webhooks/dispatcher-run.js';
+import { WARM_FRACTION } from './webhooks/results.js';
+
+export type TracingPath = 'http' | 'fanout' | 'webhooks';
+export const TRACING_PATHS: readonly TracingPath[] = ['http', 'fanout', 'webhooks'];
+
+/** The goal for ratio 0.01: at most this much more CPU per unit than off. */
+export const RATIO_001_GOAL_PCT = 5;
+
+export interface TracingConfig {
+  databaseUrl: string | undefined;
+  /** The webhook path needs it (the dispatcher's work stream). */
+  redisUrl: string | undefined;
+  paths: TracingPath[];
+  /** Rounds of the three settings, taking turns. */
+  repeats: number;
+  /** Extra environment for every Herald process (`--herald-env`); the OTEL_* variables of a setting win. */
+  heraldEnv: Record<string, string>;
+  http: { connections: number; trialsPerRound: number; trialMs: number; warmupMs: number };
+  /** The fan-out machinery's settings (its saturation trials: one per round). */
+  fanout: Omit<FanoutConfig, 'trials' | 'log'>;
+  webhooks: { events: number; warmUpEvents: number; connections: number; timeoutMs: number };
+  log: (line: string) => void;
+}
+
+/** One measurement of one setting: a trial (HTTP, fan-out) or a dispatcher run (webhooks). */
+export interface TracingMeasurement {
+  /** 1-based round it belongs to. */
+  round: number;
+  /** CPU µs per request or delivery (the server process; the dispatcher for webhooks). */
+  cpu: number;
+  /** Requests or deliveries per second. */
+  rate: number;
+}
+
+export interface TracingRow {
+  path: TracingPath;
+  setting: TracingSettingId;
+  name: string;
+  measurements: TracingMeasurement[];
+  /** The measurement with the lowest CPU per unit (null: none succeeded). */
+  lowest: TracingMeasurement | null;
+  /** Lowest CPU and that measurement's rate against off's, in % (null for off or without figures). */
+  vsOff: { cpuPct: number | null; ratePct: number | null };
+  /** What the sink received from this path's processes at this setting. */
+  exported: SinkCount;
+  /** Anything that went wrong (failed answers, wrong or missing deliveries, a run that did not finish). */
+  problems: string[];
+}
+
+export interface TracingResult {
+  repeats: number;
+  sockets: number;
+  rows: TracingRow[];
+  notes: string[];
+  skipped: string[];
+  /** Exports the sink got on a path naming no setting (expected 0). */
+  sinkStrays: number;
+}
+
+const PATH_LABELS: Record<TracingPath, { title: string; unit: string; rate: string }> = {
+  http: { title: '`posts(first: 10)` over HTTP', unit: 'request', rate: 'req/s' },
+  fanout: { title: 'subscription fan-out', unit: 'delivery', rate: 'deliveries/s' },
+  webhooks: { title: 'webhook dispatcher', unit: 'delivery', rate: 'deliveries/s' },
+};
+
+/** What a path measured, per setting, before the rows are made. */
+type Collected = Map<TracingSettingId, { measurements: TracingMeasurement[]; problems: string[] }>;
+
+const collected = (): Collected =>
+  new Map(TRACING_SETTINGS.map((setting) => [setting.id, { measurements: [], problems: [] }]));
+
+export async function runTracing(config: TracingConfig): Promise<TracingResult> {
+  const { log } = config;
+  const sink = await startOtlpSink();
+  const rows: TracingRow[] = [];
+  const skipped: string[] = [];
+  const notes: string[] = [];
+  try {
+    for (const path of config.paths) {
+      const missing =
+        path === 'webhooks'
+          ? [!config.databaseUrl && 'DATABASE_URL', !config.redisUrl && 'REDIS_URL'].filter(Boolean)
+          : [!config.databaseUrl && 'DATABASE_URL'].filter(Boolean);
+      if (missing.length) {
+        skipped.push(`${path}: needs ${missing.join(' and ')}`);
+        continue;
+      }
+      const before = new Map(TRACING_SETTINGS.map((setting) => [setting.id, sink.received(setting.id)]));
+      let figures: Collected;
+      try {
+        figures =
+          path === 'http'
+            ? await httpPath(config, sink)
+            : path === 'fanout'
+              ? await fanoutPath(config, sink)
+              : await webhooksPath(config, sink);
+      } catch (error) {
+        skipped.push(`${path}: failed: ${(error as Error).message.split('\n')[0]}`);
+        log(`tracing ${path}: FAILED: ${(error as Error).stack ?? error}`);
+        continue;
+      }
+      rows.push(...rowsOf(path, figures, sink, before));
+    }
+  } finally {
+    await sink.close();
+  }
+  const fanout = config.fanout;
+  notes.push(
+    `Settings: off = no OTEL_* endpoint (the OpenTelemetry SDK is not loaded); on = \`OTEL_EXPORTER_OTLP_ENDPOINT\` at a sink in the bench process (node:http on 127.0.0.1, drains each export and answers 200 at once; OTLP/protobuf, the SDK's default batch processor), \`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG\` 0.01 or 1. Every Herald process of a setting gets them (the API, and the dispatcher with the API that publishes its backlog).`,
+    `The settings take turns (off, 0.01, 1.0, off, …) in ${config.repeats} round${config.repeats === 1 ? '' : 's'}; each row gives the measurement with the lowest CPU per unit and the rate of that same measurement ("all CPU figures" lists every one, in order): on a shared machine other load comes and goes between them, and the least disturbed is the closest to the cost. "Against off" compares those lowest figures. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
+    ...(config.paths.includes('http')
+      ? [
+          `HTTP: \`posts(first: 10)\` with authors (bench/src/http.ts, target \`herald\`: one API process, PostgreSQL, the API image's node flags), ${config.http.connections} keep-alive connections, a new process per round: warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} trial${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms; CPU = the API process's (every thread) ÷ answered requests.`,
+        ]
+      : []),
+    ...(config.paths.includes('fanout')
+      ? [
+          `Fan-out: ${fanout.sockets} sockets on one API process each (embedded mode: in-memory pub/sub, PostgreSQL, \`pnpm start\`'s node flags), the three set up side by side with their own load clients (${fanout.workers} process${fanout.workers === 1 ? '' : 'es'} each) (bench/src/fanout.ts: warm-up, latency phases), then one saturation trial of ${fanout.trialMs} ms each per round, taking turns; events published with publishPost over HTTP (its span, PostgreSQL and Redis spans and one fan-out span per event are the traced work); CPU = the API process's ÷ checked deliveries.`,
+        ]
+      : []),
+    ...(config.paths.includes('webhooks')
+      ? [
+          `Webhooks: per round and setting a new API (cluster mode, Redis) and one dispatcher process (bench/src/webhooks/dispatcher-run.ts): the dispatcher first delivers ${config.webhooks.warmUpEvents} events, is stopped while ${config.webhooks.events} more are published, and continued; the figures are over the backlog after its first ${Math.round(WARM_FRACTION * 100)} % (the warm window; the whole backlog when that window is empty), CPU = the dispatcher's ÷ verified deliveries; WEBHOOK_ENDPOINT_CONCURRENCY=${config.webhooks.connections}, one endpoint. publishPost's sampling decision travels with the event, so at 0.01 about 1 % of deliveries are traced.`,
+        ]
+      : []),
+    '"Exported" is what the sink received from the path\'s processes at that setting, their final flush at shutdown included.',
+  );
+  return {
+    repeats: config.repeats,
+    sockets: fanout.sockets,
+    rows,
+    notes,
+    skipped,
+    sinkStrays: sink.strays,
+  };
+}
+
+function rowsOf(
+  path: TracingPath,
+  figures: Collected,
+  sink: OtlpSink,
+  before: Map<TracingSettingId, SinkCount>,
+): TracingRow[] {
+  const lowest = new LowestCpu<TracingMeasurement>();
+  for (const [setting, { measurements }] of figures) for (const one of measurements) lowest.offer(setting, one);
+  const off = lowest.get('off');
+  const pct = (value: number | undefined, base: number | undefined) =>
+    value !== undefined && base !== undefined && base > 0 ? round(((value - base) / base) * 100, 1) : null;
+  return TRACING_SETTINGS.map((setting) => {
+    const best = lowest.get(setting.id) ?? null;
+    const now = sink.received(setting.id);
+    const was = before.get(setting.id)!;
+    return {
+      path,
+      setting: setting.id,
+      name: setting.name,
+      measurements: figures.get(setting.id)!.measurements,
+      lowest: best,
+      vsOff:
+        setting.id === 'off'
+          ? { cpuPct: null, ratePct: null }
+          : { cpuPct: pct(best?.cpu, off?.cpu), ratePct: pct(best?.rate, off?.rate) },
+      exported: { exports: now.exports - was.exports, bytes: now.bytes - was.bytes },
+      problems: figures.get(setting.id)!.problems,
+    };
+  });
+}
+
+const envOf = (config: TracingConfig, setting: TracingSetting, sink: OtlpSink) => ({
+  ...config.heraldEnv,
+  ...tracingEnv(setting, sink),
+});
+
+/** `posts(first: 10)`: a new API process per round and setting, through runHttp. */
+async function httpPath(config: TracingConfig, sink: OtlpSink): Promise<Collected> {
+  const figures = collected();
+  for (let run = 1; run <= config.repeats; run++) {
+    for (const setting of TRACING_SETTINGS) {
+      config.log(`tracing http round ${run}/${config.repeats}: ${setting.name}`);
+      const entry = figures.get(setting.id)!;
+      const result = await runHttp({
+        databaseUrl: config.databaseUrl,
+        targets: ['herald'],
+        operations: ['posts'],
+        connections: config.http.connections,
+        trials: config.http.trialsPerRound,
+        trialMs: config.http.trialMs,
+        warmupMs: config.http.warmupMs,
+        seedPosts: 100,
+        heraldEnv: envOf(config, setting, sink),
+        log: config.log,
+      });
+      entry.problems.push(...result.skipped);
+      const row = result.rows.find((candidate) => candidate.target === 'herald' && candidate.operation === 'posts');
+      if (!row) {
+        entry.problems.push(`round ${run}: no posts row`);
+        continue;
+      }
+      if (row.failures > 0)
+        entry.problems.push(`round ${run}: ${row.failures} failed answers (${row.firstFailure ?? 'no sample'})`);
+      for (const trial of row.trials) {
+        if (trial.requests > 0)
+          entry.measurements.push({ round: run, cpu: trial.cpuUsPerRequest, rate: trial.reqPerSec });
+      }
+    }
+  }
+  return figures;
+}
+
+/**
+ * Fan-out: the three settings' API processes set up side by side (each with its sockets and load
+ * clients), then one saturation trial each per round, taking turns.
+ */
+async function fanoutPath(config: TracingConfig, sink: OtlpSink): Promise<Collected> {
+  const figures = collected();
+  const active: Array<{ setting: TracingSetting; target: Target; run: FanoutRun }> = [];
+  try {
+    for (const setting of TRACING_SETTINGS) {
+      config.log(`tracing fan-out: set-up of ${setting.name} (${config.fanout.sockets} sockets)`);
+      const target = await startHeraldTarget({
+        pods: 1,
+        pubsub: 'memory',
+        databaseUrl: config.databaseUrl,
+        database: 'postgres',
+        env: envOf(config, setting, sink),
+        label: `tracing ${setting.id}`,
+      });
+      const run = new FanoutRun(`tracing ${setting.id}`, target, {
+        ...config.fanout,
+        trials: config.repeats,
+        log: config.log,
+      });
+      active.push({ setting, target, run });
+      await run.setup();
+    }
+    for (const { run } of active) await run.latencyPhases();
+    for (let k = 0; k < config.repeats; k++) {
+      config.log(`tracing fan-out round ${k + 1}/${config.repeats}: a saturation trial of each setting in turn`);
+      for (const { run } of active) await run.saturationTrial(k);
+    }
+    for (const { setting, target, run } of active) {
+      const result: FanoutResult = await run.finish();
+      const entry = figures.get(setting.id)!;
+      const c = result.correctness;
+      if (result.subscribed < config.fanout.sockets)
+        entry.problems.push(`${result.subscribed}/${config.fanout.sockets} sockets subscribed`);
+      if (c.wrong || c.missing || c.duplicate || c.publishErrors)
+        entry.problems.push(
+          `${c.wrong} wrong, ${c.missing} missing, ${c.duplicate} duplicate deliveries, ${c.publishErrors} failed publishes`,
+        );
+      if (target.deaths.length) entry.problems.push(...target.deaths);
+      result.saturation.trials.forEach((trial, k) => {
+        if (trial.deliveries > 0)
+          entry.measurements.push({ round: k + 1, cpu: trial.serverCpuUsPerDelivery, rate: trial.deliveriesPerSec });
+        if (trial.ranOutOfEvents) entry.problems.push(`round ${k + 1}: ran out of events (a shorter trial)`);
+        if (trial.timedOutEvents) entry.problems.push(`round ${k + 1}: ${trial.timedOutEvents} events timed out`);
+      });
+    }
+  } finally {
+    for (const { run, target } of active) {
+      await run.close().catch(() => {});
+      await target.stop().catch(() => {});
+    }
+  }
+  return figures;
+}
+
+/** Webhooks: per round and setting, one warm dispatcher draining a backlog (runDispatcher). */
+async function webhooksPath(config: TracingConfig, sink: OtlpSink): Promise<Collected> {
+  const figures = collected();
+  const { receiver, origin } = await startReceiver();
+  try {
+    for (let run = 1; run <= config.repeats; run++) {
+      for (const setting of TRACING_SETTINGS) {
+        config.log(`tracing webhooks round ${run}/${config.repeats}: ${setting.name}`);
+        const entry = figures.get(setting.id)!;
+        const result = await runDispatcher(
+          {
+            databaseUrl: config.databaseUrl,
+            redisUrl: config.redisUrl,
+            trials: 0,
+            trialMs: 0,
+            connections: config.webhooks.connections,
+            dispatcherEvents: config.webhooks.events,
+            dispatcherTimeoutMs: config.webhooks.timeoutMs,
+            heraldEnv: envOf(config, setting, sink),
+            log: config.log,
+          },
+          receiver,
+          origin,
+          1,
+          'backlog',
+          1,
+          config.webhooks.events,
+          false,
+          config.webhooks.warmUpEvents,
+        );
+        if (result.status !== 'ok') entry.problems.push(`round ${run}: ${result.status} ${result.reason ?? ''}`.trim());
+        if (result.invalid || result.duplicate)
+          entry.problems.push(`round ${run}: ${result.invalid} invalid, ${result.duplicate} duplicate deliveries`);
+        const cpu = result.warm?.cpuUsPerDelivery ?? result.cpuUsPerDelivery;
+        const rate = result.warm?.deliveriesPerSec ?? result.deliveriesPerSec;
+        if (result.status === 'ok' && cpu !== undefined && rate !== undefined && Number.isFinite(cpu))
+          entry.measurements.push({ round: run, cpu, rate });
+        config.log(
+          `  ${setting.name}: ${rate ?? '–'} deliveries/s, ${cpu ?? '–'} µs dispatcher CPU/delivery${result.warm ? ' (warm window)' : ''}`,
+        );
+      }
+    }
+  } finally {
+    await stopChild(receiver.child);
+  }
+  return figures;
+}
+
+/** The scenario's table and notes (tracing.md in `--out`). */
+export function tracingMarkdown(result: TracingResult): string {
+  const lines = [
+    `| path | tracing | CPU µs/unit (lowest) | against off | rate (same measurement) | against off | goal | exported to the sink | all CPU figures (round) |`,
+    '|---|---|---:|---:|---:|---:|---|---:|---|',
+  ];
+  for (const row of result.rows) {
+    const label = PATH_LABELS[row.path];
+    const title =
+      row.path === 'fanout' ? `${label.title}, ${result.sockets.toLocaleString('en-US')} sockets` : label.title;
+    const best = row.lowest;
+    const goal =
+      row.setting === 'off'
+        ? 'baseline'
+        : row.setting === 'ratio-0.01'
+          ? row.vsOff.cpuPct === null
+            ? `≤ +${RATIO_001_GOAL_PCT} %: not measured`
+            : `≤ +${RATIO_001_GOAL_PCT} % ${row.vsOff.cpuPct <= RATIO_001_GOAL_PCT ? '✓ met' : '✗ not met'}`
+          : 'reported';
+    const off = result.rows.find((one) => one.path === row.path && one.setting === 'off')?.lowest;
+    lines.push(
+      `| ${title} | ${row.name} | ${best ? `${round(best.cpu, 1)} µs/${label.unit}` : '–'} | ${
+        row.setting === 'off' || !best || !off ? '–' : againstOff(best.cpu, off.cpu)
+      } | ${best ? `${Math.round(best.rate).toLocaleString('en-US')} ${label.rate}` : '–'} | ${
+        row.setting === 'off' || !best || !off ? '–' : againstOff(best.rate, off.rate)
+      } | ${goal} | ${row.exported.exports} exports, ${round(row.exported.bytes / 1024, 1)} KiB | ${row.measurements
+        .map((one) => `${round(one.cpu, 1)} (${one.round})`)
+        .join(', ')} |`,
+    );
+  }
+  const problems = result.rows.flatMap((row) =>
+    row.problems.map((problem) => `- ${PATH_LABELS[row.path].title}, ${row.name}: ${problem}`),
+  );
+  return [
+    ...lines,
+    '',
+    ...result.notes.map((note) => `- ${note}`),
+    ...(result.sinkStrays ? [`- The sink got ${result.sinkStrays} exports on a path naming no setting.`] : []),
+    ...(problems.length ? ['', 'Problems:', '', ...problems] : []),
+    ...(result.skipped.length ? ['', ...result.skipped.map((line) => `- skipped: ${line}`)] : []),
+  ].join('\n');
+}

@@ -3,7 +3,7 @@ import { createRedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
 import { pino } from 'pino';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { createOrgPermits, type OrgPermits } from './org-permits.js';
+import { createOrgPermits, LINGER_MS, type OrgPermits } from './org-permits.js';
 
 // Two dispatchers' permits for one organisation, against a real Redis, without the rest of a
 // dispatcher: what each may start, and how a busy one makes room for another that waits.
@@ -12,16 +12,26 @@ const redis = createRedisClient(inject('redisUrl'));
 const keys = webhookRedisKeys(`herald-test:${randomUUID()}:`);
 const logger = pino({ level: 'silent' });
 
+// The same Redis through a client that counts the commands sent on it.
+const counted = createRedisClient(inject('redisUrl'));
+let commandsSent = 0;
+const send = counted.sendCommand.bind(counted);
+counted.sendCommand = ((...args: Parameters<typeof send>) => {
+  commandsSent++;
+  return send(...args);
+}) as typeof counted.sendCommand;
+
 afterAll(async () => {
   await redis.quit();
+  await counted.quit();
 });
 
 /** A dispatcher's side: its gate's counts for the organisation, set by the test. */
-function dispatcher(name: string, cap: number) {
+function dispatcher(name: string, cap: number, client = redis) {
   const counts = { inUse: 0, waiting: 0 };
   let changes = 0;
   const permits: OrgPermits = createOrgPermits({
-    redis,
+    redis: client,
     keys,
     consumerName: name,
     leaseMs: 5_000,
@@ -80,5 +90,49 @@ describe('organisation permits shared by two dispatchers', () => {
     expect(await b.permits.inFlight(orgId)).toBe(2);
     await Promise.all([a.permits.stop(), b.permits.stop()]);
     expect(await b.permits.inFlight(orgId)).toBe(0);
+  });
+
+  it('keeps permits a steady trickle leaves unused for a moment: no script round trip per attempt', async () => {
+    const orgId = `org-${randomUUID()}`;
+    const alone = dispatcher('trickle', 4, counted);
+    await counted.ping();
+    const before = commandsSent;
+    // 40 attempts one after another, each started when the last has ended, as a gate would: it asks
+    // only when short. Giving back and taking again each time would be 80 script calls.
+    for (let attempt = 0; attempt < 40; attempt++) {
+      if (alone.permits.limit(orgId) < 1) {
+        alone.counts.waiting = 1;
+        alone.permits.want(orgId, 1);
+        await until('a permit', () => alone.permits.limit(orgId) >= 1);
+      }
+      alone.counts.waiting = 0;
+      alone.counts.inUse = 1;
+      await new Promise((resolve) => setImmediate(resolve));
+      alone.counts.inUse = 0;
+      alone.permits.released(orgId);
+    }
+    expect(commandsSent - before).toBeLessThanOrEqual(8);
+    // Idle past the linger: what it held goes back.
+    await until('the unused permit given back', () => alone.permits.limit(orgId) === 0, LINGER_MS * 20);
+    expect(await alone.permits.inFlight(orgId)).toBe(0);
+    await alone.permits.stop();
+  });
+
+  it('a dispatcher waiting for permits another holds unused gets them once the linger is over', async () => {
+    const orgId = `org-${randomUUID()}`;
+    const a = dispatcher('lingering', 4);
+    const b = dispatcher('waiting', 4);
+    a.counts.waiting = 4;
+    a.permits.want(orgId, 4);
+    await until('A holding the cap', () => a.permits.limit(orgId) === 4);
+    // A's attempts all end and nothing waits there: it keeps the 4 a moment.
+    a.counts.waiting = 0;
+    a.permits.released(orgId);
+    expect(a.permits.limit(orgId)).toBe(4);
+    b.counts.waiting = 2;
+    b.permits.want(orgId, 2);
+    await until('B holding what it waits for', () => b.permits.limit(orgId) === 2, 5_000);
+    expect(a.permits.limit(orgId)).toBe(0);
+    await Promise.all([a.permits.stop(), b.permits.stop()]);
   });
 });

@@ -16,7 +16,9 @@ import type { Logger } from 'pino';
  *   holding or wanting)`). Short still: asked again after a backoff (50 ms doubling to 1 s), never in a
  *   loop. A dispatcher also re-asks at once when its own releases leave it short.
  * - set: a dispatcher gives back what it no longer needs when a POST ends: all it does not use when no
- *   lane of the organisation waits here, else whatever is above its fair share when others wait (it
+ *   lane of the organisation waits here (after a linger of 100 ms, so a steady trickle of attempts takes
+ *   no round trip per attempt; at once while another dispatcher waits), else whatever is above its fair
+ *   share when others wait (it
  *   learns that from a take's answer: one holding more than an even share while its own lanes wait
  *   sends a take on its releases, at most every 100 ms). The same script renews every field it holds
  *   each third of the lease.
@@ -56,6 +58,12 @@ const RETRY_MAX_MS = 1_000;
 const SHARE_CHECK_MS = 100;
 /** A take with no answer within this long counts as Redis failing. */
 const ANSWER_TIMEOUT_MS = 1_000;
+/**
+ * Permits left unused (no lane of the organisation waits here) are kept this long before they are given
+ * back: the next attempt of a steady trickle starts on them with no take and no give-back in between (two
+ * script round trips per attempt otherwise). Not while another dispatcher is known to wait.
+ */
+export const LINGER_MS = 100;
 
 // KEYS[1] the organisation's hash. ARGV me, wanted, cap, in use here, lease ms.
 // Returns {held, others waiting (0/1), fair share}.
@@ -170,6 +178,10 @@ interface OrgState {
   share: number;
   /** `Date.now()` of the last take sent. */
   askedAt: number;
+  /** Unused permits are kept until this fires (LINGER_MS after they were first left unused). */
+  linger: NodeJS.Timeout | undefined;
+  /** Set while the linger's own trim runs: what is unused goes back now. */
+  lingerOver: boolean;
 }
 
 export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
@@ -193,6 +205,8 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
         othersWaiting: false,
         share: Number.POSITIVE_INFINITY,
         askedAt: 0,
+        linger: undefined,
+        lingerOver: false,
       };
       states.set(orgId, state);
     }
@@ -297,14 +311,29 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
     const inUse = options.inUse(orgId);
     const waiting = options.waiting(orgId);
     state.wanted = cap > 0 ? Math.min(cap, inUse + waiting) : inUse + waiting;
-    let keep = waiting === 0 ? inUse : state.held;
+    let keep = state.held;
+    if (waiting === 0 && state.held > inUse) {
+      if (state.othersWaiting || state.lingerOver || stopped) keep = inUse;
+      else if (!state.linger) {
+        state.linger = setTimeout(() => {
+          state.linger = undefined;
+          state.lingerOver = true;
+          try {
+            trim(orgId, state);
+          } finally {
+            state.lingerOver = false;
+          }
+        }, LINGER_MS);
+        state.linger.unref?.();
+      }
+    }
     if (state.othersWaiting) keep = Math.min(keep, state.share);
     keep = Math.max(inUse, cap > 0 ? Math.min(keep, cap) : keep);
     if (keep < state.held) {
       state.held = keep;
       write(orgId, state);
     }
-    if (state.held === 0 && state.wanted === 0 && !state.retry) {
+    if (state.held === 0 && state.wanted === 0 && !state.retry && !state.linger) {
       states.delete(orgId);
       return;
     }
@@ -364,7 +393,10 @@ export function createOrgPermits(options: OrgPermitsOptions): OrgPermits {
       stopped = true;
       clearInterval(renewTimer);
       renewTimer = undefined;
-      for (const state of states.values()) clearTimeout(state.retry);
+      for (const state of states.values()) {
+        clearTimeout(state.retry);
+        clearTimeout(state.linger);
+      }
       if (redis) {
         await Promise.all(
           [...states.keys()].map((orgId) =>

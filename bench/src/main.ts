@@ -548,6 +548,7 @@ async function main() {
         warmUpEvents: num('webhook-warm-up', quick ? 500 : 2000),
         connections: num('webhook-connections', 10),
         timeoutMs: num('webhook-timeout-ms', 60_000),
+        ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       },
       log,
     });

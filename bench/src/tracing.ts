@@ -13,6 +13,7 @@
  * its lowest CPU per unit, as bench/micro/tracing-micro.ts does: on a shared machine load comes and goes
  * between rounds, and the least disturbed round is the closest to the cost.
  */
+import { join } from 'node:path';
 import { round, stopChild } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
 import { runHttp } from './http.js';
@@ -50,7 +51,14 @@ export interface TracingConfig {
   http: { connections: number; trialsPerRound: number; trialMs: number; warmupMs: number };
   /** The fan-out machinery's settings (its saturation trials: one per round). */
   fanout: Omit<FanoutConfig, 'trials' | 'log'>;
-  webhooks: { events: number; warmUpEvents: number; connections: number; timeoutMs: number };
+  webhooks: {
+    events: number;
+    warmUpEvents: number;
+    connections: number;
+    timeoutMs: number;
+    /** `--webhook-cpu-prof`: each dispatcher writes a V8 CPU profile under `<dir>/<setting id>/`. */
+    cpuProfDir?: string;
+  };
   log: (line: string) => void;
 }
 
@@ -316,6 +324,7 @@ async function webhooksPath(config: TracingConfig, sink: OtlpSink): Promise<Coll
             dispatcherEvents: config.webhooks.events,
             dispatcherTimeoutMs: config.webhooks.timeoutMs,
             heraldEnv: envOf(config, setting, sink),
+            ...(config.webhooks.cpuProfDir ? { cpuProfDir: join(config.webhooks.cpuProfDir, setting.id) } : {}),
             log: config.log,
           },
           receiver,

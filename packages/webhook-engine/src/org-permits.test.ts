@@ -15,8 +15,8 @@ const logger = pino({ level: 'silent' });
 // The same Redis through a client that counts the commands sent on it.
 const counted = createRedisClient(inject('redisUrl'));
 let commandsSent = 0;
-const send = counted.sendCommand.bind(counted);
-counted.sendCommand = ((...args: Parameters<typeof send>) => {
+const send = counted.sendCommand.bind(counted) as (...args: unknown[]) => unknown;
+counted.sendCommand = ((...args: unknown[]) => {
   commandsSent++;
   return send(...args);
 }) as typeof counted.sendCommand;

@@ -230,7 +230,7 @@ export async function fanOutOutbox(
 ): Promise<FanOutResult> {
   const lease = newLease(QUEUED_LEASE_PREFIX);
   const { rows } = await sql<{
-    events: number;
+    events: number | null;
     traceparents: string[] | null;
     id: string | null;
     endpoint_id: string | null;
@@ -267,19 +267,25 @@ export async function fanOutOutbox(
       on conflict (event_id, endpoint_id) do nothing
       returning id, endpoint_id, status
     )
-    select counted.events, counted.traceparents, created.id, created.endpoint_id, created.status,
+    -- The events' count and trace contexts in a row of their own, then one row per delivery: carried on
+    -- every delivery's row, the trace contexts were parsed once per row (a batch's worth each time).
+    select counted.events, counted.traceparents, null::text as id, null::text as endpoint_id, null::text as status,
       set_config('synchronous_commit', 'off', true) as async_commit
     from (select count(1)::int as events, array_agg(traceparent) filter (where traceparent is not null) as traceparents
-      from event) counted left join created on true
+      from event) counted
+    union all
+    select null, null, created.id::text, created.endpoint_id::text, created.status::text, null from created
   `.execute(db);
   const queued: QueuedDelivery[] = [];
   let skipped = 0;
+  let counted: { events: number; traceparents: string[] | null } | undefined;
   for (const row of rows) {
+    if (row.events !== null) counted = { events: row.events, traceparents: row.traceparents };
     if (!row.id || !row.endpoint_id) continue;
     if (row.status === 'PENDING') queued.push({ deliveryId: row.id, endpointId: row.endpoint_id, lease });
     else skipped++;
   }
-  return { events: rows[0]?.events ?? 0, queued, skipped, traceparents: rows[0]?.traceparents ?? [] };
+  return { events: counted?.events ?? 0, queued, skipped, traceparents: counted?.traceparents ?? [] };
 }
 
 /** Step 2: due, free deliveries get a q-lease, earliest due first, through the index with a LIMIT. */

@@ -323,9 +323,9 @@ describe('pnpm bench embedded footprint, smoke', () => {
   }, 300_000);
 });
 
-// One path per test, side by side: each path starts three or six Herald processes of its own, one after
-// another, which alone takes most of a minute on a loaded 2-core machine.
-describe.concurrent('pnpm bench tracing scenario, smoke size', () => {
+// One path per test, one after another: each path starts three or six Herald processes of its own, which
+// alone takes most of a minute on a loaded 2-core machine; side by side they starved the other worker's tests.
+describe('pnpm bench tracing scenario, smoke size', () => {
   it.each(['http', 'fanout', 'webhooks'] as const)(
     '%s: off / ratio 0.01 / ratio 1.0 measured, and the sink gets spans only when on',
     async (path) => {

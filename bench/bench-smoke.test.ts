@@ -228,7 +228,9 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(result.steady?.latency?.published).toBe(20);
     expect(Number.isFinite(result.steady?.latency?.fromCommit.p99Ms)).toBe(true);
     expect(result.dispatcher.queriesPerDelivery).toBeGreaterThan(0);
-    expect(result.dispatcher.pgCpuUsPerDelivery).toBeGreaterThan(0);
+    // Read from /proc in 10 ms clock ticks: 20 deliveries may cost the backends less than one, so zero is a
+    // valid reading here; a number it must be (undefined or NaN: the backends were not found or not read).
+    expect(Number.isFinite(result.dispatcher.pgCpuUsPerDelivery)).toBe(true);
     // Several endpoints: every event at each of them, verified per endpoint; the raw durable loop at 2 × 2 connections.
     expect(result.multiEndpoint).toMatchObject({ endpoints: 2, deliveries: 40 });
     expect(result.multiEndpoint?.durableLoop?.connections).toBe(4);

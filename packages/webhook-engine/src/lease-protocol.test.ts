@@ -125,6 +125,63 @@ describe('fan-out', () => {
       [enabled.id, disabled.id].sort(),
     );
   });
+
+  it("returns the batch's event count and trace contexts once, whether its events made many deliveries or none", async () => {
+    await harness.createEndpoint('org-fan-traced', receiver.url('/traced-a'));
+    await harness.createEndpoint('org-fan-traced', receiver.url('/traced-b'));
+    await fanOutOutbox(harness.db, { limit: 1_000, queueLeaseMs: 60_000 }); // anything earlier tests left
+    const traceparent = (n: number) => `00-${String(n).repeat(32)}-${String(n).repeat(16)}-0${n % 2}`;
+    await harness.db
+      .insertInto('webhook_outbox')
+      .values([
+        // Two endpoints each, with and without a trace context; one event no endpoint takes.
+        {
+          id: 'evt_traced_1',
+          org_id: 'org-fan-traced',
+          type: 'post.published',
+          body: '{}',
+          traceparent: traceparent(1),
+        },
+        {
+          id: 'evt_traced_2',
+          org_id: 'org-fan-traced',
+          type: 'post.published',
+          body: '{}',
+          traceparent: traceparent(2),
+        },
+        { id: 'evt_untraced', org_id: 'org-fan-traced', type: 'post.published', body: '{}' },
+        { id: 'evt_nobody', org_id: 'org-fan-nobody', type: 'post.published', body: '{}', traceparent: traceparent(3) },
+      ])
+      .execute();
+    const result = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    expect(result.events).toBe(4);
+    expect(result.queued).toHaveLength(6);
+    expect([...result.traceparents].sort()).toEqual([traceparent(1), traceparent(2), traceparent(3)]);
+
+    // A batch whose only event no endpoint takes still counts it and carries its trace context.
+    await harness.db
+      .insertInto('webhook_outbox')
+      .values({
+        id: 'evt_nobody_2',
+        org_id: 'org-fan-nobody',
+        type: 'post.published',
+        body: '{}',
+        traceparent: traceparent(4),
+      })
+      .execute();
+    expect(await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 })).toEqual({
+      events: 1,
+      queued: [],
+      skipped: 0,
+      traceparents: [traceparent(4)],
+    });
+    expect(await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 })).toEqual({
+      events: 0,
+      queued: [],
+      skipped: 0,
+      traceparents: [],
+    });
+  });
 });
 
 describe('prepared statements', () => {

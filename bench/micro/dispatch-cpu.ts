@@ -17,6 +17,9 @@
  *   node --cpu-prof --import tsx bench/micro/dispatch-cpu.ts 20000     (a profile of the drain, mostly)
  *   DISPATCH_CPU_QUERIES=1 …                                       (also: statements sent, by kind)
  *   DISPATCH_CPU_DISPATCHERS=2 …                                   (two dispatchers, in this process)
+ *   DISPATCH_CPU_TRACING=0.01 …     (tracing on, `parentbased_traceidratio` at that ratio, exporting
+ *                                    OTLP/protobuf to the receiver process, which answers 200; each event is
+ *                                    stored with a `traceparent` sampled at that ratio, as publishPost's are)
  *
  * For A/B comparisons run it alternately from two trees, in the same time window.
  */
@@ -27,6 +30,7 @@ import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, insertWebhookEndpoint, migrateToLatest } from '@herald/db';
+import { startTracing } from '@herald/telemetry/start';
 import { TEST_KEYRING } from '@herald/testing';
 import { createDispatcher, createRedisStreamQueue } from '@herald/webhook-engine';
 import { generateWebhookSecret } from '@herald/webhooks';
@@ -58,6 +62,8 @@ if (process.argv[2] === 'receiver') {
     req.resume();
     req.on('end', () => {
       res.writeHead(200, { 'content-length': '0' }).end();
+      // DISPATCH_CPU_TRACING: the dispatcher's span exports, not deliveries.
+      if (req.url?.startsWith('/otlp/')) return;
       requests++;
       seen.add(`${req.url} ${req.headers['x-webhook-id']}`);
       if (seen.size === expected) process.send?.({ done: true, requests });
@@ -85,6 +91,23 @@ if (process.argv[2] === 'receiver') {
     return done;
   };
 
+  const tracingRatio = process.env.DISPATCH_CPU_TRACING ? Number(process.env.DISPATCH_CPU_TRACING) : undefined;
+  const tracing =
+    tracingRatio === undefined
+      ? undefined
+      : await startTracing({
+          serviceName: 'herald-webhook-dispatcher',
+          env: Object.assign(process.env, {
+            OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/otlp`,
+            OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+            OTEL_TRACES_SAMPLER_ARG: String(tracingRatio),
+          }),
+        });
+  /** What publishPost stores with an event while tracing: its operation's context, sampled at the ratio. */
+  const traceparent = () => {
+    const ids = randomUUID().replaceAll('-', '');
+    return `00-${ids}-${ids.slice(0, 16)}-${Math.random() < (tracingRatio ?? 0) ? '01' : '00'}`;
+  };
   const statements = process.env.DISPATCH_CPU_QUERIES ? new Map<string, number>() : undefined;
   if (statements) {
     const query = pg.Client.prototype.query;
@@ -155,7 +178,10 @@ if (process.argv[2] === 'receiver') {
       database.db.transaction().execute(async (trx) => {
         for (let offset = 0; offset < EVENTS; offset += INSERT_BATCH) {
           const rows = benchOutboxRows(orgId, offset, Math.min(EVENTS, offset + INSERT_BATCH));
-          await trx.insertInto('webhook_outbox').values(rows).execute();
+          await trx
+            .insertInto('webhook_outbox')
+            .values(tracing ? rows.map((row) => ({ ...row, traceparent: traceparent() })) : rows)
+            .execute();
         }
         await beforeCommit();
       });
@@ -212,12 +238,14 @@ if (process.argv[2] === 'receiver') {
           pgUs: Number((pgUs / deliveries).toFixed(1)),
           endpoints: ENDPOINTS,
           cap: CAP,
+          tracing: tracingRatio ?? 'off',
         }),
       );
     }
   } finally {
     await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
     await Promise.all(queues.map((queue) => queue.close()));
+    await tracing?.shutdown(2_000);
     for (const key of [keys.workStream, keys.deadLetterStream, keys.parkedStream]) {
       await redisCommand(REDIS_URL, ['DEL', key]).catch(() => {});
     }

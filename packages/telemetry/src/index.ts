@@ -5,7 +5,6 @@ export {
   formatTraceparent,
   holdContext,
   isTracing,
-  linksFromTraceparents,
   operationContext,
   parseTraceparent,
   recordBatchSpan,
@@ -13,5 +12,7 @@ export {
   traceLogFields,
   traceLogMixin,
   tracer,
+  unsampledChildTraceparent,
+  unsampledParent,
 } from './trace-context.js';
 export { type OtlpProtocol, readTracingConfig, type TracingConfig, TracingConfigError } from './tracing-config.js';

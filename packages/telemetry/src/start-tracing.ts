@@ -3,7 +3,7 @@ import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { type Context, type ContextManager, ROOT_CONTEXT } from '@opentelemetry/api';
+import { type Context, type ContextManager, ROOT_CONTEXT, TraceFlags, trace } from '@opentelemetry/api';
 import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
@@ -64,15 +64,14 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   const config = readTracingConfig(env, options.serviceName);
   if (!config.enabled) return DISABLED;
 
-  const [{ NodeTracerProvider }, { BatchSpanProcessor }, resources, { registerInstrumentations }, pg, ioredis] =
-    await Promise.all([
-      import('@opentelemetry/sdk-trace-node'),
-      import('@opentelemetry/sdk-trace-base'),
-      import('@opentelemetry/resources'),
-      import('@opentelemetry/instrumentation'),
-      import('@opentelemetry/instrumentation-pg'),
-      import('@opentelemetry/instrumentation-ioredis'),
-    ]);
+  const [{ NodeTracerProvider }, traceBase, resources, { registerInstrumentations }, pg, ioredis] = await Promise.all([
+    import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/sdk-trace-base'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/instrumentation'),
+    import('@opentelemetry/instrumentation-pg'),
+    import('@opentelemetry/instrumentation-ioredis'),
+  ]);
   const { OTLPTraceExporter } =
     config.protocol === 'http/json'
       ? await import('@opentelemetry/exporter-trace-otlp-http')
@@ -82,12 +81,22 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   const counts = { pending: 0, dropped: 0 };
   // The exporter reads its endpoint, headers, timeout and compression from the OTEL_* variables itself.
   const exporter = countingExporter(new OTLPTraceExporter(), counts);
-  const processor = boundedProcessor(new BatchSpanProcessor(exporter, { maxQueueSize }), counts, maxQueueSize);
+  const processor = boundedProcessor(
+    new traceBase.BatchSpanProcessor(exporter, { maxQueueSize }),
+    counts,
+    maxQueueSize,
+  );
   const resource = resources
     .defaultResource()
     .merge(resources.resourceFromAttributes({ 'service.name': config.serviceName }))
     .merge(resources.detectResources({ detectors: [resources.envDetector] }));
-  const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
+  const followsParent = samplerFollowsParent(process.env.OTEL_TRACES_SAMPLER);
+  const provider = new NodeTracerProvider({
+    resource,
+    spanProcessors: [processor],
+    // Otherwise the SDK builds the sampler from OTEL_TRACES_SAMPLER itself.
+    ...(followsParent ? { sampler: sampledLinksSampler(traceBase, process.env) } : {}),
+  });
   const contextManager = new (operationContextManager())();
   provider.register({ contextManager });
   const instrumentations = [
@@ -96,7 +105,11 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   ];
   registerInstrumentations({ tracerProvider: provider, instrumentations });
   gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
-  setTracing(true, provider.getTracer('herald'), () => contextManager.idle());
+  setTracing(true, {
+    tracer: provider.getTracer('herald'),
+    idle: () => contextManager.idle(),
+    samplerFollowsParent: followsParent,
+  });
 
   let stopping: Promise<void> | undefined;
   return {
@@ -346,6 +359,53 @@ function boundedProcessor(
     },
     forceFlush: () => inner.forceFlush(),
     shutdown: () => inner.shutdown(),
+  };
+}
+
+/** Samplers the SDK builds from `OTEL_TRACES_SAMPLER` that decide without asking the parent. */
+const SAMPLERS_IGNORING_PARENT: readonly string[] = ['always_on', 'always_off', 'traceidratio'];
+
+/**
+ * Whether the sampler the SDK builds from `OTEL_TRACES_SAMPLER` (it reads `process.env` itself) follows a
+ * parent's decision: every `parentbased_*` one, and the SDK's default when the variable is unset or
+ * unknown (`parentbased_always_on`). Lets trace-context.ts skip the SDK for spans under an unsampled parent.
+ */
+export function samplerFollowsParent(sampler: string | undefined): boolean {
+  return !SAMPLERS_IGNORING_PARENT.includes(sampler?.trim() ?? '');
+}
+
+/**
+ * The parent-based sampler `OTEL_TRACES_SAMPLER` names (the SDK's own mapping: `parentbased_always_on`
+ * when unset or unknown, `parentbased_always_off`, `parentbased_traceidratio` with `OTEL_TRACES_SAMPLER_ARG`,
+ * 1 when blank), with one rule in front: a new trace whose links include a sampled span context is sampled.
+ * Only Herald's batch spans have links (`recordBatchSpan`, trace-context.ts), and they link only to sampled
+ * events: a batch that served a sampled publish is recorded, so that publish's trace leads to it at any
+ * ratio (left to the ratio, a sampled event's batch spans would be recorded once in a hundred at 0.01).
+ * The rule follows the links as the parent-based sampler follows a parent.
+ */
+function sampledLinksSampler(
+  sdk: typeof import('@opentelemetry/sdk-trace-base'),
+  env: NodeJS.ProcessEnv,
+): import('@opentelemetry/sdk-trace-base').Sampler {
+  const name = env.OTEL_TRACES_SAMPLER?.trim();
+  const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG?.trim() || 1);
+  const root =
+    name === 'parentbased_always_off'
+      ? new sdk.AlwaysOffSampler()
+      : name === 'parentbased_traceidratio'
+        ? new sdk.TraceIdRatioBasedSampler(Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1)
+        : new sdk.AlwaysOnSampler();
+  const parentBased = new sdk.ParentBasedSampler({ root });
+  return {
+    shouldSample(context, traceId, spanName, spanKind, attributes, links) {
+      if (
+        trace.getSpanContext(context) === undefined &&
+        links.some((link) => (link.context.traceFlags & TraceFlags.SAMPLED) !== 0)
+      )
+        return { decision: sdk.SamplingDecision.RECORD_AND_SAMPLED };
+      return parentBased.shouldSample(context, traceId, spanName, spanKind, attributes, links);
+    },
+    toString: () => `SampledLinks{${parentBased.toString()}}`,
   };
 }
 

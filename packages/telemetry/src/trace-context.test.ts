@@ -5,7 +5,6 @@ import {
   contextFromTraceparent,
   formatTraceparent,
   isTracing,
-  linksFromTraceparents,
   parseTraceparent,
   traceLogMixin,
 } from './trace-context.js';
@@ -42,9 +41,6 @@ describe('trace context helpers', () => {
       expect(parseTraceparent(bad)).toBeUndefined();
       expect(contextFromTraceparent(bad)).toBe(ROOT_CONTEXT);
     }
-    expect(linksFromTraceparents([null, 'garbage', TRACEPARENT])).toEqual([
-      { context: { traceId: TRACE_ID, spanId: SPAN_ID, traceFlags: 1, isRemote: true } },
-    ]);
   });
 
   it('puts a stored traceparent in a context as the remote parent', () => {

@@ -20,6 +20,8 @@ import {
  */
 
 let tracing = false;
+/** Whether the SDK's sampler follows a parent's decision (every `parentbased_*` sampler; see {@link setTracing}). */
+let samplerFollowsParent = false;
 let heraldTracer: Tracer = trace.getTracer('herald');
 /** Operations holding the context storage on (see {@link holdContext}). */
 let heldOperations = 0;
@@ -37,10 +39,14 @@ export function isTracing(): boolean {
  * a CommonJS build: a proxy made by one never learns of a provider the other registered. `idle` turns the
  * context storage off once no operation holds it (start-tracing.ts, `OperationContextManager`).
  */
-export function setTracing(on: boolean, sdkTracer?: Tracer, idle?: () => void): void {
+export function setTracing(
+  on: boolean,
+  sdk?: { tracer: Tracer; idle: () => void; samplerFollowsParent: boolean },
+): void {
   tracing = on;
-  heraldTracer = sdkTracer ?? trace.getTracer('herald');
-  contextStorageIdle = idle;
+  heraldTracer = sdk?.tracer ?? trace.getTracer('herald');
+  contextStorageIdle = sdk?.idle;
+  samplerFollowsParent = on && (sdk?.samplerFollowsParent ?? false);
 }
 
 /** The tracer every hand-made Herald span comes from. */
@@ -151,6 +157,47 @@ function unsampledTraceparent(): string {
   return `00-${ID_BYTES.toString('hex', 0, 16)}-${ID_BYTES.toString('hex', 16, 24)}-00`;
 }
 
+/**
+ * Whether a span started under the stored `traceparent` is sure not to record: that parent said "not
+ * sampled", and the sampler follows the parent's decision (every `parentbased_*` sampler, the SDK's
+ * default). At a ratio of 0.01 that is 99 % of the events a dispatcher or a fan-out sees; for them Herald
+ * skips the SDK altogether, which would generate ids, run the sampler and wrap a span that does nothing
+ * (several µs on a path that runs once per webhook attempt).
+ */
+export function unsampledParent(traceparent: string | null | undefined): boolean {
+  return (
+    samplerFollowsParent &&
+    traceparent != null &&
+    !SAMPLED_FLAG_DIGITS.includes(traceparent.charAt(54)) &&
+    WELL_FORMED_TRACEPARENT.test(traceparent) &&
+    !traceparent.startsWith(ZERO_TRACE_ID, 3) &&
+    !traceparent.startsWith(ZERO_SPAN_ID, 36)
+  );
+}
+
+/**
+ * {@link TRACEPARENT} without its groups, and the all-zero ids it must not hold: {@link parseTraceparent}'s
+ * checks without allocating (the per-attempt path runs them for every delivery).
+ */
+const WELL_FORMED_TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+const ZERO_TRACE_ID = '0'.repeat(32);
+const ZERO_SPAN_ID = '0'.repeat(16);
+
+/**
+ * The `traceparent` a span started under the stored one would carry onward when {@link unsampledParent}:
+ * the same trace, a new span id, the parent's flags (so whatever continues it stays unsampled). Undefined
+ * when the SDK must make the span (the parent is sampled, absent or malformed, or the sampler decides
+ * alone).
+ */
+export function unsampledChildTraceparent(traceparent: string | null | undefined): string | undefined {
+  if (!traceparent || !unsampledParent(traceparent)) return undefined;
+  ID_BYTES.writeUInt32BE((Math.random() * 2 ** 32) >>> 0, 16);
+  ID_BYTES.writeUInt32BE((Math.random() * 2 ** 32) >>> 0, 20);
+  ID_BYTES[23] ||= 1;
+  // `00-` + 32 hex digits + `-`: 36 characters; the flags are the last two.
+  return `${traceparent.slice(0, 36)}${ID_BYTES.toString('hex', 16, 24)}${traceparent.slice(52)}`;
+}
+
 /** `00-<trace id>-<span id>-<flags>`, or null for an invalid context. */
 export function formatTraceparent(spanContext: SpanContext): string | null {
   if (!isSpanContextValid(spanContext)) return null;
@@ -181,30 +228,31 @@ export function contextFromTraceparent(traceparent: string | null | undefined): 
   return spanContext ? trace.setSpanContext(ROOT_CONTEXT, spanContext) : ROOT_CONTEXT;
 }
 
-/** Span links for work that serves several events at once (one batch statement, one append). */
-export function linksFromTraceparents(traceparents: Iterable<string | null | undefined>): Link[] {
-  const links: Link[] = [];
-  for (const traceparent of traceparents) {
-    const spanContext = parseTraceparent(traceparent);
-    if (spanContext) links.push({ context: spanContext });
-  }
-  return links;
-}
+/** The last character of a `traceparent` whose flags have the sampled bit (the flags' low hex digit is odd). */
+const SAMPLED_FLAG_DIGITS = '13579bdf';
 
 /**
  * Records, once it is done, work that served several events at once (one batch statement, one history
- * append): a span of its own, started at `startTimeMs` (ms since the epoch), with a link to each event's
- * trace, never a span per event. Nothing when tracing is off or no event carried a trace context (a
- * batch of events published untraced is not worth a trace of its own).
+ * append): a span of its own, started at `startTimeMs` (ms since the epoch), with a link to the trace of
+ * each event whose publishing operation was sampled, never a span per event. Nothing when tracing is off
+ * or none of the events was sampled: at a ratio of 0.01 most batches are skipped after a look at the
+ * last character of each stored value, with no parsing and no sampler call. The span starts a trace of its
+ * own; under a parent-based sampler it is recorded because of its sampled links (start-tracing.ts,
+ * `sampledLinksSampler`), so a sampled publish finds the batch spans that served it.
  */
 export function recordBatchSpan(
   name: string,
   startTimeMs: number,
-  traceparents: Iterable<string | null | undefined>,
+  traceparents: readonly (string | null | undefined)[],
   attributes: Attributes,
 ): void {
   if (!tracing) return;
-  const links = linksFromTraceparents(traceparents);
+  const links: Link[] = [];
+  for (const traceparent of traceparents) {
+    if (!traceparent || !SAMPLED_FLAG_DIGITS.includes(traceparent.charAt(traceparent.length - 1))) continue;
+    const spanContext = parseTraceparent(traceparent);
+    if (spanContext) links.push({ context: spanContext });
+  }
   if (links.length === 0) return;
   heraldTracer
     .startSpan(name, { kind: SpanKind.INTERNAL, startTime: startTimeMs, links, attributes }, ROOT_CONTEXT)

@@ -185,7 +185,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
         headers,
       });
     }
-    if (traced) endAttemptSpan(traced.span, outcome);
+    if (traced?.span) endAttemptSpan(traced.span, outcome);
     const series = outcome.ok ? succeeded : failed;
     series.attempts.inc();
     series.seconds.observe(outcome.durationMs / 1_000);

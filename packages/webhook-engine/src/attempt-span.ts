@@ -1,4 +1,10 @@
-import { contextFromTraceparent, formatTraceparent, isTracing, tracer } from '@herald/telemetry';
+import {
+  contextFromTraceparent,
+  formatTraceparent,
+  isTracing,
+  tracer,
+  unsampledChildTraceparent,
+} from '@herald/telemetry';
 import { type Span, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import type { DeliveryOutcome } from './deliver.js';
 import type { ClaimedDelivery } from './lease-protocol.js';
@@ -18,10 +24,18 @@ export const TRACEPARENT_HEADER = 'traceparent';
  * attempt's duration as measured by the deliverer, its number (1 for the first), and the endpoint,
  * delivery and event ids. A non-2xx answer or no answer marks the span as an error.
  *
+ * An event whose publishing operation was not sampled (99 % of them at a ratio of 0.01) gets no span: its
+ * POST carries a `traceparent` of the same trace with a new span id and the not-sampled flag, as the SDK's
+ * non-recording span would have, without asking the SDK (`unsampledChildTraceparent`).
+ *
  * @returns undefined when tracing is off: the attempt then pays one boolean read.
  */
-export function startAttemptSpan(delivery: ClaimedDelivery): { span: Span; traceparent: string | null } | undefined {
+export function startAttemptSpan(
+  delivery: ClaimedDelivery,
+): { span: Span | undefined; traceparent: string | null } | undefined {
   if (!isTracing()) return undefined;
+  const unsampled = unsampledChildTraceparent(delivery.traceparent);
+  if (unsampled) return { span: undefined, traceparent: unsampled };
   const span = tracer().startSpan(
     'webhook attempt',
     { kind: SpanKind.CLIENT },

@@ -126,7 +126,7 @@ describe('fan-out', () => {
     );
   });
 
-  it("returns the batch's event count and trace contexts once, whether its events made many deliveries or none", async () => {
+  it("returns the batch's event count and sampled trace contexts once, whether its events made many deliveries or none", async () => {
     await harness.createEndpoint('org-fan-traced', receiver.url('/traced-a'));
     await harness.createEndpoint('org-fan-traced', receiver.url('/traced-b'));
     await fanOutOutbox(harness.db, { limit: 1_000, queueLeaseMs: 60_000 }); // anything earlier tests left
@@ -134,7 +134,8 @@ describe('fan-out', () => {
     await harness.db
       .insertInto('webhook_outbox')
       .values([
-        // Two endpoints each, with and without a trace context; one event no endpoint takes.
+        // Two endpoints each: a sampled trace context, an unsampled one (flags 00), none; one event no
+        // endpoint takes.
         {
           id: 'evt_traced_1',
           org_id: 'org-fan-traced',
@@ -156,7 +157,7 @@ describe('fan-out', () => {
     const result = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
     expect(result.events).toBe(4);
     expect(result.queued).toHaveLength(6);
-    expect([...result.traceparents].sort()).toEqual([traceparent(1), traceparent(2), traceparent(3)]);
+    expect([...result.traceparents].sort()).toEqual([traceparent(1), traceparent(3)]);
 
     // A batch whose only event no endpoint takes still counts it and carries its trace context.
     await harness.db
@@ -166,14 +167,14 @@ describe('fan-out', () => {
         org_id: 'org-fan-nobody',
         type: 'post.published',
         body: '{}',
-        traceparent: traceparent(4),
+        traceparent: traceparent(5),
       })
       .execute();
     expect(await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 })).toEqual({
       events: 1,
       queued: [],
       skipped: 0,
-      traceparents: [traceparent(4)],
+      traceparents: [traceparent(5)],
     });
     expect(await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 })).toEqual({
       events: 0,

@@ -1,4 +1,4 @@
-import { contextFromTraceparent, isTracing, tracer } from '@herald/telemetry';
+import { contextFromTraceparent, isTracing, tracer, unsampledParent } from '@herald/telemetry';
 import { type Span, SpanKind } from '@opentelemetry/api';
 
 /**
@@ -9,10 +9,12 @@ import { type Span, SpanKind } from '@opentelemetry/api';
  * would cost more than the write it measures. A pod with several groups for the same event (different
  * documents or variables) records one span for each, as siblings under the publishing span.
  *
- * Subscriptions outside a group (the stock per-subscription path) and catch-up replays get no span.
+ * Subscriptions outside a group (the stock per-subscription path) and catch-up replays get no span, nor
+ * does an event whose publishing operation was not sampled (`unsampledParent`: no span under it would
+ * record, so the SDK is not asked for one).
  */
 export function startFanOutSpan(traceparent: string, members: number): Span | undefined {
-  if (!isTracing()) return undefined;
+  if (!isTracing() || unsampledParent(traceparent)) return undefined;
   const span = tracer().startSpan(
     'subscription fan-out',
     { kind: SpanKind.CONSUMER },

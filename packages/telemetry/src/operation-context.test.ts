@@ -30,7 +30,7 @@ function runOperations(): {
   sampled: Seen;
   callerUnsampled: Seen;
   after: string[];
-  afterExport: { exported: number; symbols: string[] };
+  afterExport: { exported: number; symbols: string[]; whileAnswerPending: string[] };
   late: { during: string[]; after: string[] };
 } {
   const script = `
@@ -43,7 +43,8 @@ function runOperations(): {
       request.resume();
       request.on('end', () => {
         exported++;
-        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+        // A busy collector: the answer comes 300 ms later.
+        setTimeout(() => response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(), 300);
       });
     });
     await new Promise((resolve) => collector.listen(0, '127.0.0.1', resolve));
@@ -75,11 +76,14 @@ function runOperations(): {
     await new Promise((resolve) => setImmediate(resolve));
     late.after = symbols(new Promise(() => {}));
     const after = symbols(new Promise(() => {}));
-    // The sampled span ended: the export (in a context of its own) turns the storage on until answered.
+    // The sampled span ended: the export runs in a context of its own, on for its synchronous part only.
     await new Promise((resolve) => setTimeout(resolve, 50));
-    await tracing.shutdown(10000);
+    const stopping = tracing.shutdown(10000);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const whileAnswerPending = symbols(new Promise(() => {}));
+    await stopping;
     await new Promise((resolve) => setImmediate(resolve));
-    const afterExport = { exported, symbols: symbols(new Promise(() => {})) };
+    const afterExport = { exported, symbols: symbols(new Promise(() => {})), whileAnswerPending };
     process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late }));
     process.exit(0);
   `;
@@ -133,8 +137,10 @@ describe('the context an operation runs in', () => {
     expect(late.after).toEqual([]);
   });
 
-  it('turns it off again after an export, which runs in a context of its own', () => {
+  it('keeps it off while an export waits for the collector, and after it', () => {
     expect(afterExport.exported).toBeGreaterThan(0);
+    // Held until the collector answered, every promise made meanwhile would run async hooks.
+    expect(afterExport.whileAnswerPending).toEqual([]);
     expect(afterExport.symbols).toEqual([]);
   });
 });

@@ -19,6 +19,7 @@
  *   pnpm bench --scenarios tracing --out /tmp/t  # tracing off / ratio 0.01 / ratio 1.0: posts over HTTP, fan-out at
  *                                                # the largest --sockets (10000; --quick 1000), webhooks → tracing.{md,json}
  *   pnpm bench --scenarios tracing --tracing-repeats 3 --tracing-paths http,fanout,webhooks  # rounds per setting, paths
+ *   pnpm bench --scenarios tracing --tracing-fanout-trials 3     # fan-out saturation trials per setting and round
  *
  * DATABASE_URL and REDIS_URL default to the local servers (as .ci/run does). Every child process is
  * stopped on exit and on Ctrl-C; PostgreSQL schemas (`herald_bench_*`) and Redis keys are removed.
@@ -84,7 +85,7 @@ const KNOWN_FLAGS = new Set(
     'http-connections http-operations http-profile http-targets http-trial-ms http-trials http-warmup-ms ' +
     'noisy-probe-ms out profile quick render resume-clients resume-events resume-latency-events ' +
     'resume-timeout-ms scenarios sequential single sockets source-addresses token-clients token-iterations ' +
-    'token-trials tracing-paths tracing-repeats trial-ms trials warmup-ms ' +
+    'token-trials tracing-fanout-trials tracing-paths tracing-repeats trial-ms trials warmup-ms ' +
     'webhook-connections webhook-cpu-prof webhook-endpoint-cap ' +
     'webhook-endpoints webhook-events webhook-steady-compare-notify webhook-steady-ms webhook-steady-only ' +
     'webhook-steady-rate webhook-timeout-ms webhook-trial-ms webhook-trials webhook-two webhook-warm-up window workers'
@@ -196,6 +197,11 @@ async function main() {
   const tracingRepeats = num('tracing-repeats', quick ? 2 : 3);
   if (!Number.isInteger(tracingRepeats) || tracingRepeats < 1)
     usage(`--tracing-repeats takes a whole number of at least 1, got ${JSON.stringify(args['tracing-repeats'])}`);
+  const tracingFanoutTrials = num('tracing-fanout-trials', quick ? 1 : 3);
+  if (!Number.isInteger(tracingFanoutTrials) || tracingFanoutTrials < 1)
+    usage(
+      `--tracing-fanout-trials takes a whole number of at least 1, got ${JSON.stringify(args['tracing-fanout-trials'])}`,
+    );
 
   // What's reachable decides what can run; nothing is faked.
   const skipped: string[] = [];
@@ -529,6 +535,7 @@ async function main() {
       redisUrl: redisOk ? redisUrl : undefined,
       paths: tracingPaths as TracingPath[],
       repeats: tracingRepeats,
+      fanoutTrialsPerRound: tracingFanoutTrials,
       heraldEnv,
       http: {
         connections: num('http-connections', 16),

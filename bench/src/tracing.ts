@@ -51,6 +51,11 @@ export interface TracingConfig {
   http: { connections: number; trialsPerRound: number; trialMs: number; warmupMs: number };
   /** The fan-out machinery's settings (its saturation trials: one per round). */
   fanout: Omit<FanoutConfig, 'trials' | 'log'>;
+  /**
+   * Saturation trials of each setting per round (taking turns within the round too): after the set-up a
+   * trial costs seconds, and fan-out's figures move by ±15 % between trials on this machine.
+   */
+  fanoutTrialsPerRound: number;
   webhooks: {
     events: number;
     warmUpEvents: number;
@@ -155,7 +160,7 @@ export async function runTracing(config: TracingConfig): Promise<TracingResult> 
       : []),
     ...(config.paths.includes('fanout')
       ? [
-          `Fan-out: ${fanout.sockets} sockets on one API process each (embedded mode: in-memory pub/sub, PostgreSQL, \`pnpm start\`'s node flags), the three set up side by side with their own load clients (${fanout.workers} process${fanout.workers === 1 ? '' : 'es'} each) (bench/src/fanout.ts: warm-up, latency phases), then one saturation trial of ${fanout.trialMs} ms each per round, taking turns; events published with publishPost over HTTP (its span, PostgreSQL and Redis spans and one fan-out span per event are the traced work); CPU = the API process's ÷ checked deliveries.`,
+          `Fan-out: ${fanout.sockets} sockets on one API process each (embedded mode: in-memory pub/sub, PostgreSQL, \`pnpm start\`'s node flags), the three set up side by side with their own load clients (${fanout.workers} process${fanout.workers === 1 ? '' : 'es'} each) (bench/src/fanout.ts: warm-up, latency phases), then ${config.fanoutTrialsPerRound} saturation trial${config.fanoutTrialsPerRound === 1 ? '' : 's'} of ${fanout.trialMs} ms of each per round, taking turns; events published with publishPost over HTTP (its span, PostgreSQL and Redis spans and one fan-out span per event are the traced work); CPU = the API process's ÷ checked deliveries.`,
         ]
       : []),
     ...(config.paths.includes('webhooks')
@@ -267,16 +272,19 @@ async function fanoutPath(config: TracingConfig, sink: OtlpSink): Promise<Collec
       });
       const run = new FanoutRun(`tracing ${setting.id}`, target, {
         ...config.fanout,
-        trials: config.repeats,
+        trials: config.repeats * config.fanoutTrialsPerRound,
         log: config.log,
       });
       active.push({ setting, target, run });
       await run.setup();
     }
     for (const { run } of active) await run.latencyPhases();
-    for (let k = 0; k < config.repeats; k++) {
-      config.log(`tracing fan-out round ${k + 1}/${config.repeats}: a saturation trial of each setting in turn`);
-      for (const { run } of active) await run.saturationTrial(k);
+    for (let round = 0; round < config.repeats; round++) {
+      config.log(
+        `tracing fan-out round ${round + 1}/${config.repeats}: ${config.fanoutTrialsPerRound} saturation trial(s) of each setting, taking turns`,
+      );
+      for (let trial = 0; trial < config.fanoutTrialsPerRound; trial++)
+        for (const { run } of active) await run.saturationTrial(round * config.fanoutTrialsPerRound + trial);
     }
     for (const { setting, target, run } of active) {
       const result: FanoutResult = await run.finish();
@@ -290,10 +298,11 @@ async function fanoutPath(config: TracingConfig, sink: OtlpSink): Promise<Collec
         );
       if (target.deaths.length) entry.problems.push(...target.deaths);
       result.saturation.trials.forEach((trial, k) => {
+        const round = Math.floor(k / config.fanoutTrialsPerRound) + 1;
         if (trial.deliveries > 0)
-          entry.measurements.push({ round: k + 1, cpu: trial.serverCpuUsPerDelivery, rate: trial.deliveriesPerSec });
-        if (trial.ranOutOfEvents) entry.problems.push(`round ${k + 1}: ran out of events (a shorter trial)`);
-        if (trial.timedOutEvents) entry.problems.push(`round ${k + 1}: ${trial.timedOutEvents} events timed out`);
+          entry.measurements.push({ round, cpu: trial.serverCpuUsPerDelivery, rate: trial.deliveriesPerSec });
+        if (trial.ranOutOfEvents) entry.problems.push(`round ${round}: ran out of events (a shorter trial)`);
+        if (trial.timedOutEvents) entry.problems.push(`round ${round}: ${trial.timedOutEvents} events timed out`);
       });
     }
   } finally {

@@ -37,6 +37,11 @@ describe('pnpm bench flags', () => {
   it.each([
     ['--tracing-paths', 'http,grpc', 'pnpm bench: --tracing-paths takes a list of http, fanout, webhooks, got "grpc"'],
     ['--tracing-repeats', '0', 'pnpm bench: --tracing-repeats takes a whole number of at least 1, got "0"'],
+    [
+      '--tracing-fanout-trials',
+      '1.5',
+      'pnpm bench: --tracing-fanout-trials takes a whole number of at least 1, got "1.5"',
+    ],
   ])('refuses %s %s in one line', (flag, value, line) => {
     const run = bench('--scenarios', 'tracing', flag, value);
     expect(run.status).toBe(2);

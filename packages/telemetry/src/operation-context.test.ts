@@ -1,11 +1,6 @@
-import { execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runInFreshProcess, START, TELEMETRY } from './fresh-process.test-support.js';
 
-const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
-const START = pathToFileURL(fileURLToPath(new URL('./start-tracing.ts', import.meta.url))).href;
-const TELEMETRY = pathToFileURL(fileURLToPath(new URL('./index.ts', import.meta.url))).href;
 const CALLER_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const CALLER_SPAN_ID = 'b7ad6b7169203331';
 
@@ -87,19 +82,7 @@ function runOperations(): {
     process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late }));
     process.exit(0);
   `;
-  const output = execFileSync(process.execPath, ['--import', TSX_LOADER, '--input-type=module', '-e', script], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    encoding: 'utf8',
-    timeout: 30_000,
-    env: {
-      PATH: process.env.PATH ?? '',
-      // Set to the script's own collector before tracing starts; any URL turns tracing on.
-      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
-      OTEL_TRACES_SAMPLER: 'parentbased_always_off',
-      OTEL_BSP_SCHEDULE_DELAY: '600000',
-    },
-  });
-  return JSON.parse(output);
+  return runInFreshProcess(script, { OTEL_TRACES_SAMPLER: 'parentbased_always_off' });
 }
 
 describe('the context an operation runs in', () => {

@@ -1,12 +1,7 @@
-import { execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runInFreshProcess, START, TELEMETRY } from './fresh-process.test-support.js';
 import { samplerFollowsParent } from './start-tracing.js';
 
-const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
-const START = pathToFileURL(fileURLToPath(new URL('./start-tracing.ts', import.meta.url))).href;
-const TELEMETRY = pathToFileURL(fileURLToPath(new URL('./index.ts', import.meta.url))).href;
 const TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const SPAN_ID = 'b7ad6b7169203331';
 const UNSAMPLED = `00-${TRACE_ID}-${SPAN_ID}-00`;
@@ -66,20 +61,10 @@ function underSampler(sampler: string | undefined, ratio = '1'): Seen {
     process.stdout.write(JSON.stringify(seen));
     process.exit(0);
   `;
-  const output = execFileSync(process.execPath, ['--import', TSX_LOADER, '--input-type=module', '-e', script], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    encoding: 'utf8',
-    timeout: 30_000,
-    env: {
-      PATH: process.env.PATH ?? '',
-      // Set to the script's own collector before tracing starts; any URL turns tracing on.
-      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
-      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
-      OTEL_BSP_SCHEDULE_DELAY: '600000',
-      ...(sampler ? { OTEL_TRACES_SAMPLER: sampler, OTEL_TRACES_SAMPLER_ARG: ratio } : {}),
-    },
+  return runInFreshProcess(script, {
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    ...(sampler ? { OTEL_TRACES_SAMPLER: sampler, OTEL_TRACES_SAMPLER_ARG: ratio } : {}),
   });
-  return JSON.parse(output);
 }
 
 describe('spans under a parent that said "not sampled"', () => {

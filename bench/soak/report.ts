@@ -1,6 +1,12 @@
 import type { FaultRecord } from './faults.js';
 import type { LedgerResult } from './ledger.js';
-import type { ProcessFigures, RedisKeyKind } from './resources.js';
+import {
+  type ProcessFigures,
+  type RedisKeyKind,
+  RSS_MIN_WINDOWS,
+  RSS_SETTLING_MS,
+  RSS_WINDOW_MS,
+} from './resources.js';
 
 interface MinuteLatency {
   minute: number;
@@ -74,7 +80,7 @@ export function renderMarkdown(results: SoakResults): string {
     `| subscribers, reconnects, CURSOR_EXPIRED | ${results.subscribers.count}, ${results.subscribers.reconnects}, ${results.subscribers.cursorExpired} |`,
     `| posts queries ok / failed | ${results.queries.ok} / ${results.queries.failed} |`,
     `| processes that exited unscheduled | ${results.unexpectedExits.length} |`,
-    `| largest RSS slope after warm-up (Herald, nginx, Redis, PostgreSQL; not the soak itself) | ${largestSlope(results.processes)} |`,
+    `| largest RSS slope once settled (Herald, nginx, Redis, PostgreSQL; not the soak itself) | ${largestSlope(results.processes)} |`,
     `| slowest recovery after a fault | ${slowestRecovery(results.faults)} |`,
     '',
     '## Webhook endpoints',
@@ -109,12 +115,14 @@ export function renderMarkdown(results: SoakResults): string {
     '',
     '## Processes (sampled every 10 s)',
     '',
-    '| process | pid | samples | RSS first → last (max), MB | RSS slope after warm-up, MB/hour | CPU, % of a core |',
-    '|---|---|---|---|---|---|',
+    '| process | pid | samples | RSS first → last (max), MB | RSS peak per 5 min once settled, MB | RSS slope once settled, MB/hour | CPU, % of a core |',
+    '|---|---|---|---|---|---|---|',
     ...results.processes.map(
       (figures) =>
-        `| ${figures.role} | ${figures.pid || '–'} | ${figures.samples} | ${figures.firstRssMb} → ${figures.lastRssMb} (${figures.maxRssMb}) | ${figures.rssSlopeMbPerHour ?? '–'} | ${figures.cpuPercent || '–'} |`,
+        `| ${figures.role} | ${figures.pid || '–'} | ${figures.samples} | ${figures.firstRssMb} → ${figures.lastRssMb} (${figures.maxRssMb}) | ${figures.settledRssPeaksMb?.join(', ') || '–'} | ${figures.rssSlopeMbPerHour ?? '–'} | ${figures.cpuPercent || '–'} |`,
     ),
+    '',
+    `Settled: after the later of the run's warm-up and the process's own first ${RSS_SETTLING_MS / 60_000} minutes (RSS grows while the C allocator's arenas fill, then holds). The slope is the least-squares line through the peak of each whole ${RSS_WINDOW_MS / 60_000}-minute window after that, given from ${RSS_MIN_WINDOWS} windows on; a process restarted late has none.`,
     '',
     `Redis used_memory: ${results.redisMemory.length > 0 ? `${results.redisMemory[0]!.usedMb.toFixed(1)} MB at start, ${Math.max(...results.redisMemory.map((entry) => entry.usedMb)).toFixed(1)} MB at most, ${results.redisMemory[results.redisMemory.length - 1]!.usedMb.toFixed(1)} MB at the end` : 'not sampled'}.`,
     '',
@@ -153,7 +161,8 @@ function largestSlope(processes: readonly ProcessFigures[]): string {
   const sloped = processes.filter(
     (figures) => figures.rssSlopeMbPerHour !== null && figures.pid > 0 && figures.role !== 'soak',
   );
-  if (sloped.length === 0) return '– (run shorter than 2 minutes after the warm-up)';
+  if (sloped.length === 0)
+    return `– (no process lived ${(RSS_SETTLING_MS + RSS_MIN_WINDOWS * RSS_WINDOW_MS) / 60_000} minutes)`;
   const worst = sloped.reduce((a, b) => (b.rssSlopeMbPerHour! > a.rssSlopeMbPerHour! ? b : a));
   return `${worst.rssSlopeMbPerHour} MB/hour (${worst.role}, pid ${worst.pid})`;
 }

@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { type CommittedEvent, checkLedger, type LedgerInput, type SubscriberFrame } from './ledger.js';
 import type { SoakResults } from './report.js';
-import { redisKeyKind } from './resources.js';
+import { type ProcessSample, RSS_SETTLING_MS, redisKeyKind, settledRss } from './resources.js';
+import { IMAGE_MALLOC_ARENA_MAX } from './topology.js';
 
 // The soak's ledger is arithmetic over what a run recorded; it is pinned here on crafted inputs (a balanced
 // one, and one of each way a run can lose or misplace an event), through the CLI's `--check` (exit 3 and the
@@ -84,6 +85,44 @@ describe('the Redis breakdown', () => {
     expect(redisKeyKind('herald:tenant:org-sockets:org-soak-b-b2d')).toBe('herald:tenant:org-sockets:…');
     expect(redisKeyKind('herald:tenant:sockets:user:42')).toBe('herald:tenant:sockets:…');
     expect(redisKeyKind('bull:queue:1234')).toBe('bull:queue:N');
+  });
+});
+
+describe('the RSS slope once settled', () => {
+  /** One sample every 10 s for `minutes`, RSS from `rssAt(minute)`. */
+  const samples = (minutes: number, rssAt: (minute: number) => number, startMs = 0): ProcessSample[] =>
+    Array.from({ length: (minutes * 60) / 10 }, (_, index) => {
+      const t = startMs + index * 10_000;
+      return { t, role: 'api-1', pid: 1, rssMb: rssAt(t / 60_000), cpuUs: 0 };
+    });
+  /** The allocator's ramp: 120 → 180 MB over the first 12 minutes, then a plateau. */
+  const ramp = (minute: number) => 120 + 60 * Math.min(1, minute / 12);
+
+  it('reads a ramp then a plateau with the allocator giving 30 MB back now and then as flat', () => {
+    // A dip of 30 MB for a minute in every 7: a plain least-squares line through the samples tilts with them.
+    const rss = (minute: number) => ramp(minute) - (Math.floor(minute) % 7 === 3 ? 30 : 0);
+    const result = settledRss(samples(45, rss), 60_000);
+    expect(result.settledRssPeaksMb).toEqual([180, 180, 180, 180, 180]);
+    expect(result.rssSlopeMbPerHour).toBe(0);
+  });
+
+  it('reads a leak of 6 MB/hour on top of the plateau as 6 MB/hour', () => {
+    const result = settledRss(
+      samples(45, (minute) => ramp(minute) + (6 * minute) / 60),
+      60_000,
+    );
+    expect(result.rssSlopeMbPerHour).toBeCloseTo(6, 0);
+  });
+
+  it('runs the pods with the allocator setting of the container images', async () => {
+    const dockerfile = await readFile(join(ROOT, 'deploy/Dockerfile'), 'utf8');
+    expect(dockerfile).toMatch(new RegExp(`^\\s*MALLOC_ARENA_MAX=${IMAGE_MALLOC_ARENA_MAX}$`, 'm'));
+  });
+
+  it('gives no slope for a process that has not lived its settling time and three whole windows', () => {
+    const restarted = samples(RSS_SETTLING_MS / 60_000 + 14, ramp, 20 * 60_000);
+    expect(settledRss(restarted, 60_000)).toEqual({ rssSlopeMbPerHour: null, settledRssPeaksMb: [180, 180] });
+    expect(settledRss([], 60_000).rssSlopeMbPerHour).toBeNull();
   });
 });
 

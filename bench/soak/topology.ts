@@ -11,6 +11,9 @@ import { type OwnPostgres, ownPostgres } from '../../test/support/postgres-clust
 import { type OwnRedis, ownRedis } from '../../test/support/redis-server.js';
 import { type StallProxy, startStallProxy } from './stall-proxy.js';
 
+/** `MALLOC_ARENA_MAX` of the container images (deploy/Dockerfile; soak.test.ts keeps the two equal). */
+export const IMAGE_MALLOC_ARENA_MAX = '2';
+
 const run = promisify(execFile);
 
 /** A process start is tried this many times (each bounded by the start helpers' 60 s). */
@@ -101,6 +104,8 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     JWT_SECRET: options.jwtSecret,
     // 3 pods and 2 dispatchers share the cluster's 50 connections with the soak's own.
     DATABASE_POOL_MAX: '6',
+    // The allocator setting the container images run with (deploy/Dockerfile).
+    MALLOC_ARENA_MAX: IMAGE_MALLOC_ARENA_MAX,
     ...options.env,
   };
   const watch = (

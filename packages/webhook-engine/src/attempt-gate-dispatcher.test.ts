@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { type SlowReceiver, startSlowReceiver } from './testing/slow-receiver.js';
+import { describe, expect, it } from 'vitest';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { startSlowReceiver } from './testing/slow-receiver.js';
 
 // The attempt gate in a real dispatcher, against PostgreSQL, Redis and a real receiver whose every answer
 // takes a while: the dispatcher's cap holds with every endpoint lane chaining, an organisation's own cap
@@ -10,18 +10,7 @@ import { type SlowReceiver, startSlowReceiver } from './testing/slow-receiver.js
 /** How long the receiver takes to answer each POST. */
 const ANSWER_MS = 250;
 
-let harness: DispatcherHarness;
-let receiver: SlowReceiver;
-
-beforeAll(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startSlowReceiver(ANSWER_MS);
-});
-
-afterAll(async () => {
-  await harness?.close();
-  await receiver?.close();
-});
+const world = dispatcherWorld(() => startSlowReceiver(ANSWER_MS));
 
 async function until(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -34,18 +23,22 @@ async function until(what: string, check: () => boolean, timeoutMs = 60_000): Pr
 /** An organisation with `endpoints` endpoints on the receiver under `/<group>/…`, each getting `events` events. */
 async function organisation(group: string, endpoints: number, events: number) {
   const orgId = `org-${randomUUID()}`;
-  for (let i = 0; i < endpoints; i++) await harness.createEndpoint(orgId, receiver.url(`/${group}/${i}`));
-  return { orgId, publish: () => harness.publish(orgId, events) };
+  for (let i = 0; i < endpoints; i++) await world.harness.createEndpoint(orgId, world.receiver.url(`/${group}/${i}`));
+  return { orgId, publish: () => world.harness.publish(orgId, events) };
 }
 
 describe('attempts in flight in one dispatcher', () => {
   it('never exceed WEBHOOK_CONCURRENCY, all endpoint lanes together, and reach it under a backlog', async () => {
     // 6 endpoints that may each have 10 POSTs in flight: 60 without the dispatcher's cap.
     const storm = await organisation('capped', 6, 10);
-    const dispatcher = await harness.startDispatcher({ concurrency: 8, endpointConcurrency: 10, orgConcurrency: 0 });
+    const dispatcher = await world.harness.startDispatcher({
+      concurrency: 8,
+      endpointConcurrency: 10,
+      orgConcurrency: 0,
+    });
     await storm.publish();
-    await until('every delivery', () => receiver.received('capped').length === 60);
-    expect(receiver.maxInFlight('capped')).toBe(8);
+    await until('every delivery', () => world.receiver.received('capped').length === 60);
+    expect(world.receiver.maxInFlight('capped')).toBe(8);
     await dispatcher.stop(); // each test has the only dispatcher running
   }, 120_000);
 });
@@ -53,10 +46,14 @@ describe('attempts in flight in one dispatcher', () => {
 describe('an organisation', () => {
   it('never has more than TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT in flight in a dispatcher', async () => {
     const storm = await organisation('org-capped', 4, 10);
-    const dispatcher = await harness.startDispatcher({ concurrency: 100, endpointConcurrency: 10, orgConcurrency: 3 });
+    const dispatcher = await world.harness.startDispatcher({
+      concurrency: 100,
+      endpointConcurrency: 10,
+      orgConcurrency: 3,
+    });
     await storm.publish();
-    await until('every delivery', () => receiver.received('org-capped').length === 40);
-    expect(receiver.maxInFlight('org-capped')).toBe(3);
+    await until('every delivery', () => world.receiver.received('org-capped').length === 40);
+    expect(world.receiver.maxInFlight('org-capped')).toBe(3);
     await dispatcher.stop();
   }, 120_000);
 
@@ -64,17 +61,21 @@ describe('an organisation', () => {
     // 200 deliveries on 20 endpoints at 4 at a time and 250 ms each: 12.5 s of backlog, 20 lanes in line.
     const storm = await organisation('storm', 20, 10);
     const quiet = await organisation('quiet', 1, 1);
-    const dispatcher = await harness.startDispatcher({ concurrency: 4, endpointConcurrency: 10, orgConcurrency: 0 });
+    const dispatcher = await world.harness.startDispatcher({
+      concurrency: 4,
+      endpointConcurrency: 10,
+      orgConcurrency: 0,
+    });
     await storm.publish();
-    await until('the storm filling the dispatcher', () => receiver.inFlight('storm') === 4);
+    await until('the storm filling the dispatcher', () => world.receiver.inFlight('storm') === 4);
     await quiet.publish();
-    await until("the quiet organisation's delivery", () => receiver.received('quiet').length === 1);
+    await until("the quiet organisation's delivery", () => world.receiver.received('quiet').length === 1);
     // Started with one of the next permits given back (attempt-gate.test pins the turns), not after the
     // backlog (16 of the storm's are answered a second; the bound leaves room for a slow claim on a busy
     // machine). The storm's lanes waiting for permits hold their work entries meanwhile, and with the
     // consumer's entry cap at the attempt cap the quiet entry went unread for seconds.
-    expect(receiver.received('storm').length).toBeLessThan(60);
-    expect(receiver.maxInFlight('storm')).toBe(4);
+    expect(world.receiver.received('storm').length).toBeLessThan(60);
+    expect(world.receiver.maxInFlight('storm')).toBe(4);
     await dispatcher.stop();
   }, 120_000);
 });

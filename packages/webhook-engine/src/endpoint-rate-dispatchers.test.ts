@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { describe, expect, it } from 'vitest';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { startTestReceiver } from './testing/test-receiver.js';
 
 // An endpoint's rateLimitPerSecond in real dispatchers, against PostgreSQL, Redis and a real receiver:
 // two dispatchers together keep to it over every 10 s window at the receiver, and every delivery held
@@ -12,18 +12,7 @@ import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js
 
 const RATE_PER_SECOND = 20;
 
-let harness: DispatcherHarness;
-let receiver: TestReceiver;
-
-beforeAll(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startTestReceiver();
-});
-
-afterAll(async () => {
-  await harness?.close();
-  await receiver?.close();
-});
+const world = dispatcherWorld(startTestReceiver);
 
 /** The most requests that arrived within any window of `windowMs`. */
 function mostInWindow(times: readonly number[], windowMs: number): number {
@@ -39,8 +28,8 @@ function mostInWindow(times: readonly number[], windowMs: number): number {
 
 async function rateLimitedEndpoint(path: string) {
   const orgId = `org-${randomUUID()}`;
-  const { id } = await harness.createEndpoint(orgId, receiver.url(path));
-  await harness.db
+  const { id } = await world.harness.createEndpoint(orgId, world.receiver.url(path));
+  await world.harness.db
     .updateTable('webhook_endpoints')
     .set({ rate_limit_per_second: RATE_PER_SECOND })
     .where('id', '=', id)
@@ -54,7 +43,7 @@ async function expectAllSucceededOnce(endpointId: string, count: number) {
     select delivery.status, delivery.attempt_count,
       (select count(*)::int from webhook_attempts attempt where attempt.delivery_id = delivery.id) as attempts
     from webhook_deliveries delivery where delivery.endpoint_id = ${endpointId}
-  `.execute(harness.db);
+  `.execute(world.harness.db);
   expect(rows).toHaveLength(count);
   for (const row of rows) expect(row).toEqual({ status: 'SUCCEEDED', attempt_count: 1, attempts: 1 });
 }
@@ -70,11 +59,11 @@ describe('rateLimitPerSecond across two dispatchers', () => {
   it('is kept over every 10 s window at the receiver, and every delivery held back succeeds at its first attempt', async () => {
     // 240 deliveries at 20/s: about 12 s. Without the limit they all arrive within a second or two.
     const { orgId, endpointId } = await rateLimitedEndpoint('/rate');
-    const first = await harness.startDispatcher({ endpointConcurrency: 10 });
-    const second = await harness.startDispatcher({ endpointConcurrency: 10 });
-    await harness.publish(orgId, 240);
-    await receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate').length >= 240, 60_000);
-    const arrivals = receiver.requestsTo('/rate').map((request) => request.receivedAt);
+    const first = await world.harness.startDispatcher({ endpointConcurrency: 10 });
+    const second = await world.harness.startDispatcher({ endpointConcurrency: 10 });
+    await world.harness.publish(orgId, 240);
+    await world.receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate').length >= 240, 60_000);
+    const arrivals = world.receiver.requestsTo('/rate').map((request) => request.receivedAt);
     // rate × 10 s, plus the limiter's burst of one, plus 10 % for the receiver's view of send times.
     expect(mostInWindow(arrivals, 10_000)).toBeLessThanOrEqual(RATE_PER_SECOND * 10 * 1.1);
     expect(mostInWindow(arrivals, 1_000)).toBeLessThanOrEqual(RATE_PER_SECOND * 1.5);
@@ -87,10 +76,12 @@ describe('rateLimitPerSecond across two dispatchers', () => {
 
   it('without Redis (one dispatcher, as embedded), is kept in memory', async () => {
     const { orgId, endpointId } = await rateLimitedEndpoint('/rate-alone');
-    const alone = await harness.startDispatcher({ endpointConcurrency: 10 }, undefined, { throttlesRedisUrl: null });
-    await harness.publish(orgId, 60);
-    await receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-alone').length >= 60, 30_000);
-    const arrivals = receiver.requestsTo('/rate-alone').map((request) => request.receivedAt);
+    const alone = await world.harness.startDispatcher({ endpointConcurrency: 10 }, undefined, {
+      throttlesRedisUrl: null,
+    });
+    await world.harness.publish(orgId, 60);
+    await world.receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-alone').length >= 60, 30_000);
+    const arrivals = world.receiver.requestsTo('/rate-alone').map((request) => request.receivedAt);
     expect(mostInWindow(arrivals, 1_000)).toBeLessThanOrEqual(RATE_PER_SECOND * 1.5);
     expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(2_000);
     await new Promise((resolve) => setTimeout(resolve, 300));
@@ -100,20 +91,20 @@ describe('rateLimitPerSecond across two dispatchers', () => {
 
   it('with Redis cut from one dispatcher mid-run, keeps going on its share: nothing lost, the rate bounded', async () => {
     const { orgId, endpointId } = await rateLimitedEndpoint('/rate-cut');
-    const proxy = await startCuttableProxy(new URL(harness.redisUrl));
+    const proxy = await startCuttableProxy(new URL(world.harness.redisUrl));
     try {
-      const cut = await harness.startDispatcher({ endpointConcurrency: 10 }, undefined, {
+      const cut = await world.harness.startDispatcher({ endpointConcurrency: 10 }, undefined, {
         throttlesRedisUrl: `redis://127.0.0.1:${proxy.port}`,
       });
-      const kept = await harness.startDispatcher({ endpointConcurrency: 10 });
-      await harness.publish(orgId, 200);
+      const kept = await world.harness.startDispatcher({ endpointConcurrency: 10 });
+      await world.harness.publish(orgId, 200);
       // Both dispatchers counted in Redis (each renews its presence every second) before the cut.
-      await receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-cut').length >= 40, 30_000);
+      await world.receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-cut').length >= 40, 30_000);
       proxy.cut();
       await new Promise((resolve) => setTimeout(resolve, 3_000));
       proxy.restore();
-      await receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-cut').length >= 200, 60_000);
-      const arrivals = receiver.requestsTo('/rate-cut').map((request) => request.receivedAt);
+      await world.receiver.waitFor((requests) => requests.filter((r) => r.path === '/rate-cut').length >= 200, 60_000);
+      const arrivals = world.receiver.requestsTo('/rate-cut').map((request) => request.receivedAt);
       // While cut: the cut dispatcher's share (10/s) beside the whole rate through Redis (20/s) at most.
       expect(mostInWindow(arrivals, 1_000)).toBeLessThanOrEqual((RATE_PER_SECOND + RATE_PER_SECOND / 2) * 1.5);
       expect(mostInWindow(arrivals, 10_000)).toBeLessThanOrEqual(

@@ -18,10 +18,10 @@ import {
 import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fanOutOutbox, insertTestWebhook } from './lease-protocol.js';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { startTestReceiver } from './testing/test-receiver.js';
 
 // Endpoint filters evaluated by the fan-out statement, through a real dispatcher on PostgreSQL and
 // Redis; the same statement on embedded PGlite; and the bodies of the events that statements build in
@@ -79,34 +79,23 @@ async function deliveredEvents(db: Kysely<Database>, endpointId: string) {
 }
 
 describe('endpoint filters through the dispatcher (PostgreSQL, Redis)', () => {
-  let harness: DispatcherHarness;
-  let receiver: TestReceiver;
-
-  beforeEach(async () => {
-    harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-    receiver = await startTestReceiver();
-  });
-
-  afterEach(async () => {
-    await receiver?.close();
-    await harness?.close();
-  });
+  const world = dispatcherWorld(startTestReceiver, { each: true });
 
   it('keeps the events whose body contains the filter, makes no delivery for the others, and sends tests anyway', async () => {
-    const db = harness.db;
-    const filtered = await endpoint(db, 'org-f', receiver.url('/urgent'), URGENT);
-    const everything = await endpoint(db, 'org-f', receiver.url('/all'), null);
-    const disabled = await endpoint(db, 'org-f', receiver.url('/disabled'), URGENT);
+    const db = world.harness.db;
+    const filtered = await endpoint(db, 'org-f', world.receiver.url('/urgent'), URGENT);
+    const everything = await endpoint(db, 'org-f', world.receiver.url('/all'), null);
+    const disabled = await endpoint(db, 'org-f', world.receiver.url('/disabled'), URGENT);
     await disableWebhookEndpoint(db, { id: disabled.id, orgIds: ['org-f'], reason: 'test' });
 
     const urgent = await publishTagged(db, 'org-f', ['finance', 'urgent']);
     const routine = await publishTagged(db, 'org-f', ['finance']);
-    await harness.startDispatcher();
-    await receiver.waitFor(
-      () => receiver.requestsTo('/all').length === 2 && receiver.requestsTo('/urgent').length === 1,
+    await world.harness.startDispatcher();
+    await world.receiver.waitFor(
+      () => world.receiver.requestsTo('/all').length === 2 && world.receiver.requestsTo('/urgent').length === 1,
     );
 
-    const ids = (path: string) => receiver.requestsTo(path).map((request) => JSON.parse(request.body).id);
+    const ids = (path: string) => world.receiver.requestsTo(path).map((request) => JSON.parse(request.body).id);
     expect(ids('/urgent')).toEqual([urgent]);
     expect(new Set(ids('/all'))).toEqual(new Set([urgent, routine]));
     // One fan-out statement made every endpoint's deliveries of an event: `routine` reached /all, so the
@@ -117,26 +106,26 @@ describe('endpoint filters through the dispatcher (PostgreSQL, Redis)', () => {
 
     // A test send goes to its endpoint whatever the filter.
     const test = await insertTestWebhook(db, filtered);
-    await receiver.waitFor(() => receiver.requestsTo('/urgent').length === 2);
+    await world.receiver.waitFor(() => world.receiver.requestsTo('/urgent').length === 2);
     expect(ids('/urgent')).toEqual([urgent, test.event_id]);
-    expect(receiver.requests.some((request) => request.path === '/disabled')).toBe(false);
+    expect(world.receiver.requests.some((request) => request.path === '/disabled')).toBe(false);
   });
 
   it('builds operational events in SQL whose bodies match the catalog, and sends them so', async () => {
-    const db = harness.db;
-    receiver.behave(() => ({ status: 410 }), '/gone');
-    receiver.behave(() => ({ status: 500 }), '/failing');
-    const ops = await endpoint(db, 'org-ops', receiver.url('/ops'), null, [
+    const db = world.harness.db;
+    world.receiver.behave(() => ({ status: 410 }), '/gone');
+    world.receiver.behave(() => ({ status: 500 }), '/failing');
+    const ops = await endpoint(db, 'org-ops', world.receiver.url('/ops'), null, [
       WEBHOOK_ENDPOINT_DISABLED_EVENT,
       WEBHOOK_DELIVERY_DEAD_EVENT,
     ]);
-    await endpoint(db, 'org-ops', receiver.url('/gone'), null);
-    await endpoint(db, 'org-ops', receiver.url('/failing'), null);
+    await endpoint(db, 'org-ops', world.receiver.url('/gone'), null);
+    await endpoint(db, 'org-ops', world.receiver.url('/failing'), null);
     await publishTagged(db, 'org-ops', []);
-    await harness.startDispatcher({ retryHorizonMs: 1_000 });
+    await world.harness.startDispatcher({ retryHorizonMs: 1_000 });
     const received = (type: string) =>
-      receiver.requestsTo('/ops').filter((request) => JSON.parse(request.body).type === type);
-    await receiver.waitFor(
+      world.receiver.requestsTo('/ops').filter((request) => JSON.parse(request.body).type === type);
+    await world.receiver.waitFor(
       () => received(WEBHOOK_ENDPOINT_DISABLED_EVENT).length === 1 && received(WEBHOOK_DELIVERY_DEAD_EVENT).length >= 1,
       20_000,
     );

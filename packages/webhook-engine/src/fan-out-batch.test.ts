@@ -1,33 +1,22 @@
-import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { FAN_OUT_BATCH_SIZE } from './dispatcher.js';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { startTestReceiver } from './testing/test-receiver.js';
 
 // How many outbox events one fan-out statement takes, against a real PostgreSQL schema and Redis stream.
 // Every delivery one statement creates has the same `created_at` (its transaction's now()), so the
 // number of distinct `created_at` values is the number of fan-out statements that made them.
 
-let harness: DispatcherHarness;
-let receiver: TestReceiver;
-
-beforeEach(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startTestReceiver();
-});
-
-afterEach(async () => {
-  await receiver?.close();
-  await harness?.close();
-});
+const world = dispatcherWorld(startTestReceiver, { each: true });
 
 /** Publishes `events` before any dispatcher runs, starts one, and waits until every delivery succeeded. */
 async function drainBacklog(events: number, settings: { fanOutBatchSize?: number; batchSize?: number }) {
-  await harness.createEndpoint('org-backlog', receiver.url('/backlog'));
-  await harness.publish('org-backlog', events);
-  await harness.startDispatcher(settings);
+  await world.harness.createEndpoint('org-backlog', world.receiver.url('/backlog'));
+  await world.harness.publish('org-backlog', events);
+  await world.harness.startDispatcher(settings);
   const deadline = Date.now() + 30_000;
   for (;;) {
-    const { succeeded } = await harness.db
+    const { succeeded } = await world.harness.db
       .selectFrom('webhook_deliveries')
       .select((eb) => eb.fn.countAll<number>().as('succeeded'))
       .where('status', '=', 'SUCCEEDED')
@@ -36,7 +25,7 @@ async function drainBacklog(events: number, settings: { fanOutBatchSize?: number
     if (Date.now() > deadline) throw new Error(`${succeeded} of ${events} deliveries succeeded`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  const statements = await harness.db
+  const statements = await world.harness.db
     .selectFrom('webhook_deliveries')
     .select(['created_at'])
     .select((eb) => eb.fn.countAll<number>().as('deliveries'))
@@ -49,7 +38,7 @@ async function drainBacklog(events: number, settings: { fanOutBatchSize?: number
 describe('the relay', () => {
   it('fans a backlog out in statements of fanOutBatchSize events, apart from the due scan’s batchSize', async () => {
     expect(await drainBacklog(25, { fanOutBatchSize: 10, batchSize: 200 })).toEqual([10, 10, 5]);
-    expect(receiver.requestsTo('/backlog')).toHaveLength(25);
+    expect(world.receiver.requestsTo('/backlog')).toHaveLength(25);
   });
 
   it(`takes ${FAN_OUT_BATCH_SIZE} events per statement by default, more than the due scan’s 200`, async () => {

@@ -16,35 +16,25 @@ import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createEmbeddedDispatcher } from './embedded.js';
 import { replayDeadLetters } from './lease-protocol.js';
-import { createDispatcherHarness, type DispatcherHarness, FAST_SETTINGS } from './testing/harness.js';
-import { type ReceivedRequest, startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { FAST_SETTINGS } from './testing/harness.js';
+import { type ReceivedRequest, startTestReceiver } from './testing/test-receiver.js';
 
 // FIFO endpoints (lease-protocol.ts, "FIFO endpoints") against real dispatchers, a real Redis stream,
 // a real PostgreSQL schema (and PGlite) and a real HTTP receiver: the receiver sees an endpoint's
 // events strictly in the order they were published, a failing head holds the rest, and nothing else
 // of the organisation waits for it.
 
-let harness: DispatcherHarness;
-let receiver: TestReceiver;
-
-beforeAll(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startTestReceiver();
-});
-
-afterAll(async () => {
-  await receiver?.close();
-  await harness?.close();
-});
+const world = dispatcherWorld(startTestReceiver);
 
 const eventIdOf = (request: ReceivedRequest): string => request.headers['webhook-id'] ?? '';
 
 async function fifoEndpoint(orgId: string, path: string): Promise<string> {
-  const { id } = await harness.createEndpoint(orgId, receiver.url(path));
-  await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
+  const { id } = await world.harness.createEndpoint(orgId, world.receiver.url(path));
+  await world.harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
   return id;
 }
 
@@ -89,18 +79,18 @@ describe('a FIFO endpoint', () => {
     const endpointId = await fifoEndpoint('org-fifo-retry', path);
     let events: string[] = [];
     // The head fails twice; every later event would succeed at once if it were (wrongly) attempted.
-    receiver.behave((request) => {
-      const failures = receiver.requestsTo(path).filter((seen) => eventIdOf(seen) === eventIdOf(request)).length;
+    world.receiver.behave((request) => {
+      const failures = world.receiver.requestsTo(path).filter((seen) => eventIdOf(seen) === eventIdOf(request)).length;
       return eventIdOf(request) === events[0] && failures <= 2 ? { status: 500 } : { status: 200 };
     }, path);
-    events = await harness.publish('org-fifo-retry', 5);
-    await harness.startDispatcher();
-    await receiver.waitFor(() => receiver.requestsTo(path).length >= 7, 20_000);
+    events = await world.harness.publish('org-fifo-retry', 5);
+    await world.harness.startDispatcher();
+    await world.receiver.waitFor(() => world.receiver.requestsTo(path).length >= 7, 20_000);
     await until(
-      () => statusesOf(harness.db, endpointId, events),
+      () => statusesOf(world.harness.db, endpointId, events),
       (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
     );
-    const seen = receiver.requestsTo(path).map(eventIdOf);
+    const seen = world.receiver.requestsTo(path).map(eventIdOf);
     expectInOrder(seen, events);
     // The second event went only after the head's third attempt, its first success.
     expect(seen.indexOf(events[1]!)).toBeGreaterThan(seen.lastIndexOf(events[0]!));
@@ -114,20 +104,20 @@ describe('FIFO endpoints with a stuck head', () => {
     const fifoPath = '/fifo-dead';
     const unorderedPath = '/fifo-dead-unordered';
     const endpointId = await fifoEndpoint(orgId, fifoPath);
-    await harness.createEndpoint(orgId, receiver.url(unorderedPath));
+    await world.harness.createEndpoint(orgId, world.receiver.url(unorderedPath));
     const failing = new Set<string>();
-    receiver.behave((request) => (failing.has(eventIdOf(request)) ? { status: 500 } : { status: 200 }), fifoPath);
-    const [head, ...rest] = await harness.publish(orgId, 1);
+    world.receiver.behave((request) => (failing.has(eventIdOf(request)) ? { status: 500 } : { status: 200 }), fifoPath);
+    const [head, ...rest] = await world.harness.publish(orgId, 1);
     failing.add(head!);
-    rest.push(...(await harness.publish(orgId, 4)));
+    rest.push(...(await world.harness.publish(orgId, 4)));
     // Retries give up after 3 s: the head goes DEAD within a few attempts.
-    await harness.startDispatcher({ retryHorizonMs: 3_000 });
+    await world.harness.startDispatcher({ retryHorizonMs: 3_000 });
 
     // The unordered endpoint gets every event while the FIFO head is still failing.
-    await receiver.waitFor(() => receiver.requestsTo(unorderedPath).length === 5, 20_000);
-    const whileStuck = receiver.requestsTo(fifoPath).map(eventIdOf);
+    await world.receiver.waitFor(() => world.receiver.requestsTo(unorderedPath).length === 5, 20_000);
+    const whileStuck = world.receiver.requestsTo(fifoPath).map(eventIdOf);
     expect(whileStuck.every((id) => id === head)).toBe(true);
-    const stuck = await findWebhookFifoHead(harness.db, endpointId);
+    const stuck = await findWebhookFifoHead(world.harness.db, endpointId);
     if (stuck) {
       // Still stuck (not DEAD yet): the head is the first event and holds back the four after it.
       expect(stuck.delivery.event_id).toBe(head);
@@ -135,34 +125,36 @@ describe('FIFO endpoints with a stuck head', () => {
     }
 
     await until(
-      () => statusesOf(harness.db, endpointId, [head!, ...rest]),
+      () => statusesOf(world.harness.db, endpointId, [head!, ...rest]),
       (statuses) => statuses.join() === ['DEAD', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED'].join(),
     );
-    const seen = receiver.requestsTo(fifoPath).map(eventIdOf);
+    const seen = world.receiver.requestsTo(fifoPath).map(eventIdOf);
     const lastOfHead = seen.lastIndexOf(head!);
     expect(seen.slice(0, lastOfHead + 1).every((id) => id === head)).toBe(true);
     expect(seen.slice(lastOfHead + 1)).toEqual(rest);
 
     // A new stuck head, then a replay of the dead one: the replay waits behind it, at the back.
-    const [second] = await harness.publish(orgId, 1);
+    const [second] = await world.harness.publish(orgId, 1);
     failing.add(second!);
-    await receiver.waitFor(() => receiver.requestsTo(fifoPath).some((request) => eventIdOf(request) === second));
+    await world.receiver.waitFor(() =>
+      world.receiver.requestsTo(fifoPath).some((request) => eventIdOf(request) === second),
+    );
     failing.delete(head!);
-    expect(await replayDeadLetters(harness.db, { all: true, endpointId })).toBe(1);
-    const line = await findWebhookFifoHead(harness.db, endpointId);
+    expect(await replayDeadLetters(world.harness.db, { all: true, endpointId })).toBe(1);
+    const line = await findWebhookFifoHead(world.harness.db, endpointId);
     expect(line?.delivery.event_id).toBe(second);
     expect(line?.heldBack).toBe(1);
     // The replay is not attempted while the head before it fails…
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const beforeRelease = receiver.requestsTo(fifoPath).map(eventIdOf);
+    const beforeRelease = world.receiver.requestsTo(fifoPath).map(eventIdOf);
     expect(beforeRelease.slice(lastOfHead + 1 + rest.length).every((id) => id === second)).toBe(true);
     // …and goes once that head succeeds.
     failing.delete(second!);
     await until(
-      () => statusesOf(harness.db, endpointId, [head!, second!]),
+      () => statusesOf(world.harness.db, endpointId, [head!, second!]),
       (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
     );
-    const after = receiver
+    const after = world.receiver
       .requestsTo(fifoPath)
       .map(eventIdOf)
       .slice(lastOfHead + 1 + rest.length);
@@ -176,16 +168,16 @@ describe('two dispatchers on one FIFO endpoint', () => {
     const path = '/fifo-two';
     const endpointId = await fifoEndpoint('org-fifo-two', path);
     // A receiver that takes a moment, so both dispatchers hold work at once.
-    receiver.behave(() => ({ status: 200, delayMs: 2 }), path);
-    await harness.startDispatcher();
-    await harness.startDispatcher();
-    const events = await harness.publish('org-fifo-two', 150);
-    await receiver.waitFor(() => receiver.requestsTo(path).length >= events.length, 30_000);
+    world.receiver.behave(() => ({ status: 200, delayMs: 2 }), path);
+    await world.harness.startDispatcher();
+    await world.harness.startDispatcher();
+    const events = await world.harness.publish('org-fifo-two', 150);
+    await world.receiver.waitFor(() => world.receiver.requestsTo(path).length >= events.length, 30_000);
     await until(
-      () => statusesOf(harness.db, endpointId, events),
+      () => statusesOf(world.harness.db, endpointId, events),
       (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
     );
-    expectInOrder(receiver.requestsTo(path).map(eventIdOf), events);
+    expectInOrder(world.receiver.requestsTo(path).map(eventIdOf), events);
   });
 });
 
@@ -219,10 +211,10 @@ describe('a FIFO endpoint with a fast receiver', () => {
     try {
       const { port } = server.address() as AddressInfo;
       const orgId = 'org-fifo-pipeline';
-      const { id } = await harness.createEndpoint(orgId, `http://127.0.0.1:${port}/pipeline`);
-      await harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
-      await harness.startDispatcher();
-      const events = await harness.publish(orgId, 30);
+      const { id } = await world.harness.createEndpoint(orgId, `http://127.0.0.1:${port}/pipeline`);
+      await world.harness.db.updateTable('webhook_endpoints').set({ ordering: 'FIFO' }).where('id', '=', id).execute();
+      await world.harness.startDispatcher();
+      const events = await world.harness.publish(orgId, 30);
       await held;
       // Recording the fifth delivery's outcome must now wait for this lock…
       const unlocked = new Promise<void>((resolve) => {
@@ -232,7 +224,7 @@ describe('a FIFO endpoint with a fast receiver', () => {
       const isLocked = new Promise<void>((resolve) => {
         locked = resolve;
       });
-      const holder = harness.db.transaction().execute(async (trx) => {
+      const holder = world.harness.db.transaction().execute(async (trx) => {
         await sql`select id from webhook_deliveries where event_id = ${arrived[4]} for update`.execute(trx);
         locked();
         await unlocked;
@@ -244,7 +236,7 @@ describe('a FIFO endpoint with a fast receiver', () => {
         async () => arrived.length,
         (count) => count >= 7,
       );
-      const fifth = await harness.db
+      const fifth = await world.harness.db
         .selectFrom('webhook_deliveries')
         .select('status')
         .where('event_id', '=', arrived[4]!)
@@ -253,7 +245,7 @@ describe('a FIFO endpoint with a fast receiver', () => {
       unlock?.();
       await holder;
       await until(
-        () => statusesOf(harness.db, id, events),
+        () => statusesOf(world.harness.db, id, events),
         (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
       );
       expectInOrder(arrived, events);
@@ -280,7 +272,7 @@ describe('a FIFO endpoint in embedded mode (PGlite)', () => {
       const path = '/fifo-embedded';
       const endpoint = await insertWebhookEndpoint(database.db, {
         orgId: 'org-fifo-embedded',
-        url: receiver.url(path),
+        url: world.receiver.url(path),
         eventTypes: ['post.published'],
         secret: generateWebhookSecret(),
         keyring: TEST_KEYRING,
@@ -307,7 +299,7 @@ describe('a FIFO endpoint in embedded mode (PGlite)', () => {
         });
         events.push(id);
       }
-      receiver.behave(
+      world.receiver.behave(
         (request, nth) => (eventIdOf(request) === events[0] && nth <= 2 ? { status: 500 } : { status: 200 }),
         path,
       );
@@ -316,7 +308,7 @@ describe('a FIFO endpoint in embedded mode (PGlite)', () => {
         () => statusesOf(database.db, endpoint.id, events),
         (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
       );
-      const seen = receiver.requestsTo(path).map(eventIdOf);
+      const seen = world.receiver.requestsTo(path).map(eventIdOf);
       expectInOrder(seen, events);
       expect(seen.indexOf(events[1]!)).toBeGreaterThan(seen.lastIndexOf(events[0]!));
       expect(seen.filter((id) => id === events[0]).length).toBeGreaterThanOrEqual(3);

@@ -1,32 +1,21 @@
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fanOutOutbox } from './lease-protocol.js';
 import { toWorkMessages } from './queue/webhook-queue.js';
 import { createRelay } from './relay.js';
-import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
-import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { dispatcherWorld } from './testing/dispatcher-world.js';
+import { startTestReceiver } from './testing/test-receiver.js';
 
 // Redis loses the stream and its consumer group (a restart without persistence, or a deleted key):
 // the dispatcher recreates both instead of hanging, and everything the database says is not done is
 // handed out again at once (not only when their leases expire).
 
-let harness: DispatcherHarness;
-let receiver: TestReceiver;
+const world = dispatcherWorld(startTestReceiver);
 const logger = pino({ level: 'silent' });
-
-beforeAll(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startTestReceiver();
-});
-
-afterAll(async () => {
-  await receiver?.close();
-  await harness?.close();
-});
 
 /** Deliveries named by the work stream's entries (an entry names all of one endpoint's in a batch). */
 async function namedDeliveries(): Promise<number> {
-  const entries = await harness.redis.xrange(harness.keys.workStream, '-', '+');
+  const entries = await world.harness.redis.xrange(world.harness.keys.workStream, '-', '+');
   let named = 0;
   for (const [, fields] of entries) {
     const at = fields.indexOf('deliveryIds');
@@ -35,18 +24,19 @@ async function namedDeliveries(): Promise<number> {
   return named;
 }
 
-const ids = (path: string) => new Set(receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']));
+const ids = (path: string) =>
+  new Set(world.receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']));
 
 describe('when Redis loses the stream and the group', () => {
   it('recreates them, and the relay and scheduler send again what was in the lost stream', async () => {
-    await harness.createEndpoint('org-lost', receiver.url('/lost'));
-    const relayedOnly = await harness.publish('org-lost', 20);
-    const queue = harness.newQueue();
+    await world.harness.createEndpoint('org-lost', world.receiver.url('/lost'));
+    const relayedOnly = await world.harness.publish('org-lost', 20);
+    const queue = world.harness.newQueue();
     await queue.init();
 
     // Relay 20 events into the stream with nobody consuming.
     const relay = createRelay({
-      db: harness.db,
+      db: world.harness.db,
       queue,
       logger,
       batchSize: 100,
@@ -60,34 +50,34 @@ describe('when Redis loses the stream and the group', () => {
     await relay.stop();
     expect(await namedDeliveries()).toBe(20);
     // One fan-out statement, one endpoint: one entry names them all.
-    expect(await harness.redis.xlen(harness.keys.workStream)).toBe(1);
+    expect(await world.harness.redis.xlen(world.harness.keys.workStream)).toBe(1);
 
     // And 10 more that were already fanned out, with their deliveries queued in the stream.
-    const queuedOnly = await harness.publish('org-lost', 10);
-    const fanned = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const queuedOnly = await world.harness.publish('org-lost', 10);
+    const fanned = await fanOutOutbox(world.harness.db, { limit: 100, queueLeaseMs: 60_000 });
     await queue.enqueue(toWorkMessages(fanned.queued));
     expect(await namedDeliveries()).toBe(30);
 
     // Redis loses everything.
-    await harness.redis.del(harness.keys.workStream);
+    await world.harness.redis.del(world.harness.keys.workStream);
 
-    await harness.startDispatcher({ endpointConcurrency: 50 });
+    await world.harness.startDispatcher({ endpointConcurrency: 50 });
     const all = [...relayedOnly, ...queuedOnly];
-    await receiver.waitFor(() => ids('/lost').size === all.length, 20_000);
+    await world.receiver.waitFor(() => ids('/lost').size === all.length, 20_000);
     expect(ids('/lost')).toEqual(new Set(all));
-    expect(await harness.redis.exists(harness.keys.workStream)).toBe(1);
-    const groups = (await harness.redis.xinfo('GROUPS', harness.keys.workStream)) as unknown[][];
-    expect(groups.map((group) => group[1])).toEqual([harness.keys.consumerGroup]);
+    expect(await world.harness.redis.exists(world.harness.keys.workStream)).toBe(1);
+    const groups = (await world.harness.redis.xinfo('GROUPS', world.harness.keys.workStream)) as unknown[][];
+    expect(groups.map((group) => group[1])).toEqual([world.harness.keys.consumerGroup]);
   });
 
   it('keeps delivering when the stream disappears under a running dispatcher', async () => {
-    receiver.behave(() => ({ status: 200, delayMs: 2 }), '/running');
-    await harness.createEndpoint('org-running', receiver.url('/running'));
-    const before = await harness.publish('org-running', 40);
-    await receiver.waitFor(() => ids('/running').size >= 5, 20_000);
-    await harness.redis.del(harness.keys.workStream);
-    const after = await harness.publish('org-running', 20);
-    await receiver.waitFor(() => ids('/running').size === before.length + after.length, 30_000);
+    world.receiver.behave(() => ({ status: 200, delayMs: 2 }), '/running');
+    await world.harness.createEndpoint('org-running', world.receiver.url('/running'));
+    const before = await world.harness.publish('org-running', 40);
+    await world.receiver.waitFor(() => ids('/running').size >= 5, 20_000);
+    await world.harness.redis.del(world.harness.keys.workStream);
+    const after = await world.harness.publish('org-running', 20);
+    await world.receiver.waitFor(() => ids('/running').size === before.length + after.length, 30_000);
     expect(ids('/running')).toEqual(new Set([...before, ...after]));
   });
 });

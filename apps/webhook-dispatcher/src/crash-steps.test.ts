@@ -1,15 +1,7 @@
-import {
-  createDispatcherHarness,
-  type DispatcherHarness,
-  startTestReceiver,
-  type TestReceiver,
-} from '@herald/webhook-engine/testing';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import {
-  type DispatcherProcess,
-  killDispatcherProcesses,
-  spawnDispatcherProcess,
-} from './testing/dispatcher-process.js';
+import { startTestReceiver } from '@herald/webhook-engine/testing';
+import { describe, expect, it } from 'vitest';
+import { dispatcherAppWorld } from './testing/dispatcher-app-world.js';
+import { type DispatcherProcess, spawnDispatcherProcess } from './testing/dispatcher-process.js';
 
 // The dispatcher app SIGKILLs itself (HERALD_TEST_CRASH_AT) at each step of the straight path; a
 // fresh one delivers the event within the lease (WEBHOOK_TIMEOUT_MS × 1.5, at least +1 s) plus a
@@ -19,23 +11,11 @@ const TIMEOUT_MS = 1_000;
 /** The lease (2 s at a 1 s timeout) plus a generous margin for a machine under load. */
 const RECOVERY_WAIT_MS = 20_000;
 
-let harness: DispatcherHarness;
-let receiver: TestReceiver;
-
-beforeAll(async () => {
-  harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  receiver = await startTestReceiver(() => ({ status: 200 }));
-});
-
-afterAll(async () => {
-  killDispatcherProcesses();
-  await receiver?.close();
-  await harness?.close();
-});
+const world = dispatcherAppWorld(startTestReceiver);
 
 /** The app with a 1 s attempt timeout; `crashAt` makes it SIGKILL itself at that step. */
 function spawnDispatcher(crashAt?: string): DispatcherProcess {
-  return spawnDispatcherProcess(harness, {
+  return spawnDispatcherProcess(world.harness, {
     crashAt,
     env: { WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS), WEBHOOK_POLL_INTERVAL_MS: '100' },
     readyTimeoutMs: 45_000,
@@ -50,20 +30,20 @@ describe('a dispatcher SIGKILLed at each step of the straight path', () => {
   ] as const)('%s: the delivery is made again within the lease', async (step, sentBeforeKill) => {
     const path = `/${step}`;
     const orgId = `org-${step}`;
-    await harness.createEndpoint(orgId, receiver.url(path));
+    await world.harness.createEndpoint(orgId, world.receiver.url(path));
     const crashing = spawnDispatcher(step);
     await crashing.ready;
-    const [eventId] = await harness.publish(orgId, 1);
+    const [eventId] = await world.harness.publish(orgId, 1);
     await crashing.exited;
     expect(crashing.child.signalCode).toBe('SIGKILL');
-    const ids = () => receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']);
+    const ids = () => world.receiver.requestsTo(path).map((request) => request.headers['x-webhook-id']);
     expect(ids()).toHaveLength(sentBeforeKill);
 
     const fresh = spawnDispatcher();
     await fresh.ready;
-    await receiver.waitFor(() => ids().length === sentBeforeKill + 1, RECOVERY_WAIT_MS);
+    await world.receiver.waitFor(() => ids().length === sentBeforeKill + 1, RECOVERY_WAIT_MS);
     expect(ids()).toEqual(Array(sentBeforeKill + 1).fill(eventId));
-    const delivery = await harness.db
+    const delivery = await world.harness.db
       .selectFrom('webhook_deliveries')
       .select('status')
       .where('event_id', '=', eventId!)
@@ -72,7 +52,7 @@ describe('a dispatcher SIGKILLed at each step of the straight path', () => {
       await new Promise((resolve) => setTimeout(resolve, 50));
       Object.assign(
         delivery,
-        await harness.db
+        await world.harness.db
           .selectFrom('webhook_deliveries')
           .select('status')
           .where('event_id', '=', eventId!)

@@ -1,3 +1,4 @@
 export * from './delivery-statements.js';
+export * from './dispatcher-world.js';
 export * from './harness.js';
 export * from './test-receiver.js';

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { signToken } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
+import { createPodEnvironment } from './support/pod-environment.js';
 import { createAndPublish, readMetric } from './support/subscribers.js';
 
 // @herald/client against real API processes on one database and Redis: a fresh token after 4403,
@@ -23,15 +24,12 @@ let writer: string;
 const subscribers: AppSubscriber[] = [];
 
 beforeAll(async () => {
-  schema = await createTestSchema(inject('databaseUrl'));
-  writer = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
-  env = {
-    DATABASE_URL: schema.url,
-    REDIS_URL: inject('redisUrl'),
-    HERALD_REDIS_PREFIX: `herald-client-${randomUUID()}:`,
-    JWT_SECRET,
-    SHUTDOWN_GRACE_MS: '3000',
-  };
+  ({ schema, env, writer } = await createPodEnvironment({
+    redisPrefix: 'herald-client',
+    jwtSecret: JWT_SECRET,
+    orgId: ORG,
+    shutdownGraceMs: 3_000,
+  }));
   restartablePort = await freePort();
   [restartable, other] = await Promise.all([
     startApiProcess({ ...env, PORT: String(restartablePort) }),

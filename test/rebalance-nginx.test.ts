@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { signToken } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { TestSchema } from '@herald/testing';
 import { freePorts, waitFor } from '@herald/testing/ports';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type AppSubscriber, subscribeWithHeraldClient, warmUpClients, warmUpsSeen } from './support/herald-clients.js';
 import { type NginxProcess, startNginx } from './support/nginx.js';
+import { createPodEnvironment } from './support/pod-environment.js';
 import { createAndPublish, readMetric } from './support/subscribers.js';
 
 // Socket rebalancing through the load balancer (docs/scaling.md): two pods behind the nginx of deploy/ hold
@@ -34,18 +35,15 @@ const clients: AppSubscriber[] = [];
 let writer: string;
 
 beforeAll(async () => {
-  schema = await createTestSchema(inject('databaseUrl'));
-  writer = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
-  env = {
-    DATABASE_URL: schema.url,
-    REDIS_URL: inject('redisUrl'),
+  ({ schema, env, writer } = await createPodEnvironment({
     // Its own prefix: the pods' socket reports (`<prefix>{rebalance}:pods`) are this test's only.
-    HERALD_REDIS_PREFIX: `herald-rebalance-${randomUUID()}:`,
-    JWT_SECRET,
-    SHUTDOWN_GRACE_MS: '5000',
+    redisPrefix: 'herald-rebalance',
+    jwtSecret: JWT_SECRET,
+    orgId: ORG,
+    shutdownGraceMs: 5_000,
     // Every client is one user: the default cap of sockets per user would refuse most of them.
-    TENANT_SOCKETS_PER_USER: '0',
-  };
+    socketsPerUser: 0,
+  }));
   ports = await freePorts(3);
   pods.push(await startApiProcess({ ...env, PORT: String(ports[0]) }));
   pods.push(await startApiProcess({ ...env, PORT: String(ports[1]) }));

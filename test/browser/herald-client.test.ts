@@ -2,13 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { signToken } from '@herald/auth';
-import { createTestSchema, type TestSchema } from '@herald/testing';
+import type { TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
 import { build } from 'esbuild';
 import type { BrowserContext, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
 import { launchChromium } from '../support/chromium.js';
+import { createPodEnvironment } from '../support/pod-environment.js';
 import { createAndPublish } from '../support/subscribers.js';
 
 // @herald/client in a real (headless) Chromium, bundled with esbuild as an application would: it
@@ -33,15 +34,12 @@ let page: Page;
 let tokenCalls = 0;
 
 beforeAll(async () => {
-  schema = await createTestSchema(inject('databaseUrl'));
-  writer = await signToken(JWT_SECRET, { sub: 'writer', orgs: [ORG] });
-  env = {
-    DATABASE_URL: schema.url,
-    REDIS_URL: inject('redisUrl'),
-    HERALD_REDIS_PREFIX: `herald-browser-${randomUUID()}:`,
-    JWT_SECRET,
-    SHUTDOWN_GRACE_MS: '3000',
-  };
+  ({ schema, env, writer } = await createPodEnvironment({
+    redisPrefix: 'herald-browser',
+    jwtSecret: JWT_SECRET,
+    orgId: ORG,
+    shutdownGraceMs: 3_000,
+  }));
   port = await freePort();
   [pod, publisher] = await Promise.all([startApiProcess({ ...env, PORT: String(port) }), startApiProcess(env)]);
 }, 120_000);

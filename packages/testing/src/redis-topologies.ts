@@ -148,6 +148,19 @@ export async function startRedisSentinel(masterName = 'herald'): Promise<RedisSe
   }
 }
 
+/**
+ * Starts a Sentinel setup and a Redis Cluster at once, for a test of both. If either fails to start, the
+ * other is stopped and the failure thrown.
+ */
+export async function startSentinelAndCluster(): Promise<{ sentinel: RedisSentinelSetup; cluster: RedisClusterSetup }> {
+  const [sentinel, cluster] = await Promise.allSettled([startRedisSentinel(), startRedisCluster()]);
+  if (sentinel.status === 'rejected' || cluster.status === 'rejected') {
+    await Promise.all([sentinel, cluster].map((started) => started.status === 'fulfilled' && started.value.stop()));
+    throw sentinel.status === 'rejected' ? sentinel.reason : (cluster as PromiseRejectedResult).reason;
+  }
+  return { sentinel: sentinel.value, cluster: cluster.value };
+}
+
 /** Three masters (no replicas) sharing the 16384 slots, each with a password, formed by `redis-cli --cluster create`. */
 export async function startRedisCluster(): Promise<RedisClusterSetup> {
   const dir = await mkdtemp(join(tmpdir(), 'herald-cluster-'));

@@ -2,12 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { subscriptionRedisKeys } from '@herald/contracts';
 import type { Post } from '@herald/db';
-import {
-  type RedisClusterSetup,
-  type RedisSentinelSetup,
-  startRedisCluster,
-  startRedisSentinel,
-} from '@herald/testing';
+import { type RedisClusterSetup, type RedisSentinelSetup, startSentinelAndCluster } from '@herald/testing';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,10 +17,7 @@ let cluster: RedisClusterSetup;
 const opened: Array<PubSubService & { redisUrl: string }> = [];
 
 beforeAll(async () => {
-  const [sentinelStarted, clusterStarted] = await Promise.allSettled([startRedisSentinel(), startRedisCluster()]);
-  if (sentinelStarted.status === 'fulfilled') sentinel = sentinelStarted.value;
-  if (clusterStarted.status === 'fulfilled') cluster = clusterStarted.value;
-  for (const started of [sentinelStarted, clusterStarted]) if (started.status === 'rejected') throw started.reason;
+  ({ sentinel, cluster } = await startSentinelAndCluster());
 }, 40_000);
 
 afterAll(async () => {

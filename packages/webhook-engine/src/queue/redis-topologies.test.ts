@@ -1,12 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
-import {
-  type RedisClusterSetup,
-  type RedisSentinelSetup,
-  startRedisCluster,
-  startRedisSentinel,
-} from '@herald/testing';
+import { type RedisClusterSetup, type RedisSentinelSetup, startSentinelAndCluster } from '@herald/testing';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisStreamQueue } from './redis-stream-queue.js';
@@ -20,10 +15,7 @@ let cluster: RedisClusterSetup;
 const cleanups: Array<() => Promise<unknown>> = [];
 
 beforeAll(async () => {
-  const [sentinelStarted, clusterStarted] = await Promise.allSettled([startRedisSentinel(), startRedisCluster()]);
-  if (sentinelStarted.status === 'fulfilled') sentinel = sentinelStarted.value;
-  if (clusterStarted.status === 'fulfilled') cluster = clusterStarted.value;
-  for (const started of [sentinelStarted, clusterStarted]) if (started.status === 'rejected') throw started.reason;
+  ({ sentinel, cluster } = await startSentinelAndCluster());
 }, 40_000);
 
 afterAll(async () => {

@@ -1,30 +1,8 @@
-import { once } from 'node:events';
-import { type AddressInfo, createServer } from 'node:net';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { holdPort, openSockets, openTimers, settledSockets } from '@herald/testing';
+import { describe, expect, inject, it } from 'vitest';
 import { startTestApi } from './testing/test-api.js';
 
-/** Open TCP client sockets of this process (PostgreSQL pool, Redis connections). */
-function openSockets(): number {
-  return process.getActiveResourcesInfo().filter((kind) => kind === 'TCPSocketWrap').length;
-}
-
-/** Pending timers and intervals of this process (pollers, lease renewals, sweeps). */
-function openTimers(): number {
-  return process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
-}
-
-/** Closed sockets leave the list a few loop turns after their close; bounded. */
-async function settledSockets(expected: number): Promise<number> {
-  for (let turn = 0; turn < 200 && openSockets() > expected; turn++) {
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return openSockets();
-}
-
-const taken = createServer();
-taken.listen(0, '127.0.0.1');
-await once(taken, 'listening');
-afterAll(() => new Promise<void>((resolve) => taken.close(() => resolve())));
+const takenPort = await holdPort();
 
 describe('createApp lifecycle', () => {
   it('a port already taken fails listen and releases PostgreSQL, Redis and the timers', async () => {
@@ -32,7 +10,7 @@ describe('createApp lifecycle', () => {
     const timers = openTimers();
     const api = await startTestApi({
       databaseUrl: inject('databaseUrl'),
-      env: { REDIS_URL: inject('redisUrl'), PORT: String((taken.address() as AddressInfo).port) },
+      env: { REDIS_URL: inject('redisUrl'), PORT: String(takenPort) },
     });
     expect(api.app.lifecycle.names).toEqual([
       'database',

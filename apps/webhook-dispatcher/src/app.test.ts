@@ -1,27 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
-import { type AddressInfo, createServer } from 'node:net';
-import { createTestSchema, TEST_ENCRYPTION_KEYS } from '@herald/testing';
+import {
+  createTestSchema,
+  holdPort,
+  openSockets,
+  openTimers,
+  settledSockets,
+  TEST_ENCRYPTION_KEYS,
+} from '@herald/testing';
 import { pino } from 'pino';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { startDispatcherApp } from './app.js';
 import { loadDispatcherConfig } from './env.js';
 
-const openSockets = () => process.getActiveResourcesInfo().filter((kind) => kind === 'TCPSocketWrap').length;
-const openTimers = () => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
-
-/** Closed sockets leave the list a few loop turns after their close; bounded. */
-async function settledSockets(expected: number): Promise<number> {
-  for (let turn = 0; turn < 200 && openSockets() > expected; turn++) {
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return openSockets();
-}
-
-const taken = createServer();
-taken.listen(0, '127.0.0.1');
-await once(taken, 'listening');
-afterAll(() => new Promise<void>((resolve) => taken.close(() => resolve())));
+const takenPort = await holdPort();
 
 async function configWithPort(port: number) {
   const schema = await createTestSchema(inject('databaseUrl'));
@@ -57,7 +48,7 @@ describe('startDispatcherApp', () => {
   });
 
   it('a port already taken fails the start and closes PostgreSQL, Redis and the timers', async () => {
-    const config = await configWithPort((taken.address() as AddressInfo).port);
+    const config = await configWithPort(takenPort);
     const sockets = openSockets();
     const timers = openTimers();
     const fatal: string[] = [];

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { waitFor } from '@herald/testing/ports';
 import { describe, expect, it } from 'vitest';
 import { dispatcherWorld } from './testing/dispatcher-world.js';
 import { startSlowReceiver } from './testing/slow-receiver.js';
@@ -12,13 +13,8 @@ const ANSWER_MS = 250;
 
 const world = dispatcherWorld(() => startSlowReceiver(ANSWER_MS));
 
-async function until(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
+/** Polls `check` every 10 ms until it holds, for at most a minute. */
+const until = (what: string, check: () => boolean) => waitFor(what, check, { timeoutMs: 60_000, intervalMs: 10 });
 
 /** An organisation with `endpoints` endpoints on the receiver under `/<group>/…`, each getting `events` events. */
 async function organisation(group: string, endpoints: number, events: number) {

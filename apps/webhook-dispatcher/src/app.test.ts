@@ -41,6 +41,11 @@ describe('startDispatcherApp', () => {
       const response = await fetch(`http://127.0.0.1:${app.address.port}/readiness`);
       expect(response.status).toBe(200);
       expect(await response.json()).toEqual({ status: 'ready' });
+      // The process's memory and heap, next to the webhook metrics.
+      const metrics = await (await fetch(`http://127.0.0.1:${app.address.port}/metrics`)).text();
+      expect(metrics).toMatch(/^herald_dispatcher_process_resident_memory_bytes \d+/m);
+      expect(metrics).toMatch(/^herald_dispatcher_nodejs_heap_size_used_bytes \d+/m);
+      expect(metrics).toContain('# TYPE herald_webhook_attempts_total counter');
     } finally {
       await app.stop();
     }

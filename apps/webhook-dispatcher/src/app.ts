@@ -9,7 +9,7 @@ import {
   createRedisStreamQueue,
   type DispatcherStep,
 } from '@herald/webhook-engine';
-import type { Registry } from 'prom-client';
+import { collectDefaultMetrics, type Registry } from 'prom-client';
 import type { DispatcherConfig } from './env.js';
 import type { Logger } from './logger.js';
 import { createOpsServer } from './ops-server.js';
@@ -117,6 +117,9 @@ export async function startDispatcherApp(
     'could not subscribe to the outbox wake-up channel',
   );
 
+  // The process's own figures (resident memory, CPU, V8 heap, event loop, GC), as the API serves them under
+  // `herald_api_`: a dispatcher's memory over days is watched here, not only from the outside.
+  collectDefaultMetrics({ register: dispatcher.metrics.registry, prefix: 'herald_dispatcher_' });
   const ops = createOpsServer({
     registry: dispatcher.metrics.registry,
     readiness: async () => (await lifecycle.readiness()).ready,

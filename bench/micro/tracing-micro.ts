@@ -15,6 +15,7 @@
  * answered `requests`): load from elsewhere then falls on the three alike, and the differences between
  * them hold better than between rounds run one after another. Its figures are higher than the sequential
  * rounds' (three servers and their load share two cores); compare its columns with each other.
+ * `TRACING_MICRO_RATIOS=0,0.01` in the environment: off and these ratios instead of off, 0.01 and 1.0.
  * Results: bench/results/tracing/results.md.
  */
 import { readFileSync } from 'node:fs';
@@ -24,7 +25,15 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { startApiProcess } from '../../test/support/api-process.js';
 import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
-import { againstOff, LowestCpu, startOtlpSink, TRACING_SETTINGS, tracingEnv } from '../src/tracing-settings.js';
+import {
+  againstOff,
+  LowestCpu,
+  startOtlpSink,
+  TRACING_SETTINGS,
+  type TracingSetting,
+  type TracingSettingId,
+  tracingEnv,
+} from '../src/tracing-settings.js';
 
 const requests = Number(process.argv[2] ?? 4_000);
 const concurrency = Number(process.argv[3] ?? 16);
@@ -165,7 +174,20 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
   );
 }
 
-const rounds = TRACING_SETTINGS.map((setting) => ({
+// `TRACING_MICRO_RATIOS=0,0.01`: tracing off and these ratios instead of the settings of `pnpm bench`
+// (ratio 0 prices an unsampled request alone: no request is ever sampled).
+const settings: readonly TracingSetting[] = process.env.TRACING_MICRO_RATIOS
+  ? [
+      TRACING_SETTINGS[0]!,
+      ...process.env.TRACING_MICRO_RATIOS.split(',').map((ratio) => ({
+        // An id of its own: the sink counts its exports apart (as strays).
+        id: `ratio-${ratio}` as TracingSettingId,
+        name: `on, ratio ${ratio}`,
+        ratio,
+      })),
+    ]
+  : TRACING_SETTINGS;
+const rounds = settings.map((setting) => ({
   id: setting.id,
   name: setting.name,
   env: tracingEnv(setting, sink),

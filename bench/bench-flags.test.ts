@@ -48,3 +48,21 @@ describe('pnpm bench flags', () => {
     expect(run.stderr).toEqual([line]);
   });
 });
+
+describe('tracing-micro settings', () => {
+  it.each(['0,lots', '1.5', '0,,0.01'])(
+    'refuses TRACING_MICRO_RATIOS=%s in one line, before starting anything',
+    (ratios) => {
+      const run = spawnSync(process.execPath, ['--import', 'tsx', 'bench/micro/tracing-micro.ts', '10'], {
+        cwd: new URL('..', import.meta.url),
+        encoding: 'utf8',
+        timeout: 60_000,
+        env: { ...process.env, TRACING_MICRO_RATIOS: ratios },
+      });
+      expect(run.status).toBe(2);
+      expect(run.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(/^tracing-micro: TRACING_MICRO_RATIOS takes ratios from 0 to 1, got "(lots|1\.5|)"$/),
+      ]);
+    },
+  );
+});

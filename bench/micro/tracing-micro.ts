@@ -46,6 +46,29 @@ const ORG = 'org-tracing-micro';
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 // The collector (bench/src/tracing-settings.ts): drains each export and answers 200, counting what it got.
+// `TRACING_MICRO_RATIOS=0,0.01`: tracing off and these ratios instead of the settings of `pnpm bench`
+// (ratio 0 prices an unsampled request alone: no request is ever sampled). Read before anything starts:
+// a value the sampler would not take is refused in one line instead of running a setting that isn't one.
+const chosenRatios = process.env.TRACING_MICRO_RATIOS?.split(',');
+for (const ratio of chosenRatios ?? []) {
+  const value = Number(ratio);
+  if (ratio.trim() === '' || !Number.isFinite(value) || value < 0 || value > 1) {
+    console.error(`tracing-micro: TRACING_MICRO_RATIOS takes ratios from 0 to 1, got "${ratio}"`);
+    process.exit(2);
+  }
+}
+const settings: readonly TracingSetting[] = chosenRatios
+  ? [
+      TRACING_SETTINGS[0]!,
+      ...chosenRatios.map((ratio) => ({
+        // An id of its own: the sink counts its exports apart (as strays).
+        id: `ratio-${ratio}` as TracingSettingId,
+        name: `on, ratio ${ratio}`,
+        ratio,
+      })),
+    ]
+  : TRACING_SETTINGS;
+
 const sink = await startOtlpSink();
 const token = await signToken(JWT_SECRET, { sub: 'bench', name: 'Bench', orgs: [ORG] });
 const body = JSON.stringify({ query: `{ posts(orgId: "${ORG}", first: 10) { edges { node { id title } } } }` });
@@ -174,19 +197,6 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
   );
 }
 
-// `TRACING_MICRO_RATIOS=0,0.01`: tracing off and these ratios instead of the settings of `pnpm bench`
-// (ratio 0 prices an unsampled request alone: no request is ever sampled).
-const settings: readonly TracingSetting[] = process.env.TRACING_MICRO_RATIOS
-  ? [
-      TRACING_SETTINGS[0]!,
-      ...process.env.TRACING_MICRO_RATIOS.split(',').map((ratio) => ({
-        // An id of its own: the sink counts its exports apart (as strays).
-        id: `ratio-${ratio}` as TracingSettingId,
-        name: `on, ratio ${ratio}`,
-        ratio,
-      })),
-    ]
-  : TRACING_SETTINGS;
 const rounds = settings.map((setting) => ({
   id: setting.id,
   name: setting.name,

@@ -233,6 +233,8 @@ function createQuotas(
     logger,
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
+    concurrentOperationsPerPod: config.concurrentOperationsPerPod,
+    onTurnWait: () => metrics.tenantOperationsWaited.inc(),
     // The in-process dispatcher counts its own; with Redis, the permits the dispatcher processes hold.
     webhookAttemptsInFlight: webhookDispatcher
       ? (orgId) => webhookDispatcher.attemptsInFlight(orgId)

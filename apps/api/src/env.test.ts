@@ -199,6 +199,14 @@ describe('tenant quotas', () => {
   it('refuse a negative, fractional or absurd value with one line naming the variable', () => {
     for (const value of ['-1', '1.5', '10000001', 'lots']) {
       expect(configError({ TENANT_PUBLISHES_PER_SECOND: value })[0]).toMatch(/^TENANT_PUBLISHES_PER_SECOND/);
+      expect(configError({ TENANT_CONCURRENT_OPERATIONS_PER_POD: value })[0]).toMatch(
+        /^TENANT_CONCURRENT_OPERATIONS_PER_POD/,
+      );
     }
+  });
+
+  it('give each tenant 4 concurrent HTTP operations per pod by default; 0 turns the turns off', () => {
+    expect(loadApiConfig({}).concurrentOperationsPerPod).toBe(4);
+    expect(loadApiConfig({ TENANT_CONCURRENT_OPERATIONS_PER_POD: '0' }).concurrentOperationsPerPod).toBe(0);
   });
 });

@@ -32,6 +32,11 @@ export interface ApiMetrics {
   /** Quota checks answered by this pod's local share because Redis failed them. */
   tenantQuotaFallbacks: Counter;
   /**
+   * HTTP operations that waited for a turn because their tenant already ran its share at once on this
+   * pod (`TENANT_CONCURRENT_OPERATIONS_PER_POD`).
+   */
+  tenantOperationsWaited: Counter;
+  /**
    * Webhook events not recorded because their body did not match the event catalog's schema (a bug in
    * the code that built it), by event type: `herald_webhook_events_invalid_total{type}`.
    */
@@ -136,6 +141,11 @@ export function createApiMetrics(): ApiMetrics {
     tenantQuotaFallbacks: new Counter({
       name: 'herald_tenant_quota_fallbacks_total',
       help: "Tenant quota checks answered by this pod's local share because Redis failed them",
+      registers: [registry],
+    }),
+    tenantOperationsWaited: new Counter({
+      name: 'herald_tenant_operations_waited_total',
+      help: "HTTP operations that waited their turn behind their own tenant's operations running on this pod",
       registers: [registry],
     }),
     webhookEventsInvalid,

@@ -5,6 +5,7 @@ import type { Kysely } from 'kysely';
 import { RateLimitedError, SubscriptionLimitExceededError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createConcurrencyQuota, LEASE_RENEW_INTERVAL_MS, POD_LEASE_MS } from './concurrency-quota.js';
+import { createOperationTurns, type OperationTurns } from './operation-turns.js';
 import { createOrganizationLimitsCache, type OrganizationLimitsCache } from './organization-limits-cache.js';
 import { QUOTAS, type Quota, type TenantLimits } from './quotas.js';
 import { createRateQuota } from './rate-quota.js';
@@ -50,6 +51,10 @@ export interface TenantQuotasDeps {
   onRefusal: (quota: Quota) => void;
   /** Called when Redis failed a check and this pod's local share answered it. */
   onFallback: () => void;
+  /** HTTP operations one tenant runs at once on this pod (operation-turns.ts); 0: no turns. @default 0 */
+  concurrentOperationsPerPod?: number;
+  /** Called each time an HTTP operation waits for its tenant's turn. */
+  onTurnWait?: () => void;
   /** The organisation's webhook attempts in flight now (the dispatchers count them). @default 0 */
   webhookAttemptsInFlight?: (orgId: string) => Promise<number>;
 }
@@ -69,6 +74,8 @@ export interface TenantQuotas {
   /** The environment's quotas, for organisations without overrides. */
   readonly defaults: TenantLimits;
   readonly limits: OrganizationLimitsCache;
+  /** Turns of HTTP operations on this pod, per subject ({@link operationSubject}). */
+  readonly turns: OperationTurns;
   /** @returns the refusal to answer with, or undefined when the operation may run */
   checkOperation(viewer: Viewer | null, orgId: string | undefined): Promise<RateLimitedError | undefined>;
   checkPublish(orgId: string): Promise<RateLimitedError | undefined>;
@@ -181,6 +188,7 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
   return {
     defaults: deps.defaults,
     limits,
+    turns: createOperationTurns(deps.concurrentOperationsPerPod ?? 0, deps.onTurnWait),
     get pods() {
       return pods;
     },
@@ -190,11 +198,11 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
       let limit: number;
       let charged: readonly string[];
       if (orgId !== undefined && isMemberOf(viewer, orgId)) {
-        subject = `org:${orgId}`;
+        subject = operationSubject(viewer, orgId);
         limit = (await limits.limitsOf(orgId)).operationsPerSecond;
         charged = [orgId];
       } else {
-        subject = `user:${viewer.id}`;
+        subject = operationSubject(viewer, undefined);
         limit = deps.defaults.operationsPerSecond;
         charged = viewer.orgs;
       }
@@ -316,4 +324,12 @@ function zeroes(): Record<Quota, number> {
     subscriptions: 0,
     webhookAttemptsInFlight: 0,
   };
+}
+
+/**
+ * Whom an operation is counted against: the organisation it names when the caller belongs to it
+ * (`org:<id>`), else the caller (`user:<sub>`).
+ */
+export function operationSubject(viewer: Viewer, orgId: string | undefined): string {
+  return orgId !== undefined && isMemberOf(viewer, orgId) ? `org:${orgId}` : `user:${viewer.id}`;
 }

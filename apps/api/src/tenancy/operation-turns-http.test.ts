@@ -1,0 +1,117 @@
+import { createDatabase, type HeraldDatabase } from '@herald/db';
+import { waitFor } from '@herald/testing/ports';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startTestApi, type TestApi } from '../testing/test-api.js';
+
+// An organisation's HTTP operations take turns on the pod (TENANT_CONCURRENT_OPERATIONS_PER_POD, here 1),
+// through a real server on PostgreSQL: the `posts` table is locked by the test, so a posts query that
+// reaches the database waits there, and the lock's queue shows how many did.
+
+const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 1) { edges { node { id } } } }';
+
+let api: TestApi;
+/** The test's own connections: one holds the lock, one reads the lock's queue. */
+let locker: HeraldDatabase;
+
+beforeAll(async () => {
+  api = await startTestApi({
+    databaseUrl: inject('databaseUrl'),
+    listen: true,
+    env: { TENANT_CONCURRENT_OPERATIONS_PER_POD: '1' },
+  });
+  locker = await createDatabase({ kind: 'postgres', url: (api.config.database as { url: string }).url, poolMax: 2 });
+});
+
+afterAll(async () => {
+  await locker?.close();
+  await api?.close();
+});
+
+function query(token: string, orgId: string, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${api.baseUrl}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query: POSTS, variables: { orgId } }),
+    signal,
+  });
+}
+
+/** Queries waiting for the test's lock on `posts`: those that reached PostgreSQL. */
+async function atTheDatabase(): Promise<number> {
+  const { rows } = await sql<{ n: number }>`
+    select count(*)::int as n from pg_locks where relation = 'posts'::regclass and not granted`.execute(locker.db);
+  return rows[0]!.n;
+}
+
+/** Locks `posts` on one connection of the test's own. @returns the function that commits (unlocks) */
+async function lockPosts(): Promise<() => Promise<void>> {
+  let unlock!: () => void;
+  const unlocked = new Promise<void>((resolve) => {
+    unlock = resolve;
+  });
+  let locked!: () => void;
+  const isLocked = new Promise<void>((resolve) => {
+    locked = resolve;
+  });
+  const held = locker.db.connection().execute(async (connection) => {
+    await sql`begin`.execute(connection);
+    await sql`lock table posts in access exclusive mode`.execute(connection);
+    locked();
+    await unlocked;
+    await sql`commit`.execute(connection);
+  });
+  await Promise.race([isLocked, held]);
+  return async () => {
+    unlock();
+    await held;
+  };
+}
+
+async function waited(): Promise<number> {
+  const metrics = await (await api.fetch('/metrics')).text();
+  const line = metrics.split('\n').find((row) => row.startsWith('herald_tenant_operations_waited_total '));
+  return Number(line?.split(' ')[1] ?? Number.NaN);
+}
+
+describe('operation turns over HTTP', () => {
+  it("holds one organisation to its turns on the pod without holding another's operations", async () => {
+    const tokenA = await api.token({ sub: 'a', orgs: ['org-turns-a'] });
+    const tokenB = await api.token({ sub: 'b', orgs: ['org-turns-b'] });
+    // Both documents known to the fast path before the lock.
+    expect((await query(tokenA, 'org-turns-a')).status).toBe(200);
+    expect((await query(tokenB, 'org-turns-b')).status).toBe(200);
+    const waitedBefore = await waited();
+
+    const unlock = await lockPosts();
+    try {
+      const first = query(tokenA, 'org-turns-a');
+      await waitFor('A’s first query at the database', async () => (await atTheDatabase()) === 1);
+      const leaving = new AbortController();
+      const gone = query(tokenA, 'org-turns-a', leaving.signal).catch((error: Error) => error);
+      const rest = [query(tokenA, 'org-turns-a'), query(tokenA, 'org-turns-a')];
+      await waitFor('A’s three others waiting their turn', async () => (await waited()) - waitedBefore === 3);
+      // B is not behind A's queue: its query goes straight to the database.
+      const b = query(tokenB, 'org-turns-b');
+      await waitFor('B’s query at the database', async () => (await atTheDatabase()) === 2);
+      // A's waiting ones never reached it.
+      expect(await atTheDatabase()).toBe(2);
+
+      // One of A's waiting clients leaves: its place is given back without taking a turn.
+      leaving.abort();
+      expect(await gone).toBeInstanceOf(Error);
+      await unlock();
+
+      for (const answer of [await first, ...(await Promise.all(rest)), await b]) {
+        expect(answer.status).toBe(200);
+        expect((await answer.json()).errors).toBeUndefined();
+      }
+      // No turn leaked: with one turn per organisation, A's next query still runs.
+      expect((await query(tokenA, 'org-turns-a')).status).toBe(200);
+      expect(api.app.quotas.turns.waiting).toBe(0);
+      expect(api.app.quotas.turns.tenants).toBe(0);
+    } finally {
+      await unlock();
+    }
+  });
+});

@@ -1,0 +1,133 @@
+import { describe, expect, it } from 'vitest';
+import { createOperationTurns, type Turn } from './operation-turns.js';
+
+/** Whether `turn` has been given its turn yet (true), was given back waiting (false), or still waits. */
+async function outcome(turn: Turn): Promise<boolean | 'waiting'> {
+  if (turn.ready === undefined) return true;
+  return Promise.race([turn.ready, new Promise<'waiting'>((resolve) => setImmediate(resolve, 'waiting'))]);
+}
+
+/** Lets `setImmediate` callbacks run (a turn given back lets the next one go from there). */
+const nextLoopTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe('operation turns', () => {
+  it('runs at most perTenant operations of one tenant at once; the rest wait in arrival order', async () => {
+    const turns = createOperationTurns(2);
+    const [a1, a2, a3, a4] = Array.from({ length: 4 }, () => turns.ask('org:a'));
+    expect(a1!.ready).toBeUndefined();
+    expect(a2!.ready).toBeUndefined();
+    expect(await outcome(a3!)).toBe('waiting');
+    expect(await outcome(a4!)).toBe('waiting');
+    expect(turns.waiting).toBe(2);
+
+    a2!.give();
+    await nextLoopTurn();
+    expect(await outcome(a3!)).toBe(true);
+    expect(await outcome(a4!)).toBe('waiting');
+    expect(turns.waiting).toBe(1);
+  });
+
+  it("never makes another tenant wait behind one tenant's queue", async () => {
+    const turns = createOperationTurns(1);
+    const a = Array.from({ length: 50 }, () => turns.ask('org:a'));
+    expect(turns.waiting).toBe(49);
+    const b = turns.ask('org:b');
+    expect(b.ready).toBeUndefined();
+    const user = turns.ask('user:someone');
+    expect(user.ready).toBeUndefined();
+    for (const turn of a) turn.give();
+  });
+
+  it('lets the next operation go from setImmediate, not from the microtask that ended the one before', async () => {
+    const turns = createOperationTurns(1);
+    const first = turns.ask('org:a');
+    const second = turns.ask('org:a');
+    let taken = false;
+    void second.ready!.then(() => {
+      taken = true;
+    });
+    first.give();
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(taken).toBe(false);
+    await nextLoopTurn();
+    expect(taken).toBe(true);
+  });
+
+  it('a newcomer does not pass an operation already waiting while a turn is being handed over', async () => {
+    const turns = createOperationTurns(1);
+    const first = turns.ask('org:a');
+    const waiting = turns.ask('org:a');
+    first.give();
+    // Before the hand-over runs, a new operation arrives: it queues behind the waiting one.
+    const newcomer = turns.ask('org:a');
+    expect(newcomer.ready).toBeDefined();
+    await nextLoopTurn();
+    expect(await outcome(waiting)).toBe(true);
+    expect(await outcome(newcomer)).toBe('waiting');
+  });
+
+  it('an operation given back while it waits (its client left) takes no turn and frees none', async () => {
+    const turns = createOperationTurns(1);
+    const running = turns.ask('org:a');
+    const gone = turns.ask('org:a');
+    const next = turns.ask('org:a');
+    gone.give();
+    expect(await gone.ready).toBe(false);
+    expect(turns.waiting).toBe(1);
+    // Giving it back again changes nothing.
+    gone.give();
+    await nextLoopTurn();
+    expect(await outcome(next)).toBe('waiting');
+
+    running.give();
+    await nextLoopTurn();
+    expect(await outcome(next)).toBe(true);
+    expect(turns.waiting).toBe(0);
+    // The tenant still has exactly one turn: a newcomer waits until `next` ends.
+    const after = turns.ask('org:a');
+    expect(await outcome(after)).toBe('waiting');
+    next.give();
+    await nextLoopTurn();
+    expect(await outcome(after)).toBe(true);
+  });
+
+  it('a turn given back twice frees one turn, not two', async () => {
+    const turns = createOperationTurns(1);
+    const first = turns.ask('org:a');
+    const second = turns.ask('org:a');
+    const third = turns.ask('org:a');
+    first.give();
+    first.give();
+    await nextLoopTurn();
+    await nextLoopTurn();
+    expect(await outcome(second)).toBe(true);
+    expect(await outcome(third)).toBe('waiting');
+  });
+
+  it('forgets a tenant once it has nothing running or waiting', async () => {
+    const turns = createOperationTurns(1);
+    for (let i = 0; i < 1_000; i++) turns.ask(`org:${i}`).give();
+    expect(turns.tenants).toBe(0);
+    const a = turns.ask('org:a');
+    const gone = turns.ask('org:a');
+    gone.give();
+    a.give();
+    await nextLoopTurn();
+    expect(turns.tenants).toBe(0);
+  });
+
+  it('counts each operation that had to wait', () => {
+    let waited = 0;
+    const turns = createOperationTurns(2, () => waited++);
+    const asked = Array.from({ length: 5 }, () => turns.ask('org:a'));
+    expect(waited).toBe(3);
+    for (const turn of asked) turn.give();
+  });
+
+  it('with 0 turns per tenant the gate is off: every operation runs at once', () => {
+    const turns = createOperationTurns(0);
+    expect(turns.on).toBe(false);
+    for (let i = 0; i < 100; i++) expect(turns.ask('org:a').ready).toBeUndefined();
+    expect(turns.waiting).toBe(0);
+  });
+});

@@ -1,0 +1,142 @@
+/**
+ * Turns for HTTP operations on one pod. Each tenant (the subject its operations are counted against:
+ * the organisation an operation names, else its caller) runs at most `perTenant` operations at once
+ * here; its further operations wait in its own queue, in arrival order, until one of its own ends.
+ * Another tenant's operation never waits behind them: a storm of one organisation's requests, served or
+ * refused, holds `perTenant` turns of the pod, and the rest of it waits parsed and idle instead of
+ * ahead of everyone else's requests in the event loop, the database pool's queue and the socket writes.
+ *
+ * A waiting operation is let go from `setImmediate`, never from the microtask that ended the one before
+ * it: a tenant's chain of quick operations (refusals answered from memory) yields to the event loop's
+ * I/O, where other tenants' requests arrive, between each of its turns.
+ */
+export interface OperationTurns {
+  /** False when the gate is off: every turn is taken at once and nothing needs giving back. */
+  readonly on: boolean;
+  /**
+   * Asks a turn for `subject`. The turn is `give`n back once, whether it was taken or is still waiting
+   * (its client went away): a waiting turn given back resolves `ready` with false and takes nothing.
+   */
+  ask(subject: string): Turn;
+  /** Operations waiting for a turn now, every tenant together. */
+  readonly waiting: number;
+  /** Tenants with an operation running or waiting (the others are forgotten). */
+  readonly tenants: number;
+}
+
+export interface Turn {
+  /** Undefined: taken at once. Else resolves with true once taken, false if given back while waiting. */
+  readonly ready: Promise<boolean> | undefined;
+  give(): void;
+}
+
+/** 0: a turn never asked for (the gate is off), 1: waiting, 2: running, 3: given back. */
+type State = 0 | 1 | 2 | 3;
+
+interface Tenant {
+  readonly subject: string;
+  running: number;
+  /** Waiting turns, oldest first, read from `head` (given-back ones are skipped). */
+  queue: TenantTurn[];
+  head: number;
+}
+
+/** A turn that needs no gate: taken at once, nothing to give back. */
+const FREE_TURN: Turn = { ready: undefined, give() {} };
+
+class TenantTurn implements Turn {
+  state: State = 2;
+  ready: Promise<boolean> | undefined = undefined;
+  resolve: ((taken: boolean) => void) | undefined = undefined;
+
+  constructor(
+    readonly gate: Gate,
+    readonly tenant: Tenant,
+  ) {}
+
+  give(): void {
+    if (this.state === 2) {
+      this.state = 3;
+      this.gate.ended(this.tenant);
+    } else if (this.state === 1) {
+      this.state = 3;
+      this.gate.waiting--;
+      this.resolve!(false);
+    }
+  }
+}
+
+class Gate implements OperationTurns {
+  readonly byTenant = new Map<string, Tenant>();
+  waiting = 0;
+  readonly letGo = (tenant: Tenant) => this.next(tenant);
+  readonly on: boolean;
+
+  get tenants(): number {
+    return this.byTenant.size;
+  }
+
+  constructor(
+    readonly perTenant: number,
+    readonly onWait: () => void,
+  ) {
+    this.on = perTenant > 0;
+  }
+
+  ask(subject: string): Turn {
+    if (!this.on) return FREE_TURN;
+    let tenant = this.byTenant.get(subject);
+    if (tenant === undefined) {
+      tenant = { subject, running: 0, queue: [], head: 0 };
+      this.byTenant.set(subject, tenant);
+    }
+    const turn = new TenantTurn(this, tenant);
+    if (tenant.running < this.perTenant && tenant.head === tenant.queue.length) {
+      tenant.running++;
+      return turn;
+    }
+    turn.state = 1;
+    turn.ready = new Promise<boolean>((resolve) => {
+      turn.resolve = resolve;
+    });
+    tenant.queue.push(turn);
+    this.waiting++;
+    this.onWait();
+    return turn;
+  }
+
+  ended(tenant: Tenant): void {
+    tenant.running--;
+    if (tenant.head < tenant.queue.length) setImmediate(this.letGo, tenant);
+    else if (tenant.running === 0) this.byTenant.delete(tenant.subject);
+  }
+
+  /** Gives the oldest waiting turn of `tenant` its turn, if one is free. */
+  next(tenant: Tenant): void {
+    const { queue } = tenant;
+    while (tenant.head < queue.length && tenant.running < this.perTenant) {
+      const turn = queue[tenant.head]!;
+      queue[tenant.head++] = undefined as never;
+      if (turn.state !== 1) continue;
+      turn.state = 2;
+      tenant.running++;
+      this.waiting--;
+      turn.resolve!(true);
+      break;
+    }
+    if (tenant.head === queue.length) {
+      queue.length = 0;
+      tenant.head = 0;
+      if (tenant.running === 0) this.byTenant.delete(tenant.subject);
+    }
+  }
+}
+
+/**
+ * @param perTenant operations one tenant runs at once on this pod; 0 turns the gate off (every turn
+ *   is taken at once)
+ * @param onWait called each time an operation has to wait for its turn
+ */
+export function createOperationTurns(perTenant: number, onWait: () => void = () => {}): OperationTurns {
+  return new Gate(perTenant, onWait);
+}

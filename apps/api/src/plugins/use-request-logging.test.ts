@@ -1,9 +1,9 @@
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createContextBuilder } from '../context.js';
 import type { Logger } from '../logger.js';
-import { startRequestLog } from './use-request-logging.js';
+import { logRequestCompleted, startRequestLog } from './use-request-logging.js';
 
 /** A pino logger at `level` whose lines land in `lines`, and how many children it made. */
 function capturingLogger(level: string) {
@@ -64,5 +64,32 @@ describe('request logs', () => {
       ['from a resolver', 'trace-8'],
       ['no request log', undefined],
     ]);
+  });
+
+  it('write one access line per answer, but one a second for 429s, counting those not logged', () => {
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      const root = capturingLogger('info');
+      const answer = (status: number) =>
+        logRequestCompleted(startRequestLog({}, undefined, root.logger), 'POST', '/graphql', status);
+      for (let i = 0; i < 5; i++) answer(429);
+      answer(200);
+      answer(200);
+      vi.advanceTimersByTime(999);
+      answer(429);
+      vi.advanceTimersByTime(1);
+      answer(429);
+      answer(429);
+      answer(400);
+      expect(root.lines.map((line) => [line.status, line.refusalsNotLogged])).toEqual([
+        [429, 0],
+        [200, undefined],
+        [200, undefined],
+        [429, 5],
+        [400, undefined],
+      ]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -3,7 +3,7 @@ import type { Context } from '../context.js';
 import { SubscriptionInterruptedError } from '../errors.js';
 import type { ApiMetrics } from '../metrics.js';
 import { endFanOutSpan, startFanOutSpan } from './fan-out-span.js';
-import type { Group, Position, Registry } from './subscription-group-types.js';
+import type { Group, Position, Recipient, Registry } from './subscription-group-types.js';
 
 /**
  * A group's one stream and its fan-out (subscription-groups.ts has the design): {@link startGroup} makes
@@ -46,7 +46,8 @@ async function pump(registry: Registry, group: Group) {
     for (;;) {
       const { value: result, done } = await group.stream.next();
       if (done || group.members.size === 0) break;
-      broadcast(registry, group, result);
+      const rest = broadcast(registry, group, result);
+      if (rest !== undefined) await rest;
     }
   } catch {
     failure = new SubscriptionInterruptedError();
@@ -61,22 +62,76 @@ async function pump(registry: Registry, group: Group) {
 }
 
 /**
+ * Members written to before the broadcast lets the event loop run (`setImmediate`): a group of
+ * thousands (one organisation's subscribers) would otherwise hold the pod for its whole fan-out, every
+ * other organisation's frames, requests and publishes waiting behind it. 128 frames are 1–2 ms of writes
+ * here; a turn of the event loop between slices costs a few µs.
+ */
+export const BROADCAST_SLICE = 128;
+
+/** One event's fan-out to a group, possibly over several turns of the event loop. */
+interface Fanout {
+  readonly registry: Registry;
+  readonly group: Group;
+  readonly suffix: Buffer;
+  readonly position: Position | undefined;
+  readonly emittedAt: number | undefined;
+  readonly span: ReturnType<typeof startFanOutSpan> | undefined;
+  readonly members: Iterator<Recipient>;
+  sent: number;
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
  * Writes the event's `next` frame to every member. graphql-ws's `next` message is serialized and UTF-8
  * encoded once per event; only its leading `{"id":…` differs per member. Each member's WebSocket frame
  * (header, id, shared bytes) is built in one Buffer and written straight to its TCP socket: one write
  * and one allocation per delivery, where `ws.send` costs two option objects, a header Buffer and a
  * corked two-buffer writev (bench/results/PROFILE.md).
+ *
+ * Past {@link BROADCAST_SLICE} members the rest is written over later turns of the event loop, and the
+ * returned promise settles when every member was visited (the group's next event waits for it). The
+ * members' set is live: one that leaves meanwhile is skipped; one that joins meanwhile is visited (it
+ * joined behind the group's last complete broadcast, so this event is one it still needs, unless its
+ * own stream delivered it: `skipThrough`).
+ * @returns undefined when the event went to every member at once
  */
-function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
-  const { metrics, maxBufferedBytes, onSendError, frames } = registry;
+export function broadcast(registry: Registry, group: Group, result: ExecutionResult): Promise<void> | undefined {
   const event = group.context.event;
-  // One span per group and event, never per socket (fan-out-span.ts); undefined with tracing off.
-  const span = event?.traceparent === undefined ? undefined : startFanOutSpan(event.traceparent, group.members.size);
-  const suffix = Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`);
   group.context.event = undefined;
-  const position: Position | undefined = event && { epoch: event.epoch, position: event.position };
-  let sent = 0;
-  for (const member of group.members) {
+  const fanout: Fanout = {
+    registry,
+    group,
+    // One span per group and event, never per socket (fan-out-span.ts); undefined with tracing off.
+    span: event?.traceparent === undefined ? undefined : startFanOutSpan(event.traceparent, group.members.size),
+    suffix: Buffer.from(`,"type":"next","payload":${JSON.stringify(result)}}`),
+    position: event && { epoch: event.epoch, position: event.position },
+    emittedAt: event?.emittedAt,
+    members: group.members.values(),
+    sent: 0,
+  };
+  if (writeSlice(fanout)) {
+    finish(fanout);
+    return undefined;
+  }
+  return writeRest(fanout);
+}
+
+async function writeRest(fanout: Fanout): Promise<void> {
+  do await nextTurn();
+  while (!writeSlice(fanout));
+  finish(fanout);
+}
+
+/** Writes the frame to the next {@link BROADCAST_SLICE} members. @returns true once every member was visited */
+function writeSlice(fanout: Fanout): boolean {
+  const { metrics, maxBufferedBytes, onSendError, frames } = fanout.registry;
+  const { members, position, suffix } = fanout;
+  for (let visited = 0; visited < BROADCAST_SLICE; visited++) {
+    const next = members.next();
+    if (next.done) return true;
+    const member = next.value;
     const { socket } = member;
     const skip = member.skipThrough;
     if (skip !== undefined) {
@@ -90,10 +145,15 @@ function broadcast(registry: Registry, group: Group, result: ExecutionResult) {
       continue;
     }
     frames.send(socket, member.head, member.headBytes, suffix, onSendError);
-    sent += 1;
+    fanout.sent += 1;
   }
-  group.last = position;
-  if (span) endFanOutSpan(span, sent, suffix.length);
-  if (sent > 0) metrics.eventsDelivered.inc(sent);
-  if (event) metrics.eventToSendSeconds.observe((Date.now() - event.emittedAt) / 1000);
+  return false;
+}
+
+function finish(fanout: Fanout): void {
+  const { metrics } = fanout.registry;
+  fanout.group.last = fanout.position;
+  if (fanout.span) endFanOutSpan(fanout.span, fanout.sent, fanout.suffix.length);
+  if (fanout.sent > 0) metrics.eventsDelivered.inc(fanout.sent);
+  if (fanout.emittedAt !== undefined) metrics.eventToSendSeconds.observe((Date.now() - fanout.emittedAt) / 1000);
 }

@@ -7,6 +7,7 @@ import { createApiMetrics } from '../metrics.js';
 import { schema as heraldSchema } from '../schema/index.js';
 import { openAckedSocket, type RawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
+import { BROADCAST_SLICE } from './subscription-broadcast.js';
 import { createSubscriptionGroups } from './subscription-groups.js';
 
 let api: TestApi;
@@ -242,6 +243,54 @@ describe('a group on its own (fake sockets, real groups)', () => {
     expect(open.sent).toHaveLength(1);
     expect(closed.sent).toHaveLength(0);
     expect((await metrics.eventsDelivered.get()).values[0]?.value).toBe(1);
+  });
+
+  it("writes a large group's event over several turns of the event loop: another group's event goes out between them, and every member gets each event once, in order", async () => {
+    const groups = groupsFor();
+    /** Every frame sent by any socket, in order: [group, member, title]. */
+    const sent: Array<[string, number, string]> = [];
+    const loggingSocket = (group: string, index: number) => ({
+      ...fakeSocket(),
+      send(data: string) {
+        sent.push([group, index, JSON.parse(data).payload.data.postPublished.title]);
+      },
+    });
+    const gate = () => {
+      let open!: () => void;
+      const opened = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      return { open, opened };
+    };
+    const large = gate();
+    const small = gate();
+    async function* largeStream(): AsyncGenerator<ExecutionResult> {
+      await large.opened;
+      for (const title of ['one', 'two', 'three']) yield { data: { postPublished: { title } } };
+    }
+    async function* smallStream(): AsyncGenerator<ExecutionResult> {
+      await small.opened;
+      yield { data: { postPublished: { title: 'b' } } };
+    }
+    const size = 2 * BROADCAST_SLICE + 50;
+    for (let index = 0; index < size; index++) {
+      const socket = loggingSocket('a', index) as unknown as WebSocket;
+      groups.join('a', { socket, id: `a${index}` }, index === 0 ? largeStream() : stream([]), context());
+    }
+    groups.join('b', { socket: loggingSocket('b', 0) as unknown as WebSocket, id: 'b0' }, smallStream(), context());
+    large.open();
+    small.open();
+    await until('every frame', () => sent.length === 3 * size + 1);
+
+    const firstEventEnds = sent.findLastIndex(([group, , title]) => group === 'a' && title === 'one');
+    const b = sent.findIndex(([group]) => group === 'b');
+    // Not after the large group's whole fan-out of its first event: after its first slice.
+    expect(b).toBeGreaterThanOrEqual(BROADCAST_SLICE);
+    expect(b).toBeLessThan(firstEventEnds);
+    for (let index = 0; index < size; index++) {
+      const titles = sent.filter(([group, member]) => group === 'a' && member === index).map(([, , title]) => title);
+      expect(titles).toEqual(['one', 'two', 'three']);
+    }
   });
 
   it('writes frames a real ws client reads, whatever their length, never ahead of a message ws is still compressing', async () => {

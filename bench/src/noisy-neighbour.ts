@@ -6,7 +6,7 @@
  * lower priority (`nice`: A's clients are not on the server's machine in real life):
  * - HTTP: B sends `posts(first: 10)` every 50 ms; A runs 64 keep-alive request loops.
  * - subscriptions: B publishes every 100 ms to its 10 subscribed sockets (publish → `next`); A holds
- *   1,000 subscribed sockets and publishes from 8 loops.
+ *   1,000 subscribed sockets (10 users, each within its socket cap) and publishes from 8 loops.
  * - webhooks: B's endpoint gets one post every 250 ms (publish → receiver); A has 20 endpoints on a slow
  *   receiver (100 ms per request) and a backlog of 20 deliveries per post × 1,000 posts. A's attempts in
  *   flight are counted at its receiver, against `TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`.
@@ -37,6 +37,9 @@ const A_ENDPOINTS = 20;
 const A_BACKLOG_POSTS = 1_000;
 const SLOW_RECEIVER_MS = 100;
 const B_SOCKETS = 10;
+/** A's subscribers: 1,000 sockets of 10 users, each user within its default cap of 100 sockets. */
+const A_SOCKETS = 1_000;
+const A_SOCKET_USERS = 10;
 
 const POSTS = 'query($orgId: ID!) { posts(orgId: $orgId, first: 10) { edges { node { id title } } } }';
 const CREATE = 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }';
@@ -153,7 +156,18 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
     log('noisy-neighbour: subscriptions, B alone');
     const subAlone = await probeFanout('alone');
     log('noisy-neighbour: subscriptions, B under A’s storm (1,000 sockets, 8 publish loops)');
-    const subStorm = storm({ mode: 'fanout', loops: 8, sockets: 1_000, durationMs: options.probeMs + 5_000 });
+    const socketTokens = await Promise.all(
+      Array.from({ length: A_SOCKET_USERS }, (_, i) =>
+        signToken(JWT_SECRET, { sub: `user-a-${i}`, orgs: [orgA] }, { expiresIn: '2h' }),
+      ),
+    );
+    const subStorm = storm({
+      mode: 'fanout',
+      loops: 8,
+      sockets: A_SOCKETS,
+      socketTokens,
+      durationMs: options.probeMs + 5_000,
+    });
     await sleep(3_000);
     const subUnder = await probeFanout('storm');
     const subCounts = await subStorm;
@@ -461,7 +475,7 @@ export function noisyMarkdown(result: NoisyResult): string {
     row(
       `subscriptions, publish → \`next\` (${B_SOCKETS} sockets)`,
       result.subscriptions,
-      `1,000 sockets; ${sub.published} publishes committed, ${sub.refused} refused, ${sub.frames} frames received; B missed ${result.subscriptions.bMissing}`,
+      `${sub.admitted} of ${A_SOCKETS} sockets admitted; ${sub.published} publishes committed, ${sub.refused} refused, ${sub.frames} of ${sub.published! * sub.admitted!} frames received; B missed ${result.subscriptions.bMissing}`,
     ),
     row(
       'webhooks, publish → receiver',

@@ -4,8 +4,9 @@
  * argument says what to do; the counts are printed as one JSON line at the end.
  *
  * - `http`: `loops` keep-alive request loops of `posts(first: 10)` for `durationMs`.
- * - `fanout`: `sockets` graphql-ws subscribers of A's `postPublished`, then `loops` loops of
- *   createPost + publishPost for `durationMs`; frames received are counted.
+ * - `fanout`: `sockets` graphql-ws subscribers of A's `postPublished`, spread over `socketTokens` (A's
+ *   users: one user's sockets are capped), then `loops` loops of createPost + publishPost for
+ *   `durationMs`; sockets admitted (acknowledged) and frames received are counted.
  */
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
@@ -18,6 +19,8 @@ interface StormOrder {
   loops: number;
   durationMs: number;
   sockets?: number;
+  /** fanout: the tokens the sockets take in turn (default: `token`). */
+  socketTokens?: string[];
   /** fanout: stop once this many publishes committed. */
   stopAfter?: number;
 }
@@ -26,8 +29,9 @@ export interface StormCounts {
   ok: number;
   refused: number;
   failed: number;
-  /** fanout: publishes committed, and frames A's subscribers received. */
+  /** fanout: publishes committed, sockets acknowledged, and frames A's subscribers received. */
   published?: number;
+  admitted?: number;
   frames?: number;
 }
 
@@ -83,12 +87,19 @@ async function main(): Promise<void> {
   } else {
     counts.published = 0;
     counts.frames = 0;
-    const clients = Array.from({ length: order.sockets ?? 0 }, () =>
+    counts.admitted = 0;
+    const tokens = order.socketTokens ?? [order.token];
+    const clients = Array.from({ length: order.sockets ?? 0 }, (_, i) =>
       createClient({
         url: `${order.baseUrl.replace('http', 'ws')}/graphql`,
         webSocketImpl: WebSocket,
-        connectionParams: { authToken: order.token },
+        connectionParams: { authToken: tokens[i % tokens.length] },
         retryAttempts: 0,
+        on: {
+          connected: () => {
+            counts.admitted!++;
+          },
+        },
       }),
     );
     let subscribed = 0;
@@ -117,7 +128,11 @@ async function main(): Promise<void> {
         }),
       ),
     );
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Every committed publish's frame on every admitted socket, or 15 s: what is missing then is reported.
+    const drainUntil = Date.now() + 15_000;
+    while (counts.frames! < counts.published! * counts.admitted! && Date.now() < drainUntil) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     await Promise.all(clients.map((client) => Promise.resolve(client.dispose()).catch(() => {})));
   }
   process.stdout.write(`${JSON.stringify(counts)}\n`);

@@ -293,6 +293,51 @@ describe('a group on its own (fake sockets, real groups)', () => {
     }
   });
 
+  it('gives a member that joins while a sliced broadcast is under way that event once, then the next ones', async () => {
+    const groups = groupsFor();
+    const titles = new Map<string, string[]>();
+    const socketFor = (id: string, onSend?: () => void) => ({
+      ...fakeSocket(),
+      send(data: string) {
+        const list = titles.get(id) ?? [];
+        list.push(JSON.parse(data).payload.data.postPublished.title);
+        titles.set(id, list);
+        onSend?.();
+      },
+    });
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    async function* events(): AsyncGenerator<ExecutionResult> {
+      await opened;
+      for (const title of ['one', 'two']) yield { data: { postPublished: { title } } };
+    }
+    const size = 2 * BROADCAST_SLICE;
+    let joined = false;
+    let lastMemberFramesAtJoin = -1;
+    // Joins from the event loop's next turn after the first frame: between the first and second slice.
+    const joinLate = () => {
+      if (joined) return;
+      joined = true;
+      setImmediate(() => {
+        lastMemberFramesAtJoin = titles.get(`a${size - 1}`)?.length ?? 0;
+        groups.join('a', { socket: socketFor('late') as unknown as WebSocket, id: 'late' }, stream([]), context());
+      });
+    };
+    for (let index = 0; index < size; index++) {
+      const id = `a${index}`;
+      const socket = socketFor(id, index === 0 ? joinLate : undefined) as unknown as WebSocket;
+      groups.join('a', { socket, id }, index === 0 ? events() : stream([]), context());
+    }
+    open();
+    await until('every frame', () => titles.get('late')?.length === 2 && titles.get(`a${size - 1}`)?.length === 2);
+    // It joined mid-broadcast: the group's last member had not been sent the first event yet.
+    expect(lastMemberFramesAtJoin).toBe(0);
+    expect(titles.get('late')).toEqual(['one', 'two']);
+    expect(titles.get('a0')).toEqual(['one', 'two']);
+  });
+
   it('writes frames a real ws client reads, whatever their length, never ahead of a message ws is still compressing', async () => {
     const server = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: true });
     await new Promise((resolve) => server.once('listening', resolve));

@@ -10,6 +10,8 @@ export interface ProcessSample {
   pid: number;
   rssMb: number;
   cpuUs: number;
+  /** V8 heap in use, MB, from the process's own `/metrics` (API pods and dispatchers only). */
+  heapMb?: number;
 }
 
 export interface ProcessFigures {
@@ -26,6 +28,14 @@ export interface ProcessFigures {
   rssSlopeMbPerHour: number | null;
   /** RSS peak of each whole window after the settling, MB: what the slope is drawn through. */
   settledRssPeaksMb: number[];
+  /**
+   * Slope of the V8 heap's floor once settled, MB per hour ({@link settledHeap}); null where the heap was
+   * not sampled or the process lived too short a time. A rising RSS over a flat heap floor is the allocator
+   * (or native memory), not JavaScript objects kept alive.
+   */
+  heapSlopeMbPerHour: number | null;
+  /** V8 heap floor (lowest sample) of each whole window after the settling, MB. */
+  settledHeapFloorsMb: number[];
   /** Average share of one core over the process's sampled life, %. */
   cpuPercent: number;
 }
@@ -53,14 +63,27 @@ export class ResourceSampler {
 
   async sample(): Promise<void> {
     const t = Date.now() - this.startedAt;
-    for (const { role, pid } of await this.topology.processes().catch(() => [])) {
+    const heapReads: Promise<void>[] = [];
+    for (const { role, pid, metricsUrl } of await this.topology.processes().catch(() => [])) {
       try {
         const sample = procSample(pid);
-        this.samples.push({ t, role, pid, rssMb: sample.rssBytes / 1_048_576, cpuUs: sample.cpuUs });
+        const entry: ProcessSample = { t, role, pid, rssMb: sample.rssBytes / 1_048_576, cpuUs: sample.cpuUs };
+        this.samples.push(entry);
+        if (metricsUrl) {
+          heapReads.push(
+            v8HeapUsed(metricsUrl).then(
+              (bytes) => {
+                if (bytes !== undefined) entry.heapMb = bytes / 1_048_576;
+              },
+              () => undefined, // a pod that is down or stalled has no heap figure this time
+            ),
+          );
+        }
       } catch {
         // exited between the listing and the read
       }
     }
+    await Promise.all(heapReads);
     const used = await redisUsedMemory(this.topology.redisPort).catch(() => undefined);
     if (used !== undefined) this.redisMemory.push({ t, usedMb: used / 1_048_576 });
   }
@@ -76,7 +99,7 @@ export class ResourceSampler {
       if (sample.role === 'postgres-child' || sample.role === 'nginx-worker') {
         const role = sample.role === 'postgres-child' ? 'postgres-backends' : 'nginx-workers';
         const key = sample.t * 2 + (role === 'nginx-workers' ? 1 : 0);
-        const sum = backends.get(key) ?? { t: sample.t, role, pid: 0, rssMb: 0, cpuUs: 0 };
+        const sum: ProcessSample = backends.get(key) ?? { t: sample.t, role, pid: 0, rssMb: 0, cpuUs: 0 };
         sum.rssMb += sample.rssMb;
         backends.set(key, sum);
         continue;
@@ -103,6 +126,7 @@ export class ResourceSampler {
         lastRssMb: round(last.rssMb),
         maxRssMb: round(Math.max(...list.map((sample) => sample.rssMb))),
         ...settledRss(list, warmUpMs),
+        ...settledHeap(list, warmUpMs),
         cpuPercent: first.pid > 0 && spanUs > 0 ? round(((last.cpuUs - first.cpuUs) / spanUs) * 100) : 0,
       };
     });
@@ -131,38 +155,70 @@ export function settledRss(
   samples: readonly ProcessSample[],
   warmUpMs: number,
 ): { rssSlopeMbPerHour: number | null; settledRssPeaksMb: number[] } {
-  const peaks: { t: number; rssMb: number }[] = [];
+  const { slope, values } = settledWindows(samples, warmUpMs, (sample) => sample.rssMb, Math.max);
+  return { rssSlopeMbPerHour: slope, settledRssPeaksMb: values };
+}
+
+/**
+ * A process's V8 heap once settled: the floor (lowest sample) of each whole window, as {@link settledRss}
+ * takes RSS's peak. Heap in use climbs between collections and drops at each; what survives them, the
+ * floor, is what a leak lifts. Windows with no heap sample (a process without `/metrics`) are left out.
+ */
+export function settledHeap(
+  samples: readonly ProcessSample[],
+  warmUpMs: number,
+): { heapSlopeMbPerHour: number | null; settledHeapFloorsMb: number[] } {
+  const { slope, values } = settledWindows(samples, warmUpMs, (sample) => sample.heapMb, Math.min);
+  return { heapSlopeMbPerHour: slope, settledHeapFloorsMb: values };
+}
+
+function settledWindows(
+  samples: readonly ProcessSample[],
+  warmUpMs: number,
+  read: (sample: ProcessSample) => number | undefined,
+  pick: (...values: number[]) => number,
+): { slope: number | null; values: number[] } {
+  const points: { t: number; value: number }[] = [];
   if (samples.length > 0) {
     const from = Math.max(warmUpMs, samples[0]!.t + RSS_SETTLING_MS);
     const windows = Math.floor((samples[samples.length - 1]!.t - from) / RSS_WINDOW_MS);
     for (let index = 0; index < windows; index++) {
       const start = from + index * RSS_WINDOW_MS;
-      const inWindow = samples.filter((sample) => sample.t >= start && sample.t < start + RSS_WINDOW_MS);
-      if (inWindow.length > 0)
-        peaks.push({ t: start + RSS_WINDOW_MS / 2, rssMb: Math.max(...inWindow.map((sample) => sample.rssMb)) });
+      const inWindow = samples
+        .filter((sample) => sample.t >= start && sample.t < start + RSS_WINDOW_MS)
+        .map(read)
+        .filter((value): value is number => value !== undefined);
+      if (inWindow.length > 0) points.push({ t: start + RSS_WINDOW_MS / 2, value: pick(...inWindow) });
     }
   }
   return {
-    rssSlopeMbPerHour: peaks.length < RSS_MIN_WINDOWS ? null : round(slopePerMs(peaks) * 3_600_000),
-    settledRssPeaksMb: peaks.map((peak) => round(peak.rssMb)),
+    slope: points.length < RSS_MIN_WINDOWS ? null : round(slopePerMs(points) * 3_600_000),
+    values: points.map((point) => round(point.value)),
   };
 }
 
-/** Least-squares slope of RSS over time, MB per ms. */
-function slopePerMs(points: readonly { t: number; rssMb: number }[]): number {
+/** Least-squares slope of a value over time, per ms. */
+function slopePerMs(points: readonly { t: number; value: number }[]): number {
   const n = points.length;
   const meanT = points.reduce((total, point) => total + point.t, 0) / n;
-  const meanR = points.reduce((total, point) => total + point.rssMb, 0) / n;
+  const meanV = points.reduce((total, point) => total + point.value, 0) / n;
   let numerator = 0;
   let denominator = 0;
   for (const point of points) {
-    numerator += (point.t - meanT) * (point.rssMb - meanR);
+    numerator += (point.t - meanT) * (point.value - meanV);
     denominator += (point.t - meanT) ** 2;
   }
   return denominator === 0 ? 0 : numerator / denominator;
 }
 
 const round = (value: number) => Math.round(value * 10) / 10;
+
+/** `*_nodejs_heap_size_used_bytes` from a process's Prometheus `/metrics` (bounded by a 2 s timeout). */
+export async function v8HeapUsed(metricsUrl: string): Promise<number | undefined> {
+  const response = await fetch(metricsUrl, { signal: AbortSignal.timeout(2_000) });
+  const match = /^\w*nodejs_heap_size_used_bytes (\S+)$/m.exec(await response.text());
+  return match ? Number(match[1]) : undefined;
+}
 
 /** `INFO memory`'s used_memory, over a raw connection (bounded by a 2 s timeout). */
 export function redisUsedMemory(port: number): Promise<number> {

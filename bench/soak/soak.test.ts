@@ -1,12 +1,13 @@
 import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { type CommittedEvent, checkLedger, type LedgerInput, type SubscriberFrame } from './ledger.js';
 import type { SoakResults } from './report.js';
-import { type ProcessSample, RSS_SETTLING_MS, redisKeyKind, settledRss } from './resources.js';
+import { type ProcessSample, RSS_SETTLING_MS, redisKeyKind, settledHeap, settledRss, v8HeapUsed } from './resources.js';
 import { IMAGE_MALLOC_ARENA_MAX } from './topology.js';
 
 // The soak's ledger is arithmetic over what a run recorded; it is pinned here on crafted inputs (a balanced
@@ -117,6 +118,33 @@ describe('the RSS slope once settled', () => {
   it('runs the pods with the allocator setting of the container images', async () => {
     const dockerfile = await readFile(join(ROOT, 'deploy/Dockerfile'), 'utf8');
     expect(dockerfile).toMatch(new RegExp(`^\\s*MALLOC_ARENA_MAX=${IMAGE_MALLOC_ARENA_MAX}$`, 'm'));
+  });
+
+  it('reads the V8 heap by its floor per window: a collector sawtooth over a flat floor is flat, a rising floor is a leak', () => {
+    // Heap in use climbs 40 → 70 MB between collections every 40 s; the floor is what survives them.
+    const sawtooth = (minute: number) => 40 + 30 * (((minute * 60) % 40) / 40);
+    const flat = samples(45, ramp).map((sample) => ({ ...sample, heapMb: sawtooth(sample.t / 60_000) }));
+    expect(settledHeap(flat, 60_000)).toEqual({ heapSlopeMbPerHour: 0, settledHeapFloorsMb: [40, 40, 40, 40, 40] });
+    const leaking = flat.map((sample) => ({ ...sample, heapMb: sample.heapMb + (4 * sample.t) / 3_600_000 }));
+    expect(settledHeap(leaking, 60_000).heapSlopeMbPerHour).toBeCloseTo(4, 0);
+    // The RSS of the same samples is judged apart: a flat RSS plateau beside the leaking heap.
+    expect(settledRss(leaking, 60_000).rssSlopeMbPerHour).toBe(0);
+    expect(settledHeap(samples(45, ramp), 60_000)).toEqual({ heapSlopeMbPerHour: null, settledHeapFloorsMb: [] });
+  });
+
+  it("reads a process's V8 heap in use from its Prometheus text, and nothing from text without it", async () => {
+    let body =
+      '# HELP x\nherald_dispatcher_nodejs_heap_size_total_bytes 90000000\nherald_dispatcher_nodejs_heap_size_used_bytes 52428800\n';
+    const server = createServer((_request, response) => response.end(body));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      expect(await v8HeapUsed(`http://127.0.0.1:${port}/metrics`)).toBe(52_428_800);
+      body = 'herald_api_process_resident_memory_bytes 1\n';
+      expect(await v8HeapUsed(`http://127.0.0.1:${port}/metrics`)).toBeUndefined();
+    } finally {
+      server.close();
+    }
   });
 
   it('gives no slope for a process that has not lived its settling time and three whole windows', () => {

@@ -38,6 +38,8 @@ export interface TopologyOptions {
 export interface TrackedProcess {
   role: string;
   pid: number;
+  /** Its Prometheus `/metrics` (API pods and dispatchers), where its V8 heap is read. */
+  metricsUrl?: string;
 }
 
 /**
@@ -200,10 +202,16 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     async processes() {
       const tracked: TrackedProcess[] = [];
       pods.forEach((pod, index) => {
-        if (pod?.child.pid) tracked.push({ role: `api-${index + 1}`, pid: pod.child.pid });
+        if (pod?.child.pid)
+          tracked.push({ role: `api-${index + 1}`, pid: pod.child.pid, metricsUrl: `${pod.baseUrl}/metrics` });
       });
       dispatchers.forEach((dispatcher, index) => {
-        if (dispatcher?.child.pid) tracked.push({ role: `dispatcher-${index + 1}`, pid: dispatcher.child.pid });
+        if (dispatcher?.child.pid)
+          tracked.push({
+            role: `dispatcher-${index + 1}`,
+            pid: dispatcher.child.pid,
+            metricsUrl: `http://127.0.0.1:${dispatcherPorts[index]}/metrics`,
+          });
       });
       const master = nginxPid();
       if (master) {

@@ -85,6 +85,15 @@ export interface Correctness {
   samples: string[];
 }
 
+/** A fan-out scenario's figures over raw `ws`'s at the same socket count (report.ts's withRatios). */
+export interface Ratios {
+  deliveriesPerSec: number | null;
+  serverCpuUsPerDelivery: number | null;
+  rssPerSocket: number | null;
+  singleP99: number | null;
+  fixedP99: number | null;
+}
+
 export interface FanoutResult {
   id: string;
   label: string;

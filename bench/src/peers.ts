@@ -3,9 +3,8 @@
  * with and without its JIT, stock Yoga + graphql-ws (peer-server.ts), next to raw `ws` and Herald at the
  * same socket count, in the same run, with the same load clients, payload and selection.
  */
-import type { FanoutResult } from './fanout.js';
+import type { FanoutResult, Ratios } from './fanout.js';
 import { PEERS, type Peer } from './protocol.js';
-import type { Ratios } from './report.js';
 import { startPeerTarget, type Target } from './targets.js';
 
 const PEER_LABELS: Record<Peer, string> = {

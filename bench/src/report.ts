@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, release, totalmem } from 'node:os';
 import { capacityMarkdown } from './capacity.js';
 import { median, round } from './common.js';
-import type { FanoutResult } from './fanout.js';
+import type { FanoutResult, Ratios } from './fanout.js';
 import { type FootprintResult, footprintMarkdown } from './footprint.js';
 import { type HttpResult, httpMarkdown } from './http.js';
 import { peersMarkdown } from './peers.js';
@@ -21,14 +21,6 @@ export interface RunInfo {
   durationSec: number;
   config: Record<string, unknown>;
   notes: string[];
-}
-
-export interface Ratios {
-  deliveriesPerSec: number | null;
-  serverCpuUsPerDelivery: number | null;
-  rssPerSocket: number | null;
-  singleP99: number | null;
-  fixedP99: number | null;
 }
 
 export interface BenchResults {

@@ -1,6 +1,5 @@
 import { type AuthorLoader, createAuthorLoader } from '@herald/db';
 import type { GraphQLResolveInfo } from 'graphql';
-import type { Context } from './context.js';
 
 export interface Loaders {
   author: AuthorLoader;
@@ -27,6 +26,12 @@ class RequestLoaders implements Loaders {
   }
 }
 
+/** What {@link loadersFor} reads of a request's context (context.ts builds it with {@link createLoaders}). */
+export interface LoaderContext {
+  loaders: Loaders;
+  db: Parameters<typeof createAuthorLoader>[0];
+}
+
 /** Loaders of subscription events, keyed by the event (the root value of that event's execution). */
 const eventLoaders = new WeakMap<object, Loaders>();
 
@@ -35,7 +40,7 @@ const eventLoaders = new WeakMap<object, Loaders>();
  * subscription runs one fresh execution per event with the event as root value, so each
  * event gets fresh loaders too: nothing cached for one event is served for the next.
  */
-export function loadersFor(context: Context, info: GraphQLResolveInfo): Loaders {
+export function loadersFor(context: LoaderContext, info: GraphQLResolveInfo): Loaders {
   const root = info.rootValue as unknown;
   if (info.operation.operation !== 'subscription' || root == null || typeof root !== 'object') {
     return context.loaders;

@@ -4,7 +4,6 @@
  */
 import { round, type Spread } from '../common.js';
 import type { DuplicateSample } from '../webhook-receiver.js';
-import { steadyStages } from './steady.js';
 
 export interface WebhookConfig {
   databaseUrl: string | undefined;
@@ -144,7 +143,7 @@ export interface SteadyLatency {
   fromCommit: { p50Ms: number; p99Ms: number; maxMs: number };
   /** From just before the publishPost statement was sent: an upper bound. */
   fromSend: { p50Ms: number; p99Ms: number; maxMs: number };
-  /** Where the time goes, per delivery (from the database's timestamps; see {@link steadyStages}). */
+  /** Where the time goes, per delivery (from the database's timestamps; steady.ts's `steadyStages`). */
   stages?: SteadyStages;
   /**
    * commit → receiver by when the event was published: its first second (the dispatcher was just

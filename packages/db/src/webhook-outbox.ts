@@ -1,7 +1,6 @@
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { assertValidWebhookEvent } from './webhook-event-check.js';
-import type { WebhookOutboxEvent } from './webhook-tables.js';
 
 /** A fresh event id, `evt_` and 32 hex digits (@herald/contracts' generator, under its former name). */
 export { newEventId as newWebhookEventId } from '@herald/contracts';
@@ -48,8 +47,4 @@ export async function insertOutboxEvent(db: Kysely<Database>, event: NewOutboxEv
     .execute();
   // Delivered at commit (never for a rolled-back event): dispatchers fan it out at once.
   await sql`select pg_notify(${OUTBOX_NOTIFY_CHANNEL}, current_schema())`.execute(db);
-}
-
-export async function findOutboxEvent(db: Kysely<Database>, id: string): Promise<WebhookOutboxEvent | undefined> {
-  return db.selectFrom('webhook_outbox').selectAll().where('id', '=', id).executeTakeFirst();
 }

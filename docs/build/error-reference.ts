@@ -144,6 +144,12 @@ export const CLOSE_CODES: CloseCodeEntry[] = [
     action: 'Reconnect (another pod answers) and resume with the last cursor.',
   },
   {
+    code: 1009,
+    name: 'Message Too Big',
+    when: 'A message over 1 MiB (sent by the WebSocket layer itself).',
+    action: 'A client bug: send smaller documents and variables; do not retry the same message.',
+  },
+  {
     code: 1012,
     name: 'Service Restart',
     when: 'A pod drains for a shutdown or a rolling restart, or sheds sockets over its share of the cluster.',
@@ -158,7 +164,7 @@ export const CLOSE_CODES: CloseCodeEntry[] = [
   {
     code: 4400,
     name: 'Bad Request',
-    when: 'A message that is not graphql-transport-ws, or over 1 MiB.',
+    when: 'A message that is not graphql-transport-ws.',
     action: 'A client bug: do not retry the same messages.',
   },
   {
@@ -172,6 +178,12 @@ export const CLOSE_CODES: CloseCodeEntry[] = [
     name: 'Forbidden',
     when: 'The token in `connection_init` is invalid, or the token of a live socket expired (`Forbidden: token expired`).',
     action: 'Reconnect with a fresh token (`@herald/client` asks `token()` again).',
+  },
+  {
+    code: 4406,
+    name: 'Subprotocol Not Acceptable',
+    when: 'The socket did not ask for the `graphql-transport-ws` sub-protocol (the legacy `graphql-ws` one of subscriptions-transport-ws included).',
+    action: 'Use a graphql-transport-ws client (graphql-ws, `@herald/client`).',
   },
   {
     code: 4408,
@@ -284,8 +296,9 @@ const GRAPHQL_WS_CLOSE_CODES: Record<string, number> = {
 };
 
 /**
- * The close codes the API's code sends itself: numbers and `CloseCode` names passed to `close(`, and the
- * `…_CLOSE_CODE` constants. (graphql-ws's server sends 4400, 4401, 4408, 4409 and 4429 on its own.)
+ * The close codes the API's sockets can get: numbers and `CloseCode` names passed to `close(`, the
+ * `…_CLOSE_CODE` constants (those the WebSocket layer sends itself included), and the `CloseCode` names
+ * listed as graphql-ws's own (`GRAPHQL_WS_SENT_CLOSE_CODES`).
  */
 export function closeCodesInSource(): number[] {
   const found = new Set<number>();

@@ -24,6 +24,22 @@ import type { Logger } from '../logger.js';
  */
 
 /**
+ * Close codes graphql-ws's server sends on our sockets by itself (not through our code): a message that is
+ * not graphql-transport-ws, a `subscribe` before `connection_ack`, a socket without the
+ * graphql-transport-ws sub-protocol (the legacy `graphql-ws` one included), no `connection_init` in time, a
+ * second `subscribe` with an id in use, a second `connection_init`. Listed so the error reference in docs/
+ * cannot leave one out (docs/build/error-reference.ts reads them from here).
+ */
+export const GRAPHQL_WS_SENT_CLOSE_CODES = [
+  CloseCode.BadRequest,
+  CloseCode.Unauthorized,
+  CloseCode.SubprotocolNotAcceptable,
+  CloseCode.ConnectionInitialisationTimeout,
+  CloseCode.SubscriberAlreadyExists,
+  CloseCode.TooManyInitialisationRequests,
+] as const;
+
+/**
  * Keep-alive visits per interval: each visit pings (or drops) the sockets that connected during one
  * 1/N of an interval, so pings go out in small bursts (at 12 s and 10k sockets connected evenly: ~600 every
  * 750 ms) rather than all at once.

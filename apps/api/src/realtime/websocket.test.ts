@@ -4,6 +4,7 @@ import { WebSocket } from 'ws';
 import { openAckedSocket, openRawSocket } from '../testing/raw-socket.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
 import { MAX_SUBSCRIPTIONS_PER_SOCKET } from './websocket.js';
+import { MESSAGE_TOO_BIG_CLOSE_CODE } from './ws-message-limits.js';
 
 const SUBSCRIBE =
   'subscription($orgId: ID!, $tags: [String!]) { postPublished(orgId: $orgId, tags: $tags) { id title tags author { name } } }';
@@ -85,7 +86,8 @@ describe('graphql-transport-ws close codes', () => {
   it('1009 for a message over 1 MiB', async () => {
     const raw = await openAckedSocket(wsUrl);
     raw.send({ id: 'big', type: 'subscribe', payload: { query: `{ me { id } } #${'x'.repeat(1024 * 1024)}` } });
-    expect((await raw.closed).code).toBe(1009);
+    expect((await raw.closed).code).toBe(MESSAGE_TOO_BIG_CLOSE_CODE);
+    expect(MESSAGE_TOO_BIG_CLOSE_CODE).toBe(1009);
   });
 });
 
@@ -395,9 +397,12 @@ describe('metrics', () => {
 describe('shutdown', () => {
   it('turns readiness off at once but lets an in-flight HTTP request finish', async () => {
     const { request } = await import('node:http');
+    const { once } = await import('node:events');
     const other = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
     const token = await other.token({ sub: 'late', orgs: ['o'] });
     const body = JSON.stringify({ query: '{ me { id } }' });
+    // The server has the request's headers (it is in flight) before shutdown begins, however slow the machine.
+    const arrived = once(other.app.httpServer, 'request');
     const response = new Promise<{ status: number; text: string }>((resolve, reject) => {
       const req = request(
         `${other.baseUrl}/graphql`,
@@ -415,7 +420,7 @@ describe('shutdown', () => {
       req.write(body.slice(0, 10));
       setTimeout(() => req.end(body.slice(10)), 300);
     });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await arrived;
     const stopped = other.app.stop();
     expect(other.app.draining).toBe(true);
     expect((await other.fetch('/readiness')).status).toBe(503);

@@ -13,6 +13,8 @@ import { SLOW_CONSUMER_CLOSE_CODE } from './subscription-broadcast.js';
 
 /** Largest WebSocket message accepted; a larger one closes the socket with 1009. */
 export const MAX_WS_MESSAGE_BYTES = 1024 * 1024;
+/** What `ws` closes a socket with when a message is over {@link MAX_WS_MESSAGE_BYTES} (its `maxPayload`). */
+export const MESSAGE_TOO_BIG_CLOSE_CODE = 1009;
 /** A socket with more than this waiting in its send buffer when an event is due is closed (1013). */
 export const MAX_BUFFERED_BYTES = 512 * 1024;
 

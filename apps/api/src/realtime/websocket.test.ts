@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { type Client, createClient } from 'graphql-ws';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -397,7 +398,6 @@ describe('metrics', () => {
 describe('shutdown', () => {
   it('turns readiness off at once but lets an in-flight HTTP request finish', async () => {
     const { request } = await import('node:http');
-    const { once } = await import('node:events');
     const other = await startTestApi({ databaseUrl: inject('databaseUrl'), listen: true });
     const token = await other.token({ sub: 'late', orgs: ['o'] });
     const body = JSON.stringify({ query: '{ me { id } }' });

@@ -14,7 +14,8 @@
  * endpoint costs no delivery row).
  */
 import { readFileSync } from 'node:fs';
-import { createDatabase, migrateToLatest, newWebhookEventId } from '@herald/db';
+import { newEventId } from '@herald/contracts';
+import { createDatabase, migrateToLatest } from '@herald/db';
 import { fanOutOutbox } from '@herald/webhook-engine';
 import { sql } from 'kysely';
 
@@ -40,7 +41,7 @@ async function round(filter: string | null, pid: number) {
   await sql`update webhook_endpoints set filter = ${filter}::jsonb`.execute(db);
   const created = new Date().toISOString();
   const rows = Array.from({ length: events }, (_, i) => {
-    const id = newWebhookEventId();
+    const id = newEventId();
     const data = { id: `p${i}`, orgId: 'micro', title: `post ${i}`, tags: i % 2 ? ['urgent', 'x'] : ['x'] };
     const post = { ...data, status: 'PUBLISHED', publishedAt: created, author: { id: 'u', name: 'U' } };
     return {

@@ -1,13 +1,5 @@
-import { POST_PUBLISHED_EVENT } from '@herald/contracts';
-import {
-  type Database,
-  newWebhookEventId,
-  OUTBOX_NOTIFY_CHANNEL,
-  POST_COLUMNS,
-  type Post,
-  type PublishResult,
-  readRows,
-} from '@herald/db';
+import { newEventId, OUTBOX_NOTIFY_CHANNEL, POST_PUBLISHED_EVENT } from '@herald/contracts';
+import { type Database, POST_COLUMNS, type Post, type PublishResult, readRows } from '@herald/db';
 import type { Kysely } from 'kysely';
 
 /** `data` of a `post.published` webhook: the post as the API shows it (docs/webhooks.md). */
@@ -152,7 +144,7 @@ export async function publishPostWithWebhook(
 ): Promise<PostPublication | undefined> {
   if (orgIds.length === 0) return undefined;
   const publishedAt = new Date();
-  const eventId = newWebhookEventId();
+  const eventId = newEventId();
   // `{"id":…,"type":…,"created":…,"data":` + data + `}`: the envelope is ours, `data` is the row's.
   const head = `${JSON.stringify({ id: eventId, type: POST_PUBLISHED_EVENT, created: publishedAt.toISOString() }).slice(0, -1)},"data":`;
   // One statement on its own: straight to the pool on PostgreSQL (readRows), Kysely's path otherwise.

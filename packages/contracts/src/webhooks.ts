@@ -5,6 +5,13 @@
  * runs, can share one Redis without seeing each other's work.
  */
 
+/**
+ * The PostgreSQL NOTIFY channel of outbox commits: the API notifies it when it records an event, the
+ * dispatchers listen on it. The payload is the writer's `current_schema()`, so dispatchers of other
+ * installations (or test schemas) in the same database ignore it.
+ */
+export const OUTBOX_NOTIFY_CHANNEL = 'herald_webhook_outbox';
+
 /** Event type sent when a draft post is published. */
 export const POST_PUBLISHED_EVENT = 'post.published';
 

@@ -1,4 +1,9 @@
-import { checkWebhookEventBody, POST_PUBLISHED_EVENT, WEBHOOK_ENDPOINT_DISABLED_EVENT } from '@herald/contracts';
+import {
+  checkWebhookEventBody,
+  newEventId,
+  POST_PUBLISHED_EVENT,
+  WEBHOOK_ENDPOINT_DISABLED_EVENT,
+} from '@herald/contracts';
 import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -8,7 +13,7 @@ import { migrateToLatest } from './migrate.js';
 import { disableWebhookEndpoint } from './webhook-endpoint-health.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
 import { InvalidWebhookEventError } from './webhook-event-check.js';
-import { insertOutboxEvent, newWebhookEventId } from './webhook-outbox.js';
+import { insertOutboxEvent } from './webhook-outbox.js';
 
 // Events built in TypeScript are checked against the event catalog before they are recorded: the
 // bodies the real writers build pass, and a body that does not match is refused before any write.
@@ -46,7 +51,7 @@ describe('events recorded from TypeScript', () => {
   });
 
   it('refuses a body that does not match its schema before writing, leaving the transaction usable', async () => {
-    const id = newWebhookEventId();
+    const id = newEventId();
     const body = JSON.stringify({ id, type: POST_PUBLISHED_EVENT, created: new Date().toISOString(), data: {} });
     const committed = await db.transaction().execute(async (trx) => {
       const refused = await insertOutboxEvent(trx, { id, orgId: 'org-c', type: POST_PUBLISHED_EVENT, body }).catch(
@@ -68,7 +73,7 @@ describe('events recorded from TypeScript', () => {
   });
 
   it('refuses an event type that is not in the catalog', async () => {
-    const id = newWebhookEventId();
+    const id = newEventId();
     const body = JSON.stringify({ id, type: 'post.deleted', created: new Date().toISOString(), data: {} });
     await expect(insertOutboxEvent(db, { id, orgId: 'org-c', type: 'post.deleted', body })).rejects.toThrow(
       /unknown event type "post.deleted"/,

@@ -1,15 +1,7 @@
+import { OUTBOX_NOTIFY_CHANNEL } from '@herald/contracts';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import { assertValidWebhookEvent } from './webhook-event-check.js';
-
-/** A fresh event id, `evt_` and 32 hex digits (@herald/contracts' generator, under its former name). */
-export { newEventId as newWebhookEventId } from '@herald/contracts';
-
-/**
- * The NOTIFY channel of outbox commits; the payload is the writer's `current_schema()`, so dispatchers
- * of other installations (or test schemas) in the same database ignore it.
- */
-export const OUTBOX_NOTIFY_CHANNEL = 'herald_webhook_outbox';
 
 export interface NewOutboxEvent {
   /** `evt_…`, the same id as in `body`. */

@@ -1,13 +1,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { newEventId } from '@herald/contracts';
 import {
   createDatabase,
   type HeraldDatabase,
   insertOutboxEvent,
   insertWebhookEndpoint,
   migrateToLatest,
-  newWebhookEventId,
 } from '@herald/db';
 import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
@@ -56,7 +56,7 @@ describe('embedded mode (PGlite)', () => {
     });
     // Let the start-up passes finish, so the next one can only come from a wake-up.
     await new Promise((resolve) => setTimeout(resolve, 500));
-    const id = newWebhookEventId();
+    const id = newEventId();
     const created = new Date().toISOString();
     const data = { id: 'p1', orgId: 'org-wake', title: 'Wake', tags: [], status: 'PUBLISHED', publishedAt: created };
     const body = JSON.stringify({

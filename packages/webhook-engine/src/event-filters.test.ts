@@ -1,5 +1,6 @@
 import {
   checkWebhookEventBody,
+  newEventId,
   POST_PUBLISHED_EVENT,
   WEBHOOK_DELIVERY_DEAD_EVENT,
   WEBHOOK_ENDPOINT_DISABLED_EVENT,
@@ -13,7 +14,6 @@ import {
   insertOutboxEvent,
   insertWebhookEndpoint,
   migrateToLatest,
-  newWebhookEventId,
 } from '@herald/db';
 import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
@@ -48,7 +48,7 @@ async function endpoint(
 
 /** Records a post.published event of a post with these tags, as the publish statement shapes it. */
 async function publishTagged(db: Kysely<Database>, orgId: string, tags: string[]): Promise<string> {
-  const id = newWebhookEventId();
+  const id = newEventId();
   const created = new Date().toISOString();
   const body = JSON.stringify({
     id,

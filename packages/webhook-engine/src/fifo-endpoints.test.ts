@@ -3,6 +3,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { newEventId } from '@herald/contracts';
 import {
   createDatabase,
   type Database,
@@ -10,7 +11,6 @@ import {
   insertOutboxEvent,
   insertWebhookEndpoint,
   migrateToLatest,
-  newWebhookEventId,
 } from '@herald/db';
 import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
@@ -280,7 +280,7 @@ describe('a FIFO endpoint in embedded mode (PGlite)', () => {
       });
       const events: string[] = [];
       for (let i = 0; i < 20; i++) {
-        const id = newWebhookEventId();
+        const id = newEventId();
         const created = new Date().toISOString();
         const data = { id: `post_${i}`, orgId: 'org-fifo-embedded', title: `post ${i}`, tags: [], status: 'PUBLISHED' };
         const author = { id: 'user_1', name: 'Ada' };

@@ -197,7 +197,7 @@ export const ATTEMPT_LEASE_PREFIX = 'a:';
 
 /** `x` milliseconds as a PostgreSQL interval expression. */
 const ms = (value: number) => sql`(${value}::double precision * interval '1 millisecond')`;
-/** A new event id built in SQL, `evt_` and 32 hex digits (as `newWebhookEventId`). */
+/** A new event id built in SQL, `evt_` and 32 hex digits (the format of @herald/contracts' `newEventId`). */
 const NEW_EVENT_ID = sql`${WEBHOOK_EVENT_ID_PREFIX}::text || replace(gen_random_uuid()::text, '-', '')`;
 /** `now()` as the ISO 8601 UTC text the webhook body's `created` carries. */
 const ISO_NOW = sql`to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;

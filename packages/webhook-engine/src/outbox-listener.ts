@@ -1,4 +1,5 @@
-import { type Database, OUTBOX_NOTIFY_CHANNEL } from '@herald/db';
+import { OUTBOX_NOTIFY_CHANNEL } from '@herald/contracts';
+import type { Database } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import pg from 'pg';
 import type { Logger } from 'pino';

@@ -1,5 +1,5 @@
 import { createRedisClient } from '@herald/config/redis';
-import { newWebhookEventId } from '@herald/db';
+import { newEventId } from '@herald/contracts';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -39,7 +39,7 @@ async function until(done: () => boolean, timeoutMs: number): Promise<boolean> {
 
 /** An outbox event committed without NOTIFY (as publishPost does in cluster mode): only a wake-up or a poll finds it. */
 async function insertQuietly(orgId: string): Promise<string> {
-  const id = newWebhookEventId();
+  const id = newEventId();
   await harness.db
     .insertInto('webhook_outbox')
     .values({ id, org_id: orgId, type: 'post.published', body: JSON.stringify({ id, type: 'post.published' }) })

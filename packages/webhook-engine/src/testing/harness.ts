@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient, type RedisClient } from '@herald/config/redis';
-import { type WebhookRedisKeys, webhookRedisKeys } from '@herald/contracts';
+import { newEventId, type WebhookRedisKeys, webhookRedisKeys } from '@herald/contracts';
 import {
   createDatabase,
   type Database,
@@ -8,7 +8,6 @@ import {
   insertOutboxEvent,
   insertWebhookEndpoint,
   migrateToLatest,
-  newWebhookEventId,
   type SecretKeyring,
 } from '@herald/db';
 import { createTestSchema, TEST_KEYRING, type TestSchema } from '@herald/testing';
@@ -135,7 +134,7 @@ export async function createDispatcherHarness(
     async publish(orgId, count = 1) {
       const ids: string[] = [];
       for (let i = 0; i < count; i++) {
-        const id = newWebhookEventId();
+        const id = newEventId();
         const created = new Date();
         const body = JSON.stringify({
           id,

@@ -127,7 +127,7 @@ async function assemble(
   });
   // --- webhooks -----------------------------------------------------------------------------------
   // Without Redis there is no stream for the webhook-dispatcher app to read, so the same dispatcher
-  // runs in this process on the database-backed queue (embedded and single mode, README "Modes"). With Redis, separate
+  // runs in this process on the database-backed queue (embedded and single mode, docs/api.md "Modes"). With Redis, separate
   // dispatcher processes deliver and this process only writes the outbox. Publishes wake it in process
   // (`wakeWebhookDispatcher`).
   const webhookDispatcher = config.redisUrl

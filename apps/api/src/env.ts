@@ -115,7 +115,7 @@ export const EnvSchema = z.object({
 });
 
 /**
- * The modes (README, Modes). `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
+ * The modes (docs/api.md, "Modes"). `embedded`: no DATABASE_URL, no REDIS_URL (PGlite, in-memory pub/sub, in-process webhooks).
  * `single`: DATABASE_URL only (PostgreSQL, in-memory pub/sub for one pod, in-process webhooks on the
  * database). `cluster`: both (Redis pub/sub, separate dispatcher apps). REDIS_URL alone is refused.
  */

@@ -76,7 +76,7 @@ export interface TokenVerifier {
   readonly cachedTokens: number;
 }
 
-/** Builds the verifier for the configured key source (README, Auth and tenancy). One per process, shared by HTTP and WebSocket. */
+/** Builds the verifier for the configured key source (docs/api.md, "Auth and tenancy"). One per process, shared by HTTP and WebSocket. */
 export function createTokenVerifier(options: TokenVerifierOptions): TokenVerifier {
   const now = options.now ?? Date.now;
   const { key, algorithms } = resolveKey(options, now);

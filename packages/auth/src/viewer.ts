@@ -1,5 +1,5 @@
 /**
- * The authenticated caller, as read from a verified JWT (README, Auth and tenancy).
+ * The authenticated caller, as read from a verified JWT (docs/api.md, "Auth and tenancy").
  * `orgs` is the only source of tenancy: a viewer may act on an organisation only when its id is listed.
  */
 export interface Viewer {

@@ -63,4 +63,33 @@ describe('startDispatcherApp', () => {
     expect(await settledSockets(sockets)).toBeLessThanOrEqual(sockets);
     expect(openTimers()).toBeLessThanOrEqual(timers);
   });
+
+  it('a part that fails while it is made, between two starts, is logged once and leaves nothing open', async () => {
+    const config = await configWithPort(0);
+    const sockets = openSockets();
+    const timers = openTimers();
+    const fatal: string[] = [];
+    const logger = pino({ level: 'fatal' }, { write: (line: string) => fatal.push(JSON.parse(line).msg) });
+    const broken = new Error('the throttles client could not be made');
+    // By then the database has started (its pool and the migration's connections) and both Redis clients exist.
+    const onPartAdded = (name: string) => {
+      if (name === 'throttles-redis') throw broken;
+    };
+    await expect(startDispatcherApp(config, logger, { onPartAdded })).rejects.toBe(broken);
+    expect(fatal).toEqual(['webhook dispatcher could not start']);
+    expect(await settledSockets(sockets)).toBeLessThanOrEqual(sockets);
+    expect(openTimers()).toBeLessThanOrEqual(timers);
+  });
+
+  it('names the dispatcher part and its reason in readiness once stopped', async () => {
+    const app = await startDispatcherApp(await configWithPort(0), pino({ level: 'silent' }));
+    try {
+      const dispatcher = app.lifecycle.names.indexOf('dispatcher');
+      expect(dispatcher).toBeGreaterThan(0);
+      expect(await app.lifecycle.readiness()).toEqual({ ready: true });
+    } finally {
+      await app.stop();
+    }
+    expect(await app.lifecycle.readiness()).toEqual({ ready: false, part: 'dispatcher', reason: 'stopped' });
+  });
 });

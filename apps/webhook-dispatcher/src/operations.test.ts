@@ -76,11 +76,31 @@ describe('operations endpoints', () => {
     }
   });
 
-  it('turn readiness off once the dispatcher stops', async () => {
+  it('turn readiness off once the dispatcher stops, saying so', async () => {
     const other = await harness.startDispatcher();
-    expect(await other.readiness()).toBe(true);
+    expect(await other.readiness()).toEqual({ ready: true });
     await other.stop();
-    expect(await other.readiness()).toBe(false);
+    expect(await other.readiness()).toEqual({ ready: false, reason: 'stopped' });
+  });
+
+  it('answer a not-ready /readiness with 503 and the reason and part', async () => {
+    let answer: Awaited<ReturnType<typeof dispatcher.readiness>> & { part?: string } = {
+      ready: false,
+      reason: 'database unreachable',
+      part: 'dispatcher',
+    };
+    const server = createOpsServer({ registry: dispatcher.metrics.registry, readiness: async () => answer });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const refused = await fetch(`${base}/readiness`);
+      expect(refused.status).toBe(503);
+      expect(await refused.json()).toEqual({ status: 'not ready', reason: 'database unreachable', part: 'dispatcher' });
+      answer = { ready: true };
+      expect(await (await fetch(`${base}/readiness`)).json()).toEqual({ status: 'ready' });
+    } finally {
+      server.close();
+    }
   });
 });
 

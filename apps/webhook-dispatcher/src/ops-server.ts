@@ -1,4 +1,5 @@
 import { createServer, type Server } from 'node:http';
+import type { LifecycleReadiness, Readiness } from '@herald/config';
 import type { Registry } from 'prom-client';
 
 export const HEALTH_PATH = '/health';
@@ -7,13 +8,14 @@ export const METRICS_PATH = '/metrics';
 
 export interface OpsServerDeps {
   registry: Registry;
-  /** Whether the dispatcher can do its work right now. */
-  readiness(): Promise<boolean>;
+  /** Whether the dispatcher can do its work right now, and if not, why (and in which part). */
+  readiness(): Promise<Readiness | LifecycleReadiness>;
 }
 
 /**
  * The dispatcher's operations endpoints: `/health` (liveness: the process answers), `/readiness` (200
- * while the dispatcher runs and its database and queue answer, else 503) and `/metrics` (Prometheus).
+ * while the dispatcher runs and its database and queue answer, else 503 with the reason, e.g.
+ * `{"status":"not ready","reason":"database unreachable","part":"dispatcher"}`) and `/metrics` (Prometheus).
  * Never listens by itself.
  */
 export function createOpsServer(deps: OpsServerDeps): Server {
@@ -23,10 +25,10 @@ export function createOpsServer(deps: OpsServerDeps): Server {
       if (path === HEALTH_PATH) {
         res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
       } else if (path === READINESS_PATH) {
-        const ready = await deps.readiness();
+        const answer = await deps.readiness();
         res
-          .writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
-          .end(JSON.stringify({ status: ready ? 'ready' : 'not ready' }));
+          .writeHead(answer.ready ? 200 : 503, { 'content-type': 'application/json' })
+          .end(JSON.stringify(answer.ready ? { status: 'ready' } : { status: 'not ready', ...withoutReady(answer) }));
       } else if (path === METRICS_PATH) {
         const body = await deps.registry.metrics();
         res.writeHead(200, { 'content-type': deps.registry.contentType }).end(body);
@@ -37,4 +39,9 @@ export function createOpsServer(deps: OpsServerDeps): Server {
       res.writeHead(500).end();
     }
   });
+}
+
+/** A not-ready answer's reason (and part, from the lifecycle), for the body. */
+function withoutReady(answer: { ready: false; reason: string; part?: string }): { reason: string; part?: string } {
+  return answer.part === undefined ? { reason: answer.reason } : { reason: answer.reason, part: answer.part };
 }

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { notReady, READY, type Readiness } from '@herald/config';
 import type { RedisClient } from '@herald/config/redis';
 import type { WebhookRedisKeys } from '@herald/contracts';
 import { countRetryBacklog, type Database, prepareWebhookSecrets, type SecretKeyring } from '@herald/db';
@@ -125,8 +126,12 @@ export interface Dispatcher {
    * Idempotent.
    */
   stop(): Promise<void>;
-  /** True while started, not stopping, and the database and the queue answer. */
-  readiness(): Promise<boolean>;
+  /**
+   * Ready while started, not stopping, its relay and scheduler passes succeed, and the database and the
+   * queue answer; otherwise the reason (`not started`, `stopping`, `stopped`, `outbox relay failing`,
+   * `scheduler failing`, `queue unreachable`, `database unreachable`).
+   */
+  readiness(): Promise<Readiness>;
   metrics: DispatcherMetrics;
   consumerName: string;
   /** Wakes the relay (an outbox event was committed in this process). */
@@ -364,13 +369,24 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
       return stopped;
     },
     async readiness() {
-      if (state !== 'running' || !relay.healthy || !scheduler.healthy) return false;
-      try {
-        await Promise.all([queue.ping(), db.selectNoFrom((eb) => eb.lit(1).as('one')).execute()]);
-        return true;
-      } catch {
-        return false;
-      }
+      if (state !== 'running') return notReady(state === 'idle' ? 'not started' : state);
+      if (!relay.healthy) return notReady('outbox relay failing');
+      if (!scheduler.healthy) return notReady('scheduler failing');
+      const [queueUp, databaseUp] = await Promise.all([
+        queue.ping().then(
+          () => true,
+          () => false,
+        ),
+        db
+          .selectNoFrom((eb) => eb.lit(1).as('one'))
+          .execute()
+          .then(
+            () => true,
+            () => false,
+          ),
+      ]);
+      if (!databaseUp) return notReady('database unreachable');
+      return queueUp ? READY : notReady('queue unreachable');
     },
   };
 }

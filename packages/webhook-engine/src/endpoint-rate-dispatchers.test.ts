@@ -112,7 +112,7 @@ describe('rateLimitPerSecond across two dispatchers', () => {
       );
       await new Promise((resolve) => setTimeout(resolve, 500));
       await expectAllSucceededOnce(endpointId, 200);
-      expect(await cut.readiness()).toBe(true);
+      expect(await cut.readiness()).toEqual({ ready: true });
       await Promise.all([cut.stop(), kept.stop()]);
     } finally {
       await proxy.close();

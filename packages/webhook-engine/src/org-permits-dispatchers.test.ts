@@ -124,7 +124,7 @@ describe("an organisation's attempts in flight across two dispatchers", () => {
       expect(world.receiver.maxInFlight('cut')).toBeLessThanOrEqual(4 + 2);
       await new Promise((resolve) => setTimeout(resolve, 300));
       await expectAllSucceededOnce(org.orgId, 40);
-      expect(await cut.readiness()).toBe(true);
+      expect(await cut.readiness()).toEqual({ ready: true });
       await Promise.all([cut.stop(), kept.stop()]);
     } finally {
       await proxy.close();

@@ -47,6 +47,82 @@ describe('pnpm bench flags', () => {
     expect(run.status).toBe(2);
     expect(run.stderr).toEqual([line]);
   });
+
+  it('refuses an unknown scenario in one line naming the scenarios, without a stack trace', () => {
+    const run = bench('--scenarios', 'http,nope');
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([
+      expect.stringMatching(/^pnpm bench: --scenarios takes a list of raw, embedded, .*\bhttp\b.*, got "nope"$/),
+    ]);
+  });
+
+  it.each([
+    [
+      '--http-targets raw,nginx',
+      'pnpm bench: --http-targets takes a list of raw, herald, herald-start, herald-yoga-path, yoga, herald-pglite, got "nginx"',
+    ],
+    [
+      '--http-operations posts,delete',
+      'pnpm bench: --http-operations takes a list of posts, me, createPost, publishPost, got "delete"',
+    ],
+    ['--embedded-db foo', 'pnpm bench: --embedded-db takes one of postgres, pglite, got "foo"'],
+    ['--webhook-two no', 'pnpm bench: --webhook-two takes one of true, false, got "no"'],
+  ])('refuses %s in one line naming the allowed values', (flags, line) => {
+    const run = bench('--scenarios', 'http', ...flags.split(' '));
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([line]);
+  });
+
+  it.each([
+    ['--trials 0.5', 'pnpm bench: --trials takes a whole number of at least 1, got "0.5"'],
+    ['--workers 0', 'pnpm bench: --workers takes a whole number of at least 1, got "0"'],
+    ['--sockets 1000,0', 'pnpm bench: --sockets takes a whole number of at least 1, got "0"'],
+    ['--webhook-warm-up 2.5', 'pnpm bench: --webhook-warm-up takes a whole number, got "2.5"'],
+    ['--trial-ms 0', 'pnpm bench: --trial-ms takes a number above 0, got "0"'],
+  ])('refuses %s: a count must be a whole number, a duration above 0', (flags, line) => {
+    const run = bench('--scenarios', 'http', ...flags.split(' '));
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([line]);
+  });
+
+  it('takes the zeros that mean "none" and every documented HTTP target (stopping at a later refusal)', () => {
+    const run = bench(
+      ...'--scenarios webhooks,http --webhook-warm-up 0 --webhook-steady-rate 0 --resume-latency-events 0'.split(' '),
+      ...'--warmup-ms 0 --http-warmup-ms 0 --http-targets raw,herald,herald-yoga-path,yoga'.split(' '),
+      ...'--webhook-steady-compare-notify maybe'.split(' '),
+    );
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([
+      'pnpm bench: --webhook-steady-compare-notify takes one of true, first, false, got "maybe"',
+    ]);
+  });
+
+  it.each([
+    [
+      '--scenarios http extra',
+      'pnpm bench: stray argument "extra" (a value goes right after its flag; only --compare takes two)',
+    ],
+    ['--quick http', 'pnpm bench: stray argument "http" (a value goes right after its flag; only --compare takes two)'],
+    ['--quick=yes', 'pnpm bench: --quick takes no value, got "yes"'],
+    ['--scenarios http --webhook-steady-only', 'pnpm bench: --webhook-steady-only takes a value'],
+  ])('refuses %s: a word outside a flag, a switch given a value, a flag left without one', (flags, line) => {
+    const run = bench(...flags.split(' '));
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([line]);
+  });
+
+  it.each([
+    ['--compare bench/results/results.json', /^pnpm bench: --compare takes two results files: /],
+    [
+      '--compare missing-old.json missing-new.json',
+      /^pnpm bench: --compare could not read ".*missing-old\.json": ENOENT/,
+    ],
+    ['--render missing.json', /^pnpm bench: --render could not read ".*missing\.json": ENOENT/],
+  ])('refuses %s in one line, without a stack trace', (flags, line) => {
+    const run = bench(...flags.split(' '));
+    expect(run.status).toBe(2);
+    expect(run.stderr).toEqual([expect.stringMatching(line)]);
+  });
 });
 
 describe('tracing-micro settings', () => {

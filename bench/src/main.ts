@@ -38,11 +38,11 @@ import {
   httpProfileMarkdown,
   runHttp,
 } from './http.js';
-import type { HttpOperation } from './http-sql.js';
 import { NGINX3_MAX_SOCKETS, startNginxTarget } from './nginx3.js';
 import { noisyMarkdown, runNoisyNeighbour } from './noisy-neighbour.js';
 import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
+import { PEERS } from './protocol.js';
 import {
   type BenchResults,
   chart,
@@ -56,10 +56,103 @@ import { type ResumeResult, runResumeCatchUp } from './resume.js';
 import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
 import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
-import { runTracing, TRACING_PATHS, type TracingPath, tracingMarkdown } from './tracing.js';
+import { runTracing, TRACING_PATHS, tracingMarkdown } from './tracing.js';
 import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
+
+/** Flags that stand alone: the word after one is not its value. */
+const SWITCHES = new Set(['http-profile', 'profile', 'quick', 'sequential']);
+
+/** How a number flag is read: a count of things, or a quantity (milliseconds, a rate). */
+type NumberKind = 'count' | 'count or zero' | 'above zero' | 'zero or more';
+
+/** Every number `pnpm bench` reads. A zero is only taken where it means "skip it" or "none". */
+const NUMBER_FLAGS: Record<string, NumberKind> = {
+  'budget-rate': 'above zero',
+  'connect-concurrency': 'count',
+  'event-timeout-ms': 'above zero',
+  'fixed-ms': 'above zero',
+  'fixed-rate': 'above zero',
+  'http-connections': 'count',
+  'http-trial-ms': 'above zero',
+  'http-trials': 'count',
+  'http-warmup-ms': 'zero or more',
+  'noisy-probe-ms': 'above zero',
+  'resume-clients': 'count',
+  'resume-events': 'count',
+  'resume-latency-events': 'count or zero',
+  'resume-timeout-ms': 'above zero',
+  single: 'count',
+  sockets: 'count',
+  'source-addresses': 'count',
+  'token-clients': 'count',
+  'token-iterations': 'count',
+  'token-trials': 'count',
+  'tracing-fanout-trials': 'count',
+  'tracing-repeats': 'count',
+  'trial-ms': 'above zero',
+  trials: 'count',
+  'warmup-ms': 'zero or more',
+  'webhook-connections': 'count',
+  'webhook-endpoint-cap': 'count',
+  'webhook-endpoints': 'count',
+  'webhook-events': 'count',
+  'webhook-steady-ms': 'above zero',
+  'webhook-steady-rate': 'zero or more',
+  'webhook-timeout-ms': 'above zero',
+  'webhook-trial-ms': 'above zero',
+  'webhook-trials': 'count',
+  'webhook-warm-up': 'count or zero',
+  window: 'count',
+  workers: 'count',
+};
+
+/** The flags that take a word or a list rather than a number. */
+const WORD_FLAGS = [
+  'compare',
+  'embedded-db',
+  'herald-env',
+  'http-operations',
+  'http-targets',
+  'out',
+  'render',
+  'scenarios',
+  'tracing-paths',
+  'webhook-cpu-prof',
+  'webhook-steady-compare-notify',
+  'webhook-steady-only',
+  'webhook-two',
+];
+
+/** Every flag `pnpm bench` reads; anything else is refused (a typo would otherwise run the defaults). */
+const KNOWN_FLAGS = new Set([...SWITCHES, ...Object.keys(NUMBER_FLAGS), ...WORD_FLAGS]);
+
+/** The fan-out scenarios (each one server set-up measured at every socket count). */
+const FANOUT_SCENARIOS = [
+  'raw',
+  'embedded',
+  'redis',
+  'redis-history-off',
+  'embedded-stock',
+  'redis-stock',
+  ...PEERS,
+  'nginx3',
+] as const;
+type FanoutScenarioId = (typeof FANOUT_SCENARIOS)[number];
+/** The scenarios that run once, apart from the socket counts. */
+const STANDALONE_SCENARIOS = ['webhooks', 'token-verify', 'resume', 'http', 'footprint', 'noisy-neighbour', 'tracing'];
+const SCENARIOS = [...FANOUT_SCENARIOS, ...STANDALONE_SCENARIOS];
+
+/** Every HTTP target `--http-targets` may name (`herald-yoga-path` is not in the default list). */
+const HTTP_TARGET_IDS = Object.keys({
+  raw: true,
+  herald: true,
+  'herald-start': true,
+  'herald-yoga-path': true,
+  yoga: true,
+  'herald-pglite': true,
+} satisfies Record<HttpTargetId, true>) as HttpTargetId[];
 
 function parseArgs(argv: string[]): { args: Args; rest: string[] } {
   const args: Args = {};
@@ -71,26 +164,15 @@ function parseArgs(argv: string[]): { args: Args; rest: string[] } {
       continue;
     }
     const [key, inline] = arg.slice(2).split(/=(.*)/s, 2) as [string, string | undefined];
-    if (inline !== undefined) args[key] = inline;
+    if (SWITCHES.has(key)) {
+      if (inline !== undefined) usage(`--${key} takes no value, got ${JSON.stringify(inline)}`);
+      args[key] = true;
+    } else if (inline !== undefined) args[key] = inline;
     else if (argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) args[key] = argv[++i]!;
     else args[key] = true;
   }
   return { args, rest };
 }
-
-/** Every flag `pnpm bench` reads; anything else is refused (a typo would otherwise run the defaults). */
-const KNOWN_FLAGS = new Set(
-  (
-    'budget-rate compare connect-concurrency embedded-db event-timeout-ms fixed-ms fixed-rate herald-env ' +
-    'http-connections http-operations http-profile http-targets http-trial-ms http-trials http-warmup-ms ' +
-    'noisy-probe-ms out profile quick render resume-clients resume-events resume-latency-events ' +
-    'resume-timeout-ms scenarios sequential single sockets source-addresses token-clients token-iterations ' +
-    'token-trials tracing-fanout-trials tracing-paths tracing-repeats trial-ms trials warmup-ms ' +
-    'webhook-connections webhook-cpu-prof webhook-endpoint-cap ' +
-    'webhook-endpoints webhook-events webhook-steady-compare-notify webhook-steady-ms webhook-steady-only ' +
-    'webhook-steady-rate webhook-timeout-ms webhook-trial-ms webhook-trials webhook-two webhook-warm-up window workers'
-  ).split(' '),
-);
 
 /** A bad command line: one line on stderr, exit 2, nothing started. */
 function usage(line: string): never {
@@ -98,13 +180,104 @@ function usage(line: string): never {
   process.exit(2);
 }
 
-/** A flag's value as a non-negative number, or the one-line refusal. */
+/** Refuses a mistyped flag, a flag left without its value, and a word that belongs to no flag. */
+function refuseMisshapenCommandLine(args: Args, rest: string[]): void {
+  const unknown = Object.keys(args).filter((key) => !KNOWN_FLAGS.has(key));
+  if (unknown.length > 0) {
+    usage(
+      `unknown flag ${unknown.map((key) => `--${key}`).join(', ')} (the flags are listed at the top of bench/src/main.ts)`,
+    );
+  }
+  const bare = Object.keys(args).find((key) => args[key] === true && !SWITCHES.has(key));
+  if (bare !== undefined) usage(`--${bare} takes a value`);
+  const stray = args.compare === undefined ? rest[0] : rest[1];
+  if (stray !== undefined)
+    usage(`stray argument ${JSON.stringify(stray)} (a value goes right after its flag; only --compare takes two)`);
+}
+
+/** What a number flag of this kind refuses, as the end of the refusal line; undefined when it takes the number. */
+function numberKindRefusal(kind: NumberKind, parsed: number): string | undefined {
+  if (kind === 'count') return Number.isInteger(parsed) && parsed >= 1 ? undefined : 'a whole number of at least 1';
+  if (kind === 'count or zero') return Number.isInteger(parsed) ? undefined : 'a whole number';
+  if (kind === 'above zero') return parsed > 0 ? undefined : 'a number above 0';
+  return undefined;
+}
+
+/** A flag's value as a number of the kind {@link NUMBER_FLAGS} gives it, or the one-line refusal. */
 export function numberFlag(args: Args, key: string, fallback: number): number {
   const value = args[key];
   if (value === undefined) return fallback;
   const parsed = typeof value === 'string' && value.trim() !== '' ? Number(value) : Number.NaN;
   if (!Number.isFinite(parsed) || parsed < 0) usage(`--${key} takes a number, got ${JSON.stringify(value)}`);
+  const refusal = numberKindRefusal(NUMBER_FLAGS[key] ?? 'zero or more', parsed);
+  if (refusal !== undefined) usage(`--${key} takes ${refusal}, got ${JSON.stringify(value)}`);
   return parsed;
+}
+
+/** `--sockets`: a list of socket counts. */
+function socketCounts(args: Args, fallback: string): number[] {
+  return String(args.sockets ?? fallback)
+    .split(',')
+    .map((count) => numberFlag({ sockets: count }, 'sockets', 0));
+}
+
+/** Reads every number flag given, so a bad one is refused before anything starts (not minutes into a run). */
+function refuseBadNumbers(args: Args): void {
+  for (const key of Object.keys(NUMBER_FLAGS)) {
+    if (args[key] === undefined) continue;
+    if (key === 'sockets') socketCounts(args, '');
+    else numberFlag(args, key, 0);
+  }
+}
+
+/** A flag's value as one of `choices`, or the one-line refusal. */
+function choiceFlag<Choice extends string>(
+  args: Args,
+  key: string,
+  choices: readonly Choice[],
+  fallback: Choice,
+): Choice {
+  const value = args[key] ?? fallback;
+  const choice = choices.find((candidate) => candidate === value);
+  if (choice === undefined) usage(`--${key} takes one of ${choices.join(', ')}, got ${JSON.stringify(value)}`);
+  return choice;
+}
+
+/** A flag's comma-separated value, each item one of `allowed`, or the one-line refusal. */
+function listFlag<Item extends string>(args: Args, key: string, allowed: readonly Item[], fallback: string): Item[] {
+  const isAllowed = (item: string): item is Item => (allowed as readonly string[]).includes(item);
+  const value = String(args[key] ?? fallback);
+  const items = value.split(',').filter(Boolean);
+  const bad = items.length === 0 ? value : items.find((item) => !isAllowed(item));
+  if (bad !== undefined) usage(`--${key} takes a list of ${allowed.join(', ')}, got ${JSON.stringify(bad)}`);
+  return items.filter(isAllowed);
+}
+
+/** The flags that take words from a fixed set, each refused in one line when it names something else. */
+function readWordFlags(args: Args) {
+  const defaultScenarios =
+    args.profile === true
+      ? 'raw,embedded,embedded-stock'
+      : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,nginx3,webhooks,token-verify,resume,http,footprint';
+  return {
+    scenarios: listFlag(args, 'scenarios', SCENARIOS, defaultScenarios),
+    embeddedDb: choiceFlag(args, 'embedded-db', ['postgres', 'pglite'], 'postgres'),
+    httpTargets: listFlag(args, 'http-targets', HTTP_TARGET_IDS, HTTP_TARGETS.join(',')),
+    httpOperations: listFlag(args, 'http-operations', HTTP_OPERATION_IDS, HTTP_OPERATION_IDS.join(',')),
+    tracingPaths: listFlag(args, 'tracing-paths', TRACING_PATHS, TRACING_PATHS.join(',')),
+    webhookTwo: choiceFlag(args, 'webhook-two', ['true', 'false'], 'true'),
+    webhookSteadyOnly: choiceFlag(args, 'webhook-steady-only', ['true', 'false'], 'false'),
+    webhookSteadyCompareNotify: choiceFlag(args, 'webhook-steady-compare-notify', ['true', 'first', 'false'], 'false'),
+  };
+}
+
+/** A results.json named on the command line, or the one-line refusal. */
+function readResults(flag: string, file: string): BenchResults {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as BenchResults;
+  } catch (error) {
+    usage(`--${flag} could not read ${JSON.stringify(file)}: ${(error as Error).message.split('\n')[0]}`);
+  }
 }
 
 const started = wallNow();
@@ -121,16 +294,11 @@ interface ScenarioSpec {
 
 async function main() {
   const { args, rest } = parseArgs(process.argv.slice(2));
-  const unknown = Object.keys(args).filter((key) => !KNOWN_FLAGS.has(key));
-  if (unknown.length > 0) {
-    usage(
-      `unknown flag ${unknown.map((key) => `--${key}`).join(', ')} (the flags are listed at the top of bench/src/main.ts)`,
-    );
-  }
+  refuseMisshapenCommandLine(args, rest);
   if (args.render) {
     // Re-renders results.md and results.svg from a results.json (after a change to the report's format).
     const file = resolve(ROOT, String(args.render));
-    const results = JSON.parse(readFileSync(file, 'utf8')) as BenchResults;
+    const results = readResults('render', file);
     results.fanout = withRatios(results.fanout);
     writeFileSync(file.replace(/\.json$/, '.md'), markdown(results));
     writeFileSync(file.replace(/\.json$/, '.svg'), chart(results));
@@ -139,10 +307,21 @@ async function main() {
   }
   if (args.compare) {
     const files = [typeof args.compare === 'string' ? args.compare : '', ...rest].filter(Boolean);
-    if (files.length !== 2) throw new Error('usage: pnpm bench --compare <old.json> <new.json>');
+    if (files.length !== 2) usage('--compare takes two results files: --compare <old.json> <new.json>');
     process.stdout.write(compare(files[0]!, files[1]!));
     return;
   }
+  refuseBadNumbers(args);
+  const {
+    scenarios,
+    embeddedDb,
+    httpTargets,
+    httpOperations,
+    tracingPaths,
+    webhookTwo,
+    webhookSteadyOnly,
+    webhookSteadyCompareNotify,
+  } = readWordFlags(args);
   installExitHandlers();
   const quick = args.quick === true;
   const profile = args.profile === true;
@@ -154,7 +333,6 @@ async function main() {
   const outDir = resolve(ROOT, String(args.out ?? 'bench/results'));
   const databaseUrl = process.env.DATABASE_URL;
   const redisUrl = process.env.REDIS_URL;
-  const embeddedDb = (args['embedded-db'] ?? 'postgres') === 'pglite' ? 'pglite' : 'postgres';
   const heraldEnv = Object.fromEntries(
     list('herald-env', '').map((pair) => {
       const [key, value] = pair.split(/=(.*)/s, 2);
@@ -180,28 +358,9 @@ async function main() {
     pauseMs: 300,
     log,
   };
-  const sockets = list('sockets', quick || profile ? '1000' : '1000,10000').map((count) =>
-    numberFlag({ sockets: count }, 'sockets', 0),
-  );
-  const scenarios = list(
-    'scenarios',
-    profile
-      ? 'raw,embedded,embedded-stock'
-      : 'raw,embedded,redis,redis-history-off,embedded-stock,apollo,mercurius,mercurius-nojit,yoga,nginx3,webhooks,token-verify,resume,http,footprint',
-  );
-  // The tracing scenario's own flags, refused here (before anything starts) when they would be misread.
-  const tracingPaths = list('tracing-paths', TRACING_PATHS.join(','));
-  const badPath = tracingPaths.find((path) => !(TRACING_PATHS as readonly string[]).includes(path));
-  if (badPath !== undefined)
-    usage(`--tracing-paths takes a list of ${TRACING_PATHS.join(', ')}, got ${JSON.stringify(badPath)}`);
+  const sockets = socketCounts(args, quick || profile ? '1000' : '1000,10000');
   const tracingRepeats = num('tracing-repeats', quick ? 2 : 3);
-  if (!Number.isInteger(tracingRepeats) || tracingRepeats < 1)
-    usage(`--tracing-repeats takes a whole number of at least 1, got ${JSON.stringify(args['tracing-repeats'])}`);
   const tracingFanoutTrials = num('tracing-fanout-trials', quick ? 1 : 3);
-  if (!Number.isInteger(tracingFanoutTrials) || tracingFanoutTrials < 1)
-    usage(
-      `--tracing-fanout-trials takes a whole number of at least 1, got ${JSON.stringify(args['tracing-fanout-trials'])}`,
-    );
 
   // What's reachable decides what can run; nothing is faked.
   const skipped: string[] = [];
@@ -294,12 +453,7 @@ async function main() {
           label: "Herald 3 pods + Redis behind deploy/'s nginx",
         }),
     },
-  };
-  const standalone = ['webhooks', 'token-verify', 'resume', 'http', 'footprint', 'noisy-neighbour', 'tracing'];
-  for (const id of scenarios) {
-    if (!standalone.includes(id) && !specs[id])
-      throw new Error(`unknown scenario ${id}; known: ${[...Object.keys(specs), ...standalone].join(', ')}`);
-  }
+  } satisfies Record<FanoutScenarioId, ScenarioSpec>;
 
   log(
     `bench: scenarios ${scenarios.join(', ')} at ${sockets.join(', ')} sockets; ${fanoutConfig.workers} client processes; load average ${currentLoadavg().join(' ')}`,
@@ -425,15 +579,14 @@ async function main() {
       connections: num('webhook-connections', 10),
       dispatcherEvents: num('webhook-events', quick ? 1000 : 10000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
-      twoDispatchers: args['webhook-two'] !== 'false',
+      twoDispatchers: webhookTwo === 'true',
       warmUpEvents: num('webhook-warm-up', quick ? 1000 : 5000),
       endpoints: num('webhook-endpoints', 8),
-      steadyCompareNotify:
-        args['webhook-steady-compare-notify'] === 'first' ? 'first' : args['webhook-steady-compare-notify'] === 'true',
+      steadyCompareNotify: webhookSteadyCompareNotify === 'first' ? 'first' : webhookSteadyCompareNotify === 'true',
       ...(args['webhook-endpoint-cap'] ? { endpointCap: num('webhook-endpoint-cap', 10) } : {}),
       steadyEventsPerSec: num('webhook-steady-rate', 1000),
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),
-      steadyOnly: args['webhook-steady-only'] === 'true',
+      steadyOnly: webhookSteadyOnly === 'true',
       ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
       log,
     });
@@ -480,8 +633,8 @@ async function main() {
     log('http: queries and mutations at 64 keep-alive connections, Herald vs raw node:http + pg vs stock Yoga');
     http = await runHttp({
       databaseUrl: postgresOk ? databaseUrl : undefined,
-      targets: list('http-targets', HTTP_TARGETS.join(',')) as HttpTargetId[],
-      operations: list('http-operations', HTTP_OPERATION_IDS.join(',')) as HttpOperation[],
+      targets: httpTargets,
+      operations: httpOperations,
       connections: num('http-connections', 64),
       trials: num('http-trials', quick ? 3 : 5),
       trialMs: num('http-trial-ms', quick ? 2000 : 3000),
@@ -533,7 +686,7 @@ async function main() {
     const tracing = await runTracing({
       databaseUrl: postgresOk ? databaseUrl : undefined,
       redisUrl: redisOk ? redisUrl : undefined,
-      paths: tracingPaths as TracingPath[],
+      paths: tracingPaths,
       repeats: tracingRepeats,
       fanoutTrialsPerRound: tracingFanoutTrials,
       heraldEnv,
@@ -657,8 +810,8 @@ function methodNotes(embeddedDatabase: string, pgliteAsked: boolean, workers: nu
 }
 
 function compare(oldFile: string, newFile: string): string {
-  const a = JSON.parse(readFileSync(oldFile, 'utf8')) as BenchResults;
-  const b = JSON.parse(readFileSync(newFile, 'utf8')) as BenchResults;
+  const a = readResults('compare', oldFile);
+  const b = readResults('compare', newFile);
   const lines = [
     `old: ${oldFile} (${a.run.date}, ${a.run.commit})`,
     `new: ${newFile} (${b.run.date}, ${b.run.commit})`,

@@ -114,10 +114,18 @@ const fmt = (value: number | null | undefined, digits = 0) =>
 const times = (value: number | null) => (value === null ? '–' : `${fmt(value, 2)}×`);
 const kSockets = (n: number) => (n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n));
 
+/** The report's title names the run's scenarios: a run may hold HTTP or webhook results and no fan-out. */
+function title(config: RunInfo['config']): string {
+  const scenarios = Array.isArray(config.scenarios)
+    ? config.scenarios.filter((id): id is string => typeof id === 'string')
+    : [];
+  return scenarios.length > 0 ? `# Herald benchmark: ${scenarios.join(', ')}` : '# Herald benchmark';
+}
+
 export function markdown(results: BenchResults): string {
   const { run } = results;
   const lines: string[] = [];
-  lines.push('# Herald fan-out benchmark', '');
+  lines.push(title(run.config), '');
   lines.push(`- Date: ${run.date}`);
   lines.push(`- Machine: ${run.machine}; Node ${run.node}`);
   lines.push(`- Herald commit: ${run.commit}`);

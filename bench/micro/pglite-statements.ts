@@ -2,7 +2,7 @@
 // statement), across the publish, the history (relay or direct append; the publish marks it) and the in-process webhook
 // engine. Counts every PGlite `query`/`exec` call in this process while N posts are published one after
 // another, then subtracts what the same process runs idle for as long (the relay's and engine's polls).
-// Usage: node --import tsx bench/src/pglite-statements.ts [posts=200]
+// Usage: node --import tsx bench/micro/pglite-statements.ts [posts=200]
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';

@@ -4,7 +4,7 @@
 // data directory on disk (as `pnpm start`; `memory://` with --memory).
 // With --endpoint, the organisation has a webhook endpoint (a local receiver answering 200), so each
 // event is also fanned out, claimed, POSTed and recorded by the in-process engine.
-// Usage: node --import tsx bench/src/pglite-publish-cost.ts [posts=1000] [concurrency=64] [--memory] [--endpoint]
+// Usage: node --import tsx bench/micro/pglite-publish-cost.ts [posts=1000] [concurrency=64] [--memory] [--endpoint]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';

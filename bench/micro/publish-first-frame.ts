@@ -3,7 +3,7 @@
 // one-pod set-up) on PostgreSQL or PGlite, one graphql-transport-ws subscriber over a real socket, posts
 // published one at a time over HTTP: from the call to the frame, and until the mutation answered;
 // `createPost` (one write, nothing to publish) is the same run's baseline.
-// Usage: DATABASE_URL=postgres://… node --import tsx bench/src/publish-first-frame.ts [posts=200]
+// Usage: DATABASE_URL=postgres://… node --import tsx bench/micro/publish-first-frame.ts [posts=200]
 //        (without DATABASE_URL: embedded PGlite)
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';

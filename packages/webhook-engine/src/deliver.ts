@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { LRUCache } from 'lru-cache';
 import { errors, Pool } from 'undici';
 import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy } from './url-policy.js';
 
@@ -71,11 +72,10 @@ export function createDeliverer(options: DelivererOptions): Deliverer {
   const { timeoutMs, policy } = options;
   const lookup = createGuardedLookup(policy);
   const pools = new Map<string, { pool: Pool; usedAt: number }>();
-  const urls = new Map<string, { origin: string; path: string } | { refused: string }>();
+  const urls = new LRUCache<string, { origin: string; path: string } | { refused: string }>({ max: MAX_CACHED_URLS });
   const parse = (raw: string) => {
     let parsed = urls.get(raw);
     if (!parsed) {
-      if (urls.size >= MAX_CACHED_URLS) urls.clear();
       const checked = parseWebhookUrl(raw, policy);
       parsed =
         'refused' in checked

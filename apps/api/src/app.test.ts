@@ -30,7 +30,7 @@ describe('createApp lifecycle', () => {
     expect(await settledSockets(baseline)).toBeLessThanOrEqual(baseline);
     expect(openTimers()).toBeLessThanOrEqual(timers);
     await expect(api.app.database.ping()).rejects.toThrow();
-    expect(api.app.pubsub.readiness).toBe(false);
+    expect(api.app.pubsub.readiness()).toEqual({ ready: false, reason: 'redis unreachable' });
     expect(api.app.httpServer.listening).toBe(false);
     // The stop already ran: a second one (the test's close) is the same promise, not a second shutdown.
     await api.close();

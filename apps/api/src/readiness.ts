@@ -19,5 +19,5 @@ export async function databaseReadiness(database: HeraldDatabase, logger: Logger
 
 /** Redis answers (always ready in memory). */
 export function pubsubReadiness(pubsub: PubSubService): Readiness {
-  return pubsub.readiness ? READY : notReady('redis unreachable');
+  return pubsub.readiness();
 }

@@ -60,7 +60,7 @@ export interface ServerDeps {
   /**
    * What `/readiness` answers: 200 when ready, else 503 with the reason. The app passes its lifecycle's
    * readiness (app-parts.ts). Must not throw.
-   * @default draining, then Redis (`pubsub.readiness`), then a database ping
+   * @default draining, then Redis (`pubsub.readiness()`), then a database ping
    */
   readiness?: () => Promise<Readiness>;
 }

@@ -370,8 +370,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     async readiness() {
       if (state !== 'running') return notReady(state === 'idle' ? 'not started' : state);
-      if (!relay.healthy) return notReady('outbox relay failing');
-      if (!scheduler.healthy) return notReady('scheduler failing');
+      const passes = [relay.readiness(), scheduler.readiness()].find((answer) => !answer.ready);
+      if (passes) return passes;
       const [queueUp, databaseUp] = await Promise.all([
         queue.ping().then(
           () => true,

@@ -1,3 +1,4 @@
+import { notReady, READY, type Readiness } from '@herald/config';
 import type { Database } from '@herald/db';
 import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import type { Kysely } from 'kysely';
@@ -31,7 +32,10 @@ export interface RelayOptions {
  */
 export const RELAY_MIN_GAP_MS = 10;
 
-export type Relay = Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'>;
+export interface Relay extends Pick<PollLoop, 'start' | 'stop' | 'wake'> {
+  /** Not ready while its last fan-out pass failed (`outbox relay failing`). */
+  readiness(): Readiness;
+}
 
 /**
  * Turns outbox events into deliveries and hands them to the stream (lease protocol step 1): one
@@ -65,8 +69,6 @@ export function createRelay(options: RelayOptions): Relay {
     start: loop.start,
     stop: loop.stop,
     wake: loop.wake,
-    get healthy() {
-      return loop.healthy;
-    },
+    readiness: () => (loop.healthy ? READY : notReady('outbox relay failing')),
   };
 }

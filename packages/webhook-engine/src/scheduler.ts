@@ -1,3 +1,4 @@
+import { notReady, READY, type Readiness } from '@herald/config';
 import type { Database } from '@herald/db';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
@@ -21,7 +22,9 @@ export interface SchedulerOptions {
   queueLeaseMs: number;
 }
 
-export interface Scheduler extends Pick<PollLoop, 'start' | 'stop' | 'wake' | 'healthy'> {
+export interface Scheduler extends Pick<PollLoop, 'start' | 'stop' | 'wake'> {
+  /** Not ready while its last pass failed (`scheduler failing`). */
+  readiness(): Readiness;
   /** Hands out every queued delivery again, now (the queue lost its entries). */
   requeue(): Promise<void>;
 }
@@ -56,9 +59,7 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
     start: loop.start,
     stop: loop.stop,
     wake: loop.wake,
-    get healthy() {
-      return loop.healthy;
-    },
+    readiness: () => (loop.healthy ? READY : notReady('scheduler failing')),
     async requeue() {
       const count = await releaseQueuedDeliveries(db);
       if (count > 0) logger.warn({ deliveries: count }, 'queue was reset: handing queued deliveries out again');

@@ -243,7 +243,7 @@ describe.each(backends)('direct history appends on $name', (backend) => {
       closing.push(await healthy.history.listen(orgId, (entry) => live.push(entry)).then((stop) => async () => stop()));
 
       proxy.cut();
-      await waitFor('the cut-off pod to notice', () => !cutOff.readiness);
+      await waitFor('the cut-off pod to notice', () => !cutOff.readiness().ready);
       const first = await publish(cutOff, orgId, 'first, from the cut-off pod');
       expect(await outboxRow(first.eventId)).toEqual({ historied: false, handed: true });
       // Answered; now a later publish on a healthy pod must not overtake it.

@@ -70,12 +70,12 @@ describe('history relay', () => {
     });
     relay.start();
     await relay.wake();
-    expect(relay.readiness).toBe(false);
+    expect(relay.readiness()).toEqual({ ready: false, reason: 'history relay failing' });
     expect(seen).toEqual([]);
     refusing = false;
     await relay.wake();
     await relay.stop();
     expect(seen).toEqual(['while refused']);
-    expect(relay.readiness).toBe(true);
+    expect(relay.readiness()).toEqual({ ready: true });
   });
 });

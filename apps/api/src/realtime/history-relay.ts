@@ -1,3 +1,4 @@
+import { notReady, READY, type Readiness } from '@herald/config';
 import { type Database, listPendingPostEvents, markPostEventsHistoried, withHistoryRelayLock } from '@herald/db';
 import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import type { Kysely } from 'kysely';
@@ -29,8 +30,8 @@ export interface HistoryRelay {
    * @returns once a pass that started after this call has finished, moved or not (never rejects)
    */
   wake(): Promise<void>;
-  /** False while the last pass failed (Redis or the database unreachable). */
-  readonly readiness: boolean;
+  /** Not ready while the last pass failed, Redis or the database unreachable (`history relay failing`). */
+  readiness(): Readiness;
 }
 
 export interface HistoryRelayDeps {
@@ -167,8 +168,6 @@ export function createHistoryRelay(deps: HistoryRelayDeps): HistoryRelay {
       }
       return passed;
     },
-    get readiness() {
-      return healthy;
-    },
+    readiness: () => (healthy ? READY : notReady('history relay failing')),
   };
 }

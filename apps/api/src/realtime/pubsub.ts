@@ -1,3 +1,4 @@
+import { notReady, READY, type Readiness } from '@herald/config';
 import { createRedisClient, isCluster, type RedisClient } from '@herald/config/redis';
 import { DEFAULT_REDIS_PREFIX, newEventId, webhookRedisKeys } from '@herald/contracts';
 import { type Database, handPostEventToRelay, type Post } from '@herald/db';
@@ -79,9 +80,10 @@ export interface PubSubService {
   /**
    * False while a Redis connection is down (reconnecting), including, on Redis Cluster, the sharded
    * subscriber connection of a master that owns a channel this pod listens on (its live events would be
-   * missed); always true in memory. For `/readiness` (503 during an outage).
+   * missed), with the reason `redis unreachable`; always ready in memory. For `/readiness` (503 during an
+   * outage).
    */
-  readonly readiness: boolean;
+  readiness(): Readiness;
   /** Stops the relay and closes the Redis connections. */
   close(): Promise<void>;
 }
@@ -291,13 +293,13 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
       await Promise.all(connections.map((client) => untilReady(client, timeoutMs)));
       relay?.start();
     },
-    get readiness() {
+    readiness() {
       // Both Redis connections up: a pod whose subscriber is reconnecting would miss live events. A
       // relay that can't reach the database is not counted here: `/readiness` pings the database itself
       // and names that cause (events wait in the outbox meanwhile).
-      return (
-        connections.every((client) => client.status === 'ready') && downShardSubscribers(subscriberClient).length === 0
-      );
+      const up =
+        connections.every((client) => client.status === 'ready') && downShardSubscribers(subscriberClient).length === 0;
+      return up ? READY : notReady('redis unreachable');
     },
     async close() {
       closed = true;
@@ -317,7 +319,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
  * The parts of ioredis 5's `ClusterSubscriberGroup` (`cluster.shardedSubscribers`) that tell whether each
  * master owning a subscribed shard channel has a live SSUBSCRIBE connection. ioredis exposes no status for
  * them: the Cluster stays `ready` while one shard subscriber is down. pubsub-topologies.test.ts pins this
- * (readiness turns false while a master is down), so an ioredis upgrade that moves these fails there.
+ * (readiness says `redis unreachable` while a master is down), so an ioredis upgrade that moves these fails there.
  */
 interface ShardedSubscriberGroupView {
   /** Per slot: `[masterNodeKey, …replicas]`. */

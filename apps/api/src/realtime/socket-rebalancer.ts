@@ -70,7 +70,6 @@ export interface SocketRebalancer {
   stop(): Promise<void>;
   /** One report-and-shed step (what the timer runs); returns how many sockets were shed. */
   tick(): Promise<number>;
-  readiness(): boolean;
 }
 
 export function createSocketRebalancer(deps: SocketRebalancerDeps): SocketRebalancer {
@@ -135,6 +134,5 @@ export function createSocketRebalancer(deps: SocketRebalancerDeps): SocketRebala
       await running;
       await deps.redis.hdel(key, deps.podId).catch(() => 0);
     },
-    readiness: () => true,
   };
 }

@@ -57,6 +57,10 @@ const app = await createApp(config, logger).catch((error: unknown) => {
 });
 registerLogDropMetric(app.metrics.registry, [logs, banner]);
 tracing.registerMetrics(app.metrics.registry);
+for (const { path, reason } of tracing.fallbacks) {
+  app.metrics.fastPathFallback.labels(path).set(1);
+  logger.warn({ path, reason }, 'fast path off: tracing runs, slower');
+}
 const address = await app.listen().catch((error: unknown) => {
   logger.fatal({ err: error }, `cannot listen on ${config.http.host}:${config.http.port}`);
   return exitWithLines([]);

@@ -50,7 +50,12 @@ export interface ApiMetrics {
 }
 
 /** The `path` label values of `herald_fast_path_fallback`. */
-export const FAST_PATHS = ['ws_frames', 'pglite_statements'] as const;
+export const FAST_PATHS = [
+  'ws_frames',
+  'pglite_statements',
+  'tracing_context_storage',
+  'tracing_instrumentation_gate',
+] as const;
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
 export const DELIVERY_ERROR_REASONS = ['publish_failed', 'send_failed'] as const;
@@ -77,7 +82,7 @@ export function createApiMetrics(): ApiMetrics {
   for (const type of WEBHOOK_EVENT_TYPES) webhookEventsInvalid.inc({ type }, 0);
   const fastPathFallback = new Gauge({
     name: 'herald_fast_path_fallback',
-    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements)",
+    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements, tracing_context_storage, tracing_instrumentation_gate)",
     labelNames: ['path'],
     registers: [registry],
   });

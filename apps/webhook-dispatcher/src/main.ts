@@ -42,6 +42,7 @@ const app = await startDispatcherApp(config, logger, {
 }).catch(() => exitWithLines([]));
 registerLogDropMetric(app.registry, [logs, errors]);
 tracing.registerMetrics(app.registry);
+for (const { path, reason } of tracing.fallbacks) logger.warn({ path, reason }, 'fast path off: tracing runs, slower');
 // Everything, attempts in flight included, gets SHUTDOWN_GRACE_MS; past it the process exits with 1.
 // Installed before the ready line: whoever reads that line may signal at once, and a signal that comes
 // before a handler is installed ends the process on the spot.

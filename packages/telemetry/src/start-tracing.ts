@@ -30,9 +30,21 @@ import { readTracingConfig } from './tracing-config.js';
  * (bounded, `OTEL_BSP_MAX_QUEUE_SIZE`, default 2048) and exported in the background; a span that finds
  * the queue full, or whose export failed, is dropped and counted in `herald_trace_spans_dropped_total`.
  */
+/**
+ * A fast path of tracing found off at start because a dependency's internals are not where this code
+ * expects them (an upgrade moved them): tracing still works, only slower. `path` names it as the API's
+ * `herald_fast_path_fallback{path}` does.
+ */
+export interface TracingFallback {
+  path: 'tracing_context_storage' | 'tracing_instrumentation_gate';
+  reason: string;
+}
+
 export interface Tracing {
   /** Whether an SDK was started. */
   readonly enabled: boolean;
+  /** The fast paths found off at start (empty when tracing is off, or when every internal was found). */
+  readonly fallbacks: readonly TracingFallback[];
   /** Spans dropped so far (queue full or export failed). */
   dropped(): number;
   /** Adds `herald_trace_spans_dropped_total` to `registry` (a no-op when tracing is off). */
@@ -41,6 +53,17 @@ export interface Tracing {
   shutdown(timeoutMs?: number): Promise<void>;
 }
 
+/**
+ * The versions the tracing fast paths were written against: `@opentelemetry/context-async-hooks` (as
+ * `@opentelemetry/sdk-trace-node` loads it: its storage is turned off between sampled operations) and
+ * `@opentelemetry/instrumentation` (its shimmer marks on wrapped methods, which the gate reads).
+ * start-tracing.test.ts fails when the installed ones differ; docs/development.md says what to rerun.
+ */
+export const TRACING_INTERNALS_VERSIONS = {
+  '@opentelemetry/context-async-hooks': '2.12.1',
+  '@opentelemetry/instrumentation': '0.223.0',
+} as const;
+
 /** Default bound of the in-memory span queue, as the SDK's own default. */
 const DEFAULT_MAX_QUEUE_SIZE = 2_048;
 /** Default wait for the last export at shutdown. */
@@ -48,6 +71,7 @@ const DEFAULT_SHUTDOWN_TIMEOUT_MS = 2_000;
 
 const DISABLED: Tracing = {
   enabled: false,
+  fallbacks: [],
   dropped: () => 0,
   registerMetrics() {},
   async shutdown() {},
@@ -98,13 +122,25 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     ...(followsParent ? { sampler: sampledLinksSampler(traceBase, process.env) } : {}),
   });
   const contextManager = new (operationContextManager())();
+  const fallbacks: TracingFallback[] = [];
+  if (!contextManager.canTurnOff)
+    fallbacks.push({
+      path: 'tracing_context_storage',
+      reason: "the SDK's context manager has no _asyncLocalStorage.disable(): the storage stays on",
+    });
   provider.register({ contextManager });
   const instrumentations = [
     new pg.PgInstrumentation({ requireParentSpan: true }),
     new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
   ];
   registerInstrumentations({ tracerProvider: provider, instrumentations });
-  gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
+  const gated = gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
+  if (gated === 0)
+    fallbacks.push({
+      path: 'tracing_instrumentation_gate',
+      reason:
+        "no pg or ioredis method carries shimmer's __wrapped/__original marks: every query runs the instrumentation",
+    });
   setTracing(true, {
     tracer: provider.getTracer('herald'),
     idle: () => contextManager.idle(),
@@ -114,6 +150,7 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   let stopping: Promise<void> | undefined;
   return {
     enabled: true,
+    fallbacks,
     dropped: () => counts.dropped,
     registerMetrics(registry) {
       let counted = 0;
@@ -198,9 +235,17 @@ function operationContextManager() {
       return this.#on;
     }
 
-    /** Turns the storage off (no held operation left): until the next `with`, no async hooks run. */
+    /** Whether the SDK's storage can be turned off (its internals are where this class expects them). */
+    get canTurnOff(): boolean {
+      return typeof this._asyncLocalStorage?.disable === 'function';
+    }
+
+    /**
+     * Turns the storage off (no held operation left): until the next `with`, no async hooks run. Where
+     * the SDK's storage is not found ({@link canTurnOff}), it stays on: slower, never wrong.
+     */
     idle(): void {
-      if (!this.#on) return;
+      if (!this.#on || !this.canTurnOff) return;
       this.#on = false;
       this._asyncLocalStorage.disable();
     }
@@ -260,8 +305,10 @@ interface Wrapped {
  * the gate calls the original straight away. With a ratio sampler that is every query of an unsampled
  * request while no sampled one is in flight (bench/results/tracing). While the storage is on, the
  * instrumentation's wrapper runs as it would without the gate. Shimmer's marks are kept.
+ * @returns how many methods were gated (0: shimmer's marks were not found, see `fallbacks`)
  */
-function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolean): void {
+function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolean): number {
+  let gated = 0;
   const targets = new Set<object>();
   for (const exports of modules) {
     const value = exports as { prototype?: unknown; Client?: { prototype?: unknown } } | undefined;
@@ -283,8 +330,10 @@ function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolea
       gate.__original = original;
       gate.__unwrap = wrapped.__unwrap;
       (target as Record<string, unknown>)[key] = gate;
+      gated++;
     }
   }
+  return gated;
 }
 
 /** The CommonJS exports of `name` as the app's ES modules see them, and its version. */

@@ -8,7 +8,11 @@ import { openSecret, type SecretKeyring } from '@herald/db';
  * associated data).
  *
  * Bounded: at most `maxEntries` plaintexts, each kept at most `ttlMs` after it was opened (entries
- * past it are dropped as the cache is used). `bench/secret-cache.ts` measures a hit against an open.
+ * past it are dropped as the cache is used). `bench/micro/secret-cache-micro.ts` measures a hit against
+ * an open. Not on lru-cache, unlike the other caches: a plaintext secret must leave memory once its TTL is
+ * over, and lru-cache drops a stale entry only when it is read again (or on a full `purgeStale` scan, or
+ * with a timer per entry); with one TTL for all, insertion order is expiry order, so each use drops the
+ * expired ones from the front at the cost of one comparison.
  */
 
 /** How long an opened secret stays in memory. */

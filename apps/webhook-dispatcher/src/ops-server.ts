@@ -25,10 +25,10 @@ export function createOpsServer(deps: OpsServerDeps): Server {
       if (path === HEALTH_PATH) {
         res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
       } else if (path === READINESS_PATH) {
-        const answer = await deps.readiness();
+        const { ready, ...why } = await deps.readiness();
         res
-          .writeHead(answer.ready ? 200 : 503, { 'content-type': 'application/json' })
-          .end(JSON.stringify(answer.ready ? { status: 'ready' } : { status: 'not ready', ...withoutReady(answer) }));
+          .writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
+          .end(JSON.stringify(ready ? { status: 'ready' } : { status: 'not ready', ...why }));
       } else if (path === METRICS_PATH) {
         const body = await deps.registry.metrics();
         res.writeHead(200, { 'content-type': deps.registry.contentType }).end(body);
@@ -39,9 +39,4 @@ export function createOpsServer(deps: OpsServerDeps): Server {
       res.writeHead(500).end();
     }
   });
-}
-
-/** A not-ready answer's reason (and part, from the lifecycle), for the body. */
-function withoutReady(answer: { ready: false; reason: string; part?: string }): { reason: string; part?: string } {
-  return answer.part === undefined ? { reason: answer.reason } : { reason: answer.reason, part: answer.part };
 }

@@ -343,6 +343,38 @@ describe('claim', () => {
     expect(next[0]?.id).not.toBe(claimed?.id);
   });
 
+  it('does not attempt a delivery moved into the future while the claim waited for its row', async () => {
+    const { queued } = await endpointWithDeliveries('org-moved');
+    const [item] = queued;
+    let claim: Promise<unknown[]> | undefined;
+    // The claim reads the delivery as due, then waits for its row while another writer (a pause, a
+    // test setup, an operator) pushes it an hour ahead; the claim must see the row as it is now.
+    await harness.db.transaction().execute(async (trx) => {
+      await sql`select id from webhook_deliveries where id = ${item!.deliveryId} for update`.execute(trx);
+      claim = claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+      await until(
+        async () => {
+          // (pg_stat_activity keeps the statement's first 1 KiB: its opening names it.)
+          const { rows } = await sql<{ n: number }>`
+            select count(*)::int as n from pg_stat_activity
+            where wait_event_type = 'Lock' and query like '%with input as (%' and pid <> pg_backend_pid()`.execute(
+            harness.db,
+          );
+          return rows[0]!.n;
+        },
+        (waiting) => waiting > 0,
+      );
+      await trx
+        .updateTable('webhook_deliveries')
+        .set({ next_attempt_at: new Date(Date.now() + 3_600_000), lease_token: null, leased_until: null })
+        .where('id', '=', item!.deliveryId)
+        .execute();
+    });
+    expect(await claim).toEqual([]);
+    const [row] = await deliveriesOf('org-moved');
+    expect(row).toMatchObject({ status: 'PENDING', lease_token: null });
+  });
+
   it('keeps a replay made during an attempt: the late record does not overwrite it', async () => {
     await harness.createEndpoint('org-replay', receiver.url('/replay'));
     await harness.publish('org-replay');

@@ -505,11 +505,13 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
         where ranked.rank + coalesce(busy.n, 0) <= case when ranked.fifo then 1 else ${request.endpointCap} end
       ), claimed as (
         -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
-        -- meanwhile: a live a-lease is never overwritten. (coalesce: a free row has no lease at all.)
+        -- meanwhile: a live a-lease is never overwritten (coalesce: a free row has no lease at all),
+        -- and a delivery another writer moved ahead (a pause, a retry) is not taken before it is due.
         update webhook_deliveries delivery
         set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
         from picked where delivery.id = picked.id and delivery.status = 'PENDING'
           and not coalesce(delivery.lease_token like 'a:%' and delivery.leased_until > now(), false)
+          and (delivery.next_attempt_at <= now() or (delivery.next_attempt_at is null and delivery.fifo_seq is not null))
         returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
           delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
       ), registered as (

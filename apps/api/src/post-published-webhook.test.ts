@@ -1,7 +1,6 @@
 import {
   type Database,
   deleteWebhookEndpoint,
-  disableWebhookEndpoint,
   findPostById,
   type HeraldDatabase,
   insertPost,
@@ -10,7 +9,7 @@ import {
 } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING, type TestSchema } from '@herald/testing';
-import { createOutboxListener } from '@herald/webhook-engine';
+import { createOutboxListener, disableWebhookEndpoint } from '@herald/webhook-engine';
 import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';

@@ -1,93 +1,17 @@
-import { newEventId, WEBHOOK_ENDPOINT_DISABLED_EVENT } from '@herald/contracts';
 import DataLoader from 'dataloader';
 import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
-import { assertValidWebhookEvent, InvalidWebhookEventError } from './webhook-event-check.js';
 import type { WebhookEndpoint } from './webhook-tables.js';
 
 /*
- * Endpoint health as an operator drives it: disable and enable over GraphQL, and the
- * recent success rate the console shows. The engine disables endpoints by itself (410, failing for
- * WEBHOOK_DISABLE_AFTER) through the same columns.
+ * Endpoint health as an operator reads and resets it: enable over GraphQL, and the recent success
+ * rate the console shows. Disabling, by an operator or by the engine itself (410, failing for
+ * WEBHOOK_DISABLE_AFTER), records an event and lives in the webhook engine's lease protocol
+ * (lease-protocol/operational-events.ts); it changes the same columns.
  */
 
 /** Attempts the success rate looks back over when the caller does not say. */
 export const DEFAULT_SUCCESS_RATE_ATTEMPTS = 100;
-
-export interface DisableEndpointInput {
-  id: string;
-  /** The organisations the caller may act on; an endpoint outside them is treated as absent. */
-  orgIds: readonly string[];
-  /** Stored as `disabled_reason`, sent in the operational event. */
-  reason: string;
-  /**
-   * Called when the operational event's body does not match the event catalog (a bug): the endpoint is
-   * disabled all the same and the event is not recorded. Without it, the error is thrown and nothing
-   * changes.
-   */
-  onInvalidEvent?: (error: InvalidWebhookEventError) => void;
-}
-
-/**
- * Disables an endpoint: it gets no new deliveries (the engine records them SKIPPED). When it was
- * enabled, records a `webhook.endpoint.disabled` event (data `{ endpointId, url, reason, disabledAt }`)
- * for the organisation's other endpoints, in the same transaction. Disabling a disabled endpoint
- * changes nothing and records no second event.
- * @returns the endpoint, or undefined when it does not exist or is outside `orgIds`
- */
-export async function disableWebhookEndpoint(
-  db: Kysely<Database>,
-  input: DisableEndpointInput,
-): Promise<WebhookEndpoint | undefined> {
-  if (input.orgIds.length === 0) return undefined;
-  return db.transaction().execute(async (trx) => {
-    const disabled = await trx
-      .updateTable('webhook_endpoints')
-      .set({ status: 'DISABLED', disabled_at: sql<Date>`now()`, disabled_reason: input.reason })
-      .where('id', '=', input.id)
-      .where('org_id', 'in', [...input.orgIds])
-      .where('deleted_at', 'is', null)
-      .where('status', '=', 'ENABLED')
-      .returningAll()
-      .executeTakeFirst();
-    if (!disabled) {
-      return trx
-        .selectFrom('webhook_endpoints')
-        .selectAll()
-        .where('id', '=', input.id)
-        .where('org_id', 'in', [...input.orgIds])
-        .where('deleted_at', 'is', null)
-        .executeTakeFirst();
-    }
-    const disabledAt = disabled.disabled_at ?? new Date();
-    const id = newEventId();
-    const body = JSON.stringify({
-      id,
-      type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
-      created: disabledAt.toISOString(),
-      data: { endpointId: disabled.id, url: disabled.url, reason: input.reason, disabledAt: disabledAt.toISOString() },
-    });
-    try {
-      assertValidWebhookEvent({ id, type: WEBHOOK_ENDPOINT_DISABLED_EVENT, body });
-    } catch (error) {
-      if (!(error instanceof InvalidWebhookEventError) || !input.onInvalidEvent) throw error;
-      input.onInvalidEvent(error);
-      return disabled;
-    }
-    await trx
-      .insertInto('webhook_outbox')
-      .values({
-        id,
-        org_id: disabled.org_id,
-        type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
-        body,
-        created_at: disabledAt,
-        exclude_endpoint_id: disabled.id,
-      })
-      .execute();
-    return disabled;
-  });
-}
 
 /**
  * Enables an endpoint and forgets its failure streak (`failing_since`) and any pause (`paused_until`),

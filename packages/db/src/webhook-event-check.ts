@@ -3,7 +3,7 @@ import { checkWebhookEventBody } from '@herald/contracts';
 /**
  * An event body that does not match its type's schema in the event catalog (@herald/contracts): a bug
  * in the code that built it, never the user's doing. Thrown before anything is written, so the caller
- * may catch it and let its own change commit without the event (see `disableWebhookEndpoint`).
+ * may catch it and let its own change commit without the event (as the webhook engine's `disableWebhookEndpoint` does).
  */
 export class InvalidWebhookEventError extends Error {
   readonly code = 'INVALID_WEBHOOK_EVENT';

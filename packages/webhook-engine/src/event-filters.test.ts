@@ -9,7 +9,6 @@ import {
 import {
   createDatabase,
   type Database,
-  disableWebhookEndpoint,
   type HeraldDatabase,
   insertOutboxEvent,
   insertWebhookEndpoint,
@@ -19,7 +18,7 @@ import { TEST_KEYRING } from '@herald/testing';
 import { generateWebhookSecret } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fanOutOutbox, insertTestWebhook } from './lease-protocol.js';
+import { disableWebhookEndpoint, fanOutOutbox, insertTestWebhook } from './lease-protocol.js';
 import { dispatcherWorld } from './testing/dispatcher-world.js';
 import { startTestReceiver } from './testing/test-receiver.js';
 

@@ -68,6 +68,10 @@
  * - ordering ({@link setWebhookEndpointOrdering}, lease-protocol/fifo-ordering.ts; GraphQL
  *   `updateWebhookEndpoint`): turning FIFO off makes the deliveries waiting in the line due;
  *   {@link releaseWebhookFifoLines} (run by retention.ts's pass) makes due whatever that left waiting.
+ * - an operator's disable ({@link disableWebhookEndpoint}, lease-protocol/operational-events.ts; GraphQL
+ *   `disableWebhookEndpoint`): the endpoint's state only (the claim then makes its deliveries SKIPPED),
+ *   with the `webhook.endpoint.disabled` event step 4 writes when an endpoint disables itself: both
+ *   bodies, and `webhook.delivery.dead`'s, come from that file's builders.
  * - dead-letter stream ({@link markDeadLettersStreamed}, lease-protocol/dead-letter-stream.ts;
  *   attempt-batch.ts and dead-letters.ts): `dead_letter_streamed_at` only, on DEAD deliveries.
  * - lost stream ({@link releaseQueuedDeliveries}, in this file; scheduler.ts): frees every q-lease.
@@ -179,16 +183,18 @@
  * at any table size.
  */
 import {
+  newEventId,
   WEBHOOK_DELIVERY_DEAD_EVENT,
   WEBHOOK_DELIVERY_ID_PREFIX,
   WEBHOOK_ENDPOINT_DISABLED_EVENT,
-  WEBHOOK_EVENT_ID_PREFIX,
 } from '@herald/contracts';
 import type { Database } from '@herald/db';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
+import { deliveryDeadBody, endpointDisabledBody } from './lease-protocol/operational-events.js';
 
 export * from './lease-protocol/dead-letter-stream.js';
 export * from './lease-protocol/fifo-ordering.js';
+export * from './lease-protocol/operational-events.js';
 export * from './lease-protocol/replay.js';
 export * from './lease-protocol/test-send.js';
 
@@ -197,10 +203,6 @@ export const ATTEMPT_LEASE_PREFIX = 'a:';
 
 /** `x` milliseconds as a PostgreSQL interval expression. */
 const ms = (value: number) => sql`(${value}::double precision * interval '1 millisecond')`;
-/** A new event id built in SQL, `evt_` and 32 hex digits (the format of @herald/contracts' `newEventId`). */
-const NEW_EVENT_ID = sql`${WEBHOOK_EVENT_ID_PREFIX}::text || replace(gen_random_uuid()::text, '-', '')`;
-/** `now()` as the ISO 8601 UTC text the webhook body's `created` carries. */
-const ISO_NOW = sql`to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
 export const newLease = (prefix: string) => `${prefix}${crypto.randomUUID()}`;
 
@@ -805,16 +807,19 @@ export async function recordOutcomes(
       returning endpoint.id
     )`);
   } else if (recording) {
+    // Each endpoint's `webhook.endpoint.disabled` id, used only if this record disables it.
     ctes.push(sql`health_input as (
-      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at
+      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at,
+        health.event_id
       from unnest(
         ${h.map(([id]) => id)}::text[], ${h.map(([, e]) => e.ok)}::boolean[], ${h.map(([, e]) => e.failed)}::boolean[],
         ${h.map(([, e]) => e.gone)}::boolean[], ${h.map(([, e]) => e.pauseMs)}::double precision[],
-        ${h.map(([, e]) => e.at.toISOString())}::timestamptz[]
-      ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at)
+        ${h.map(([, e]) => e.at.toISOString())}::timestamptz[], ${h.map(() => newEventId())}::text[]
+      ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at, event_id)
       limit ${h.length}
     ), verdict as (
-      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at, case
+      select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at,
+        health.event_id, case
         when endpoint.status <> 'ENABLED' then null
         when health.gone then 'the receiver answered 410 Gone'
         when not health.ok and health.failed
@@ -837,31 +842,41 @@ export async function recordOutcomes(
       where endpoint.id = verdict.endpoint_id
         and (not verdict.ok or endpoint.failing_since is not null)
       returning endpoint.id, endpoint.org_id, endpoint.url, endpoint.disabled_reason, endpoint.disabled_at,
-        verdict.reason as disabled_now
+        verdict.reason as disabled_now, verdict.event_id
     ), disabled_event as (
       insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
-      select event.id, event.org_id, ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text,
-        json_build_object('id', event.id, 'type', ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text, 'created', ${ISO_NOW},
-          'data', json_build_object('endpointId', event.endpoint_id, 'url', event.url, 'reason', event.reason,
-            'disabledAt', ${ISO_NOW}))::text,
-        event.endpoint_id
-      from (select ${NEW_EVENT_ID} as id, org_id, id as endpoint_id, url, disabled_now as reason
-        from health where disabled_now is not null) event
+      select event.event_id, event.org_id, ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text, ${endpointDisabledBody({
+        eventId: sql.ref('event.event_id'),
+        endpointId: sql.ref('event.id'),
+        url: sql.ref('event.url'),
+        reason: sql.ref('event.disabled_now'),
+      })}, event.id
+      from health event where event.disabled_now is not null
       returning id
     )`);
   }
   if (anyDead) {
+    // Each delivery recorded DEAD gets its `webhook.delivery.dead` id here (used if the record stands).
+    const dead = outcomes.filter((o) => o.next.status === 'DEAD');
     ctes.push(sql`dead_event as (
       insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
-      select event.id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text,
-        json_build_object('id', event.id, 'type', ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, 'created', ${ISO_NOW},
-          'data', json_build_object('deliveryId', event.delivery_id, 'endpointId', event.endpoint_id,
-            'eventId', event.event_id, 'eventType', event.event_type, 'attempts', event.attempt_count,
-            'lastError', event.error))::text,
-        event.endpoint_id
-      from (select ${NEW_EVENT_ID} as id, org_id, id as delivery_id, endpoint_id, event_id, event_type,
-          attempt_count, error
-        from updated where status = 'DEAD') event
+      select dead.event_id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, ${deliveryDeadBody({
+        eventId: sql.ref('dead.event_id'),
+        deliveryId: sql.ref('event.id'),
+        endpointId: sql.ref('event.endpoint_id'),
+        deliveredEventId: sql.ref('event.event_id'),
+        eventType: sql.ref('event.event_type'),
+        attempts: sql.ref('event.attempt_count'),
+        lastError: sql.ref('event.error'),
+      })}, event.endpoint_id
+      from updated event
+      join (
+        select dead.delivery_id, dead.event_id
+        from unnest(${dead.map((o) => o.deliveryId)}::text[], ${dead.map(() => newEventId())}::text[])
+          as dead(delivery_id, event_id)
+        limit ${dead.length}
+      ) dead on dead.delivery_id = event.id
+      where event.status = 'DEAD'
       returning id
     )`);
   }

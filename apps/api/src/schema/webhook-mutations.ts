@@ -4,7 +4,6 @@ import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import {
   countPendingTestWebhooks,
   deleteWebhookEndpoint,
-  disableWebhookEndpoint,
   enableWebhookEndpoint,
   findWebhookDeliveryById,
   InvalidWebhookEventError,
@@ -15,6 +14,7 @@ import {
   setWebhookEndpointRateLimit,
 } from '@herald/db';
 import {
+  disableWebhookEndpoint,
   insertTestWebhook,
   replayDeadLetters,
   replayWebhookDelivery,

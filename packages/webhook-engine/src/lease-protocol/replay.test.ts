@@ -1,10 +1,11 @@
 import { checkWebhookEventBody, WEBHOOK_TEST_EVENT } from '@herald/contracts';
-import { type Database, disableWebhookEndpoint, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
+import { type Database, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { watchDeliveryUpdates } from '../testing/delivery-statements.js';
+import { disableWebhookEndpoint } from './operational-events.js';
 import { DEAD_LETTER_REPLAY_PAGE, replayDeadLetters } from './replay.js';
 import { insertTestWebhook } from './test-send.js';
 

@@ -1,0 +1,150 @@
+import {
+  checkWebhookEventBody,
+  WEBHOOK_DELIVERY_DEAD_EVENT,
+  WEBHOOK_ENDPOINT_DISABLED_EVENT,
+  WEBHOOK_EVENT_ID_PREFIX,
+} from '@herald/contracts';
+import { type Database, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
+import { testBackends } from '@herald/db/testing';
+import { TEST_KEYRING } from '@herald/testing';
+import { type Kysely, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { recordOutcomes } from '../lease-protocol.js';
+import { disableWebhookEndpoint } from './operational-events.js';
+
+// The events Herald writes beside its own changes of state, on both backends (embedded mode runs them
+// on PGlite): an operator's disable and the engine's (410, a dead delivery) write one body each.
+
+const backends = testBackends(() => inject('databaseUrl'));
+const EVENT_ID = new RegExp(`^${WEBHOOK_EVENT_ID_PREFIX}[0-9a-f]{32}$`);
+
+describe.each(backends)('operational events on $name', ({ openMigrated }) => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+  let counter = 0;
+
+  beforeAll(async () => {
+    ({ database, db } = await openMigrated());
+  });
+
+  afterAll(() => database.close());
+
+  async function endpoint(orgId: string) {
+    counter += 1;
+    return insertWebhookEndpoint(db, {
+      orgId,
+      url: `https://example.com/ops/${counter}`,
+      eventTypes: ['post.published'],
+      secret: `whsec_ops${counter}`,
+      keyring: TEST_KEYRING,
+    });
+  }
+
+  /** A delivery of `endpointId` being attempted under the a-lease `a:ops<n>`. */
+  async function attempting(endpointId: string, orgId: string) {
+    counter += 1;
+    const delivery = { id: `del_ops${counter}`, eventId: `evt_ops${counter}`, lease: `a:ops${counter}` };
+    await sql`
+      insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at,
+        attempt_count, lease_token, leased_until)
+      values (${delivery.id}, ${delivery.eventId}, ${endpointId}, ${orgId}, 'post.published', 'PENDING', now(), 2,
+        ${delivery.lease}, now() + interval '1 minute')`.execute(db);
+    return delivery;
+  }
+
+  async function eventsExcluding(endpointId: string) {
+    return db
+      .selectFrom('webhook_outbox')
+      .select(['id', 'org_id', 'type', 'body'])
+      .where('exclude_endpoint_id', '=', endpointId)
+      .execute();
+  }
+
+  it("an operator's disable records one webhook.endpoint.disabled for the other endpoints, and none for a second disable or another organisation", async () => {
+    const target = await endpoint('org-ops');
+    expect(await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-else'], reason: 'x' })).toBeUndefined();
+    expect(await eventsExcluding(target.id)).toEqual([]);
+
+    const disabled = await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-ops'], reason: 'maintenance' });
+    expect(disabled).toMatchObject({ id: target.id, status: 'DISABLED', disabled_reason: 'maintenance' });
+    expect(disabled).not.toHaveProperty('event_body');
+    const again = await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-ops'], reason: 'again' });
+    expect(again).toMatchObject({ status: 'DISABLED', disabled_reason: 'maintenance' });
+
+    const [event, ...more] = await eventsExcluding(target.id);
+    expect(more).toEqual([]);
+    expect(event).toMatchObject({ org_id: 'org-ops', type: WEBHOOK_ENDPOINT_DISABLED_EVENT });
+    expect(event!.id).toMatch(EVENT_ID);
+    expect(checkWebhookEventBody(WEBHOOK_ENDPOINT_DISABLED_EVENT, event!.body)).toBeUndefined();
+    const body = JSON.parse(event!.body);
+    expect(body).toMatchObject({
+      id: event!.id,
+      type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
+      data: { endpointId: target.id, url: target.url, reason: 'maintenance' },
+    });
+    expect(new Date(body.data.disabledAt).getTime()).toBe(disabled!.disabled_at!.getTime());
+    expect(body.created).toBe(body.data.disabledAt);
+  });
+
+  it("the engine's disable (410) and dead letter write the same shapes, with ids from newEventId", async () => {
+    const manual = await endpoint('org-eng');
+    const gone = await endpoint('org-eng');
+    await disableWebhookEndpoint(db, { id: manual.id, orgIds: ['org-eng'], reason: 'by hand' });
+    const delivery = await attempting(gone.id, 'org-eng');
+    const result = await recordOutcomes(
+      db,
+      [
+        {
+          deliveryId: delivery.id,
+          endpointId: gone.id,
+          lease: delivery.lease,
+          at: new Date(),
+          statusCode: 410,
+          durationMs: 3,
+          error: 'HTTP 410',
+          responseBody: null,
+          next: { status: 'DEAD' },
+          health: 'gone',
+        },
+      ],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.disabled).toEqual([{ endpointId: gone.id, reason: 'the receiver answered 410 Gone' }]);
+    expect(result.events).toBe(2);
+
+    const [byHand] = await eventsExcluding(manual.id);
+    const [byEngine, dead, ...more] = await db
+      .selectFrom('webhook_outbox')
+      .select(['id', 'type', 'body'])
+      .where('exclude_endpoint_id', '=', gone.id)
+      .orderBy('type', 'desc')
+      .execute();
+    expect(more).toEqual([]);
+    expect(byEngine!.type).toBe(WEBHOOK_ENDPOINT_DISABLED_EVENT);
+    expect(dead!.type).toBe(WEBHOOK_DELIVERY_DEAD_EVENT);
+    for (const event of [byHand!, byEngine!, dead!]) {
+      expect(event.id).toMatch(EVENT_ID);
+      expect(JSON.parse(event.body).id).toBe(event.id);
+      expect(checkWebhookEventBody(event.type, event.body)).toBeUndefined();
+    }
+    expect(byEngine!.id).not.toBe(dead!.id);
+    const shape = (body: string) => {
+      const parsed = JSON.parse(body);
+      return [Object.keys(parsed), Object.keys(parsed.data)];
+    };
+    expect(shape(byEngine!.body)).toEqual(shape(byHand!.body));
+    expect(JSON.parse(byEngine!.body).data).toMatchObject({
+      endpointId: gone.id,
+      url: gone.url,
+      reason: 'the receiver answered 410 Gone',
+    });
+    expect(JSON.parse(dead!.body).data).toEqual({
+      deliveryId: delivery.id,
+      endpointId: gone.id,
+      eventId: delivery.eventId,
+      eventType: 'post.published',
+      attempts: 3,
+      lastError: 'HTTP 410',
+    });
+  });
+});

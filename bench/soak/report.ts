@@ -115,14 +115,14 @@ export function renderMarkdown(results: SoakResults): string {
     '',
     '## Processes (sampled every 10 s)',
     '',
-    '| process | pid | samples | RSS first → last (max), MB | RSS peak per 5 min once settled, MB | RSS slope once settled, MB/hour | V8 heap floor per 5 min once settled, MB | heap floor slope, MB/hour | CPU, % of a core |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '| process | pid | samples | RSS first → last (max), MB | RSS peak per 5 min once settled, MB | RSS slope once settled, MB/hour | V8 heap floor per 5 min once settled, MB | heap floor slope, MB/hour | external floor per 5 min once settled, MB | external floor slope, MB/hour | CPU, % of a core |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
     ...results.processes.map(
       (figures) =>
-        `| ${figures.role} | ${figures.pid || '–'} | ${figures.samples} | ${figures.firstRssMb} → ${figures.lastRssMb} (${figures.maxRssMb}) | ${figures.settledRssPeaksMb?.join(', ') || '–'} | ${figures.rssSlopeMbPerHour ?? '–'} | ${figures.settledHeapFloorsMb?.join(', ') || '–'} | ${figures.heapSlopeMbPerHour ?? '–'} | ${figures.cpuPercent || '–'} |`,
+        `| ${figures.role} | ${figures.pid || '–'} | ${figures.samples} | ${figures.firstRssMb} → ${figures.lastRssMb} (${figures.maxRssMb}) | ${figures.settledRssPeaksMb?.join(', ') || '–'} | ${figures.rssSlopeMbPerHour ?? '–'} | ${figures.settledHeapFloorsMb?.join(', ') || '–'} | ${figures.heapSlopeMbPerHour ?? '–'} | ${figures.settledExternalFloorsMb?.join(', ') || '–'} | ${figures.externalSlopeMbPerHour ?? '–'} | ${figures.cpuPercent || '–'} |`,
     ),
     '',
-    `Settled: after the later of the run's warm-up and the process's own first ${RSS_SETTLING_MS / 60_000} minutes (RSS grows while the C allocator's arenas fill, then holds). The slope is the least-squares line through the peak of each whole ${RSS_WINDOW_MS / 60_000}-minute window after that, given from ${RSS_MIN_WINDOWS} windows on; a process restarted late has none. The V8 heap (API pods and dispatchers, read from their \`/metrics\`) is judged the same way by its floor per window, what survives garbage collection: RSS rising over a flat heap floor is the C allocator or native memory, not objects kept alive.`,
+    `Settled: after the later of the run's warm-up and the process's own first ${RSS_SETTLING_MS / 60_000} minutes (RSS grows while the C allocator's arenas fill, then holds). The slope is the least-squares line through the peak of each whole ${RSS_WINDOW_MS / 60_000}-minute window after that, given from ${RSS_MIN_WINDOWS} windows on; a process restarted late has none. The V8 heap (API pods and dispatchers, read from their \`/metrics\`) is judged the same way by its floor per window, what survives garbage collection: RSS rising over a flat heap floor is the C allocator or native memory, not objects kept alive. External memory (Buffers and ArrayBuffers, held by JavaScript objects but outside the heap) is judged by its floor too: its rise, with a flat heap, points at buffers kept alive; RSS rising over both flat is the allocator or memory no JavaScript object accounts for.`,
     '',
     `Redis used_memory: ${results.redisMemory.length > 0 ? `${results.redisMemory[0]!.usedMb.toFixed(1)} MB at start, ${Math.max(...results.redisMemory.map((entry) => entry.usedMb)).toFixed(1)} MB at most, ${results.redisMemory[results.redisMemory.length - 1]!.usedMb.toFixed(1)} MB at the end` : 'not sampled'}.`,
     '',

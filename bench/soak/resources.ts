@@ -12,6 +12,11 @@ export interface ProcessSample {
   cpuUs: number;
   /** V8 heap in use, MB, from the process's own `/metrics` (API pods and dispatchers only). */
   heapMb?: number;
+  /**
+   * Memory of JavaScript objects held outside the V8 heap (Buffers, ArrayBuffers: socket and frame
+   * buffers), MB, from the same `/metrics` (`nodejs_external_memory_bytes`).
+   */
+  externalMb?: number;
 }
 
 export interface ProcessFigures {
@@ -36,6 +41,10 @@ export interface ProcessFigures {
   heapSlopeMbPerHour: number | null;
   /** V8 heap floor (lowest sample) of each whole window after the settling, MB. */
   settledHeapFloorsMb: number[];
+  /** Slope of the external memory's floor once settled, MB per hour, as the heap's; null where not sampled. */
+  externalSlopeMbPerHour: number | null;
+  /** External memory floor of each whole window after the settling, MB. */
+  settledExternalFloorsMb: number[];
   /** Average share of one core over the process's sampled life, %. */
   cpuPercent: number;
 }
@@ -71,9 +80,10 @@ export class ResourceSampler {
         this.samples.push(entry);
         if (metricsUrl) {
           heapReads.push(
-            v8HeapUsed(metricsUrl).then(
-              (bytes) => {
-                if (bytes !== undefined) entry.heapMb = bytes / 1_048_576;
+            memoryFromMetrics(metricsUrl).then(
+              ({ heapBytes, externalBytes }) => {
+                if (heapBytes !== undefined) entry.heapMb = heapBytes / 1_048_576;
+                if (externalBytes !== undefined) entry.externalMb = externalBytes / 1_048_576;
               },
               () => undefined, // a pod that is down or stalled has no heap figure this time
             ),
@@ -127,6 +137,7 @@ export class ResourceSampler {
         maxRssMb: round(Math.max(...list.map((sample) => sample.rssMb))),
         ...settledRss(list, warmUpMs),
         ...settledHeap(list, warmUpMs),
+        ...settledExternal(list, warmUpMs),
         cpuPercent: first.pid > 0 && spanUs > 0 ? round(((last.cpuUs - first.cpuUs) / spanUs) * 100) : 0,
       };
     });
@@ -172,6 +183,15 @@ export function settledHeap(
   return { heapSlopeMbPerHour: slope, settledHeapFloorsMb: values };
 }
 
+/** A process's external memory once settled, by its floor per window as {@link settledHeap}. */
+export function settledExternal(
+  samples: readonly ProcessSample[],
+  warmUpMs: number,
+): { externalSlopeMbPerHour: number | null; settledExternalFloorsMb: number[] } {
+  const { slope, values } = settledWindows(samples, warmUpMs, (sample) => sample.externalMb, Math.min);
+  return { externalSlopeMbPerHour: slope, settledExternalFloorsMb: values };
+}
+
 function settledWindows(
   samples: readonly ProcessSample[],
   warmUpMs: number,
@@ -213,11 +233,20 @@ function slopePerMs(points: readonly { t: number; value: number }[]): number {
 
 const round = (value: number) => Math.round(value * 10) / 10;
 
-/** `*_nodejs_heap_size_used_bytes` from a process's Prometheus `/metrics` (bounded by a 2 s timeout). */
-export async function v8HeapUsed(metricsUrl: string): Promise<number | undefined> {
+/**
+ * `*_nodejs_heap_size_used_bytes` and `*_nodejs_external_memory_bytes` from a process's Prometheus
+ * `/metrics` (bounded by a 2 s timeout); a figure missing from the text is undefined.
+ */
+export async function memoryFromMetrics(
+  metricsUrl: string,
+): Promise<{ heapBytes: number | undefined; externalBytes: number | undefined }> {
   const response = await fetch(metricsUrl, { signal: AbortSignal.timeout(2_000) });
-  const match = /^\w*nodejs_heap_size_used_bytes (\S+)$/m.exec(await response.text());
-  return match ? Number(match[1]) : undefined;
+  const text = await response.text();
+  const read = (name: string) => {
+    const match = new RegExp(`^\\w*${name} (\\S+)$`, 'm').exec(text);
+    return match ? Number(match[1]) : undefined;
+  };
+  return { heapBytes: read('nodejs_heap_size_used_bytes'), externalBytes: read('nodejs_external_memory_bytes') };
 }
 
 /** `INFO memory`'s used_memory, over a raw connection (bounded by a 2 s timeout). */

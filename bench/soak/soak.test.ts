@@ -7,7 +7,15 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { type CommittedEvent, checkLedger, type LedgerInput, type SubscriberFrame } from './ledger.js';
 import type { SoakResults } from './report.js';
-import { type ProcessSample, RSS_SETTLING_MS, redisKeyKind, settledHeap, settledRss, v8HeapUsed } from './resources.js';
+import {
+  memoryFromMetrics,
+  type ProcessSample,
+  RSS_SETTLING_MS,
+  redisKeyKind,
+  settledExternal,
+  settledHeap,
+  settledRss,
+} from './resources.js';
 import { IMAGE_MALLOC_ARENA_MAX } from './topology.js';
 
 // The soak's ledger is arithmetic over what a run recorded; it is pinned here on crafted inputs (a balanced
@@ -132,16 +140,38 @@ describe('the RSS slope once settled', () => {
     expect(settledHeap(samples(45, ramp), 60_000)).toEqual({ heapSlopeMbPerHour: null, settledHeapFloorsMb: [] });
   });
 
-  it("reads a process's V8 heap in use from its Prometheus text, and nothing from text without it", async () => {
+  it('reads external memory apart from the heap: buffers kept alive rise while the heap floor stays flat', () => {
+    const sawtooth = (minute: number) => 40 + 30 * (((minute * 60) % 40) / 40);
+    const growing = samples(45, ramp).map((sample) => ({
+      ...sample,
+      heapMb: sawtooth(sample.t / 60_000),
+      externalMb: 5 + sawtooth(sample.t / 60_000) / 10 + (3 * sample.t) / 3_600_000,
+    }));
+    expect(settledHeap(growing, 60_000).heapSlopeMbPerHour).toBe(0);
+    expect(settledExternal(growing, 60_000).externalSlopeMbPerHour).toBeCloseTo(3, 0);
+    expect(settledExternal(samples(45, ramp), 60_000)).toEqual({
+      externalSlopeMbPerHour: null,
+      settledExternalFloorsMb: [],
+    });
+  });
+
+  it("reads a process's V8 heap in use and external memory from its Prometheus text, and nothing from text without them", async () => {
     let body =
-      '# HELP x\nherald_dispatcher_nodejs_heap_size_total_bytes 90000000\nherald_dispatcher_nodejs_heap_size_used_bytes 52428800\n';
+      '# HELP x\nherald_dispatcher_nodejs_heap_size_total_bytes 90000000\nherald_dispatcher_nodejs_heap_size_used_bytes 52428800\n' +
+      'herald_dispatcher_nodejs_external_memory_bytes 3145728\n';
     const server = createServer((_request, response) => response.end(body));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as { port: number };
     try {
-      expect(await v8HeapUsed(`http://127.0.0.1:${port}/metrics`)).toBe(52_428_800);
+      expect(await memoryFromMetrics(`http://127.0.0.1:${port}/metrics`)).toEqual({
+        heapBytes: 52_428_800,
+        externalBytes: 3_145_728,
+      });
       body = 'herald_api_process_resident_memory_bytes 1\n';
-      expect(await v8HeapUsed(`http://127.0.0.1:${port}/metrics`)).toBeUndefined();
+      expect(await memoryFromMetrics(`http://127.0.0.1:${port}/metrics`)).toEqual({
+        heapBytes: undefined,
+        externalBytes: undefined,
+      });
     } finally {
       server.close();
     }

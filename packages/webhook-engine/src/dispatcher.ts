@@ -370,25 +370,40 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     },
     async readiness() {
       if (state !== 'running') return notReady(state === 'idle' ? 'not started' : state);
-      const passes = [relay.readiness(), scheduler.readiness()].find((answer) => !answer.ready);
-      if (passes) return passes;
+      // The stores first, so that an outage is named by its cause for as long as it lasts (the loops'
+      // passes fail because of it); each ping answers within READINESS_PING_MS or counts as down.
       const [queueUp, databaseUp] = await Promise.all([
-        queue.ping().then(
-          () => true,
-          () => false,
-        ),
-        db
-          .selectNoFrom((eb) => eb.lit(1).as('one'))
-          .execute()
-          .then(
-            () => true,
-            () => false,
-          ),
+        answersWithin(() => queue.ping(), READINESS_PING_MS),
+        answersWithin(() => db.selectNoFrom((eb) => eb.lit(1).as('one')).execute(), READINESS_PING_MS),
       ]);
       if (!databaseUp) return notReady('database unreachable');
-      return queueUp ? READY : notReady('queue unreachable');
+      if (!queueUp) return notReady('queue unreachable');
+      return [relay.readiness(), scheduler.readiness()].find((answer) => !answer.ready) ?? READY;
     },
   };
+}
+
+/**
+ * How long a readiness ping may take before its store counts as unreachable: under the 2 s after which
+ * Kubernetes gives up on the probe (k8s/base), so a hung store gets a 503 with its reason, not a timeout.
+ */
+export const READINESS_PING_MS = 1_000;
+
+/** Whether `ping` resolves within `ms` (a rejection or no answer in time: false). */
+function answersWithin(ping: () => Promise<unknown>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    ping().then(
+      () => {
+        clearTimeout(timer);
+        resolve(true);
+      },
+      () => {
+        clearTimeout(timer);
+        resolve(false);
+      },
+    );
+  });
 }
 
 async function countWhere(db: Kysely<Database>, query: ReturnType<typeof sql<{ n: number }>>): Promise<number> {

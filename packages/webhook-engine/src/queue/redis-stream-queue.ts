@@ -263,6 +263,9 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
       }
     },
     async ping() {
+      // A command sent while the connection is down waits in ioredis' offline queue until the client
+      // gives up on it (10 s and more): the readiness probe must hear "unreachable" now.
+      if (commands.status !== 'ready') throw new Error(`Redis connection is ${commands.status}`);
       await commands.ping();
     },
     onReset(listener) {

@@ -226,3 +226,45 @@ describe('deliver', () => {
     }
   });
 });
+
+describe('the parsed-URL cache', () => {
+  it('parses a URL once while it is cached, and keeps the last 1,000 URLs used, no more', async () => {
+    // A private IP-literal host is checked against the policy each time its URL is parsed, so a policy
+    // that counts its reads counts the parses (refused URLs are cached too, and never connect anywhere).
+    let parses = 0;
+    const policy = {
+      get allowPrivateUrls() {
+        parses++;
+        return false;
+      },
+    };
+    const cached = createDeliverer({ timeoutMs: 300, policy });
+    const url = (n: number) => `http://10.1.${Math.floor(n / 256)}.${n % 256}/hook`;
+    const deliver = async (n: number) => {
+      const outcome = await cached.deliver({ endpointId: `we_cache_${n}`, url: url(n), body: '{}', headers: {} });
+      expect(outcome.error).toMatch(/^refused: .*private/);
+    };
+    try {
+      await deliver(0);
+      const perParse = parses;
+      // Guards the count itself: were the policy no longer read per parse, this test would prove nothing.
+      expect(perParse).toBeGreaterThan(0);
+      // Used: the same URL again is not parsed again.
+      await deliver(0);
+      await deliver(0);
+      expect(parses).toBe(perParse);
+
+      // Bounded (deliver.ts's MAX_CACHED_URLS, 1,000): 1,000 more URLs push URL 0, the least recently used, out…
+      for (let n = 1; n <= 1_000; n++) await deliver(n);
+      expect(parses).toBe(1_001 * perParse);
+      // …and those 1,000 are all still there…
+      for (let n = 1; n <= 1_000; n++) await deliver(n);
+      expect(parses).toBe(1_001 * perParse);
+      // …while URL 0 is parsed again.
+      await deliver(0);
+      expect(parses).toBe(1_002 * perParse);
+    } finally {
+      await cached.close();
+    }
+  });
+});

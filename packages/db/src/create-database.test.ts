@@ -101,6 +101,34 @@ describe('createDatabase when PostgreSQL is not there', () => {
   });
 });
 
+describe('createDatabase when PostgreSQL hangs', () => {
+  it("gives up a ping within a second, under Kubernetes' 2 s probe timeout, on a server that never answers", async () => {
+    // Accepts connections and says nothing, as a frozen server (SIGSTOP) whose socket is still open.
+    const silent = new Set<import('node:net').Socket>();
+    const frozen = createServer((socket) => silent.add(socket));
+    await new Promise<void>((resolve) => frozen.listen(0, '127.0.0.1', resolve));
+    const { port } = frozen.address() as { port: number };
+    const hung = await createDatabase({ kind: 'postgres', url: `postgres://postgres@127.0.0.1:${port}/none` });
+    try {
+      const started = performance.now();
+      const error = await hung.ping().then(
+        () => undefined,
+        (caught: unknown) => caught,
+      );
+      expect(error).toMatchObject({
+        name: 'DatabasePingTimeoutError',
+        message: 'database did not answer within 1000 ms',
+      });
+      // Its own deadline ended it (not a refused or dropped connection); the bound is loose for a busy machine.
+      expect(performance.now() - started).toBeGreaterThanOrEqual(900);
+    } finally {
+      for (const socket of silent) socket.destroy();
+      await hung.close().catch(() => {});
+      await new Promise((resolve) => frozen.close(resolve));
+    }
+  });
+});
+
 describe('isDatabaseUnavailableError', () => {
   it('tells a vanished server from a wrong statement', () => {
     const terminated = Object.assign(new Error('terminating connection due to administrator command'), {

@@ -31,8 +31,11 @@ const TCP_KEEPALIVE_INITIAL_DELAY_MS = 10_000;
  * seconds on a healthy server.
  */
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
-/** `ping` (the readiness probe) gives up after this long: a hung database is an unready one. */
-const PING_TIMEOUT_MS = 2_000;
+/**
+ * `ping` (the readiness probe) gives up after this long: a hung database is an unready one. Under the
+ * 2 s after which Kubernetes gives up on the probe (k8s/base), so a hung database gets a 503 naming it.
+ */
+const PING_TIMEOUT_MS = 1_000;
 
 export type DatabaseConfig =
   /** PostgreSQL server; each query takes a pooled connection and gives it back at once. */

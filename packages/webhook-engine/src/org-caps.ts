@@ -1,11 +1,12 @@
 import { type Database, findWebhookInFlightOverrides } from '@herald/db';
 import type { Kysely } from 'kysely';
+import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 
 /** An organisation's cap is read again from the database this long after it was last read. */
 export const ORG_CAP_REFRESH_MS = 10_000;
-/** Organisations remembered at most (past it, all are forgotten and read again as they come). */
-const MAX_ORGS_KEPT = 10_000;
+/** Organisations remembered at most (past it the least recently used is forgotten, read again when asked for). */
+export const MAX_ORGS_KEPT = 10_000;
 
 /**
  * Each organisation's `TENANT_WEBHOOK_ATTEMPTS_IN_FLIGHT`: its override in `organization_limits`
@@ -25,7 +26,7 @@ export function createOrgCaps(options: {
   onChange(orgId: string): void;
   logger: Logger;
 }): OrgCaps {
-  const caps = new Map<string, { cap: number; readAt: number }>();
+  const caps = new LRUCache<string, { cap: number; readAt: number }>({ max: MAX_ORGS_KEPT });
   const toRead = new Set<string>();
   let reading = false;
 
@@ -40,10 +41,9 @@ export function createOrgCaps(options: {
     } catch (error) {
       options.logger.warn({ err: error }, "reading organisations' webhook in-flight overrides failed");
     }
-    if (caps.size + orgIds.length > MAX_ORGS_KEPT) caps.clear();
     const readAt = Date.now();
     for (const orgId of orgIds) {
-      const before = caps.get(orgId)?.cap;
+      const before = caps.peek(orgId)?.cap;
       // A failed read keeps what was known (the default for an organisation never read).
       const cap = found ? (found.get(orgId) ?? options.defaultCap) : (before ?? options.defaultCap);
       caps.set(orgId, { cap, readAt });

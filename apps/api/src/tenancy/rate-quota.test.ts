@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient, type RedisClient } from '@herald/config/redis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createRateQuota, type RateQuota } from './rate-quota.js';
+import { createRateQuota, MAX_BATCHES, MAX_LIMITERS, type RateQuota } from './rate-quota.js';
 
 // The rate quota on a real Redis: batches taken per pod never let the cluster past the limit in a
 // window, and cost far fewer round trips than one per unit.
@@ -74,6 +74,62 @@ describe('rate quota with Redis', () => {
       if (allowed === undefined) continue;
       expect(allowed).toBeLessThanOrEqual(1_000);
       expect(allowed).toBeGreaterThanOrEqual(900);
+      return;
+    }
+    throw new Error('no attempt fitted in one window');
+  });
+});
+
+describe('rate quota memory bounds', () => {
+  it('past MAX_LIMITERS limits forgets the counts of the least recently used limit, not one used since', async () => {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      // Without Redis: each distinct limit has its own in-memory limiter, holding its subjects' counts.
+      const quota = createRateQuota({
+        redis: undefined,
+        keyPrefix: `herald-rate-${randomUUID()}`,
+        pods: () => 1,
+        onRedisError: (error) => {
+          throw error;
+        },
+      });
+      const startedAt = performance.now();
+      await quota.consume('org:kept', 10);
+      await quota.consume('org:gone', 11);
+      for (let limit = 12; limit < 12 + MAX_LIMITERS - 2; limit++) await quota.consume('org:filler', limit);
+      await quota.consume('org:kept', 10); // limit 10 used again: 11 is the least recently used
+      await quota.consume('org:new', 1_000); // one limit more than kept
+      const kept = await quota.current('org:kept', 10);
+      const gone = await quota.current('org:gone', 11);
+      if (performance.now() - startedAt > 900) continue;
+      expect(kept).toBe(2);
+      // Its limiter was dropped: a new one counts from nothing.
+      expect(gone).toBe(0);
+      return;
+    }
+    throw new Error('no attempt fitted in one window');
+  });
+
+  it('past MAX_BATCHES subjects forgets the least recently used batch, not one used since', async () => {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const quota = pod(`herald-rate-${randomUUID()}`, 1);
+      // A quota of 1,000: batches of 100, each spent from memory until its window ends.
+      const startedAt = performance.now();
+      await quota.consume('org:oldest', 1_000);
+      await quota.consume('org:kept', 1_000);
+      await Promise.all(Array.from({ length: MAX_BATCHES - 2 }, (_, i) => quota.consume(`org:filler-${i}`, 1_000)));
+      await quota.consume('org:kept', 1_000); // from its batch: now the most recently used
+      commands.length = 0;
+      const sent = () => commands.filter((name) => name !== 'ping').length;
+      await quota.consume('org:new', 1_000); // a batch for one subject more than kept
+      const forNew = sent();
+      await quota.consume('org:kept', 1_000);
+      const forKept = sent() - forNew;
+      await quota.consume('org:oldest', 1_000);
+      const forOldest = sent() - forNew - forKept;
+      if (performance.now() - startedAt > 900) continue;
+      // Still spent from its batch, while the oldest batch (its window not over) was dropped.
+      expect(forKept).toBe(0);
+      expect(forOldest).toBe(1);
       return;
     }
     throw new Error('no attempt fitted in one window');

@@ -1,10 +1,11 @@
 import type { RedisClient } from '@herald/config/redis';
+import { LRUCache } from 'lru-cache';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 
 /** A rate quota counts per second; a burst of one second's worth passes at once. */
 const WINDOW_SECONDS = 1;
-/** Distinct limits kept with their limiters (overrides are few; a new value past this drops them all). */
-const MAX_LIMITERS = 256;
+/** Distinct limits kept with their limiters (overrides are few; past this the least recently used goes). */
+export const MAX_LIMITERS = 256;
 /**
  * With Redis, a pod takes units in batches of a tenth of its share (`limit / pods / 10`, when that is
  * more than one) and spends them locally until its window ends: one round trip per batch instead of one
@@ -16,8 +17,8 @@ const BATCHES_PER_SHARE = 10;
 const MAX_BATCH_ROUNDS = 4;
 /** `takeBatch`'s answer when Redis failed. */
 const REDIS_FAILED = -1;
-/** Subjects with a batch in hand remembered at most (past it they are all dropped, and taken afresh). */
-const MAX_BATCHES = 10_000;
+/** Subjects with a batch in hand remembered at most (past it the least recently used is dropped). */
+export const MAX_BATCHES = 10_000;
 
 export interface RateQuotaOptions {
   /** Cluster mode: the counters live here, shared by every pod; undefined keeps them in this process. */
@@ -74,8 +75,8 @@ interface Batch {
  * every request through, and a check never throws.
  */
 export function createRateQuota(options: RateQuotaOptions): RateQuota {
-  const limiters = new Map<number, Limiters>();
-  const batches = new Map<string, Batch>();
+  const limiters = new LRUCache<number, Limiters>({ max: MAX_LIMITERS });
+  const batches = new LRUCache<string, Batch>({ max: MAX_BATCHES });
   const inFlight = new Map<string, Promise<number>>();
 
   function limitersFor(limit: number): Limiters {
@@ -83,7 +84,6 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
     const localPoints = options.redis ? Math.max(1, Math.ceil(limit / pods)) : limit;
     let found = limiters.get(limit);
     if (found && found.localPoints === localPoints) return found;
-    if (limiters.size >= MAX_LIMITERS) limiters.clear();
     found = {
       shared: options.redis
         ? (found?.shared ??
@@ -152,7 +152,6 @@ export function createRateQuota(options: RateQuotaOptions): RateQuota {
       if (granted <= 0) return retryAfter(refusal);
       msBeforeNext = refusal.msBeforeNext;
     }
-    if (batches.size >= MAX_BATCHES) batches.clear();
     batches.set(key, { left: granted, endsAt: Date.now() + msBeforeNext });
     return 0;
   }

@@ -35,6 +35,8 @@ interface World {
   harness: DispatcherHarness;
   receiver: TestReceiver;
   base: string;
+  /** Starts another app with the same configuration (stopped at the end of the test). */
+  startAnother(): Promise<DispatcherApp>;
 }
 
 let cleanups: Array<() => Promise<unknown>> = [];
@@ -75,7 +77,12 @@ async function startWorld(behind: 'postgres' | 'redis'): Promise<World> {
   // Migrated by the app already; the harness only writes endpoints and outbox events, directly.
   const harness = await createDispatcherHarness(databaseUrl, redisUrl, schema);
   cleanups.push(() => harness.close());
-  return { app, proxy, harness, receiver, base: `http://127.0.0.1:${app.address.port}` };
+  const startAnother = async () => {
+    const another = await startDispatcherApp(config, pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }));
+    cleanups.push(() => another.stop());
+    return another;
+  };
+  return { app, proxy, harness, receiver, base: `http://127.0.0.1:${app.address.port}`, startAnother };
 }
 
 /** `url` with its host and port replaced by the proxy's (credentials, database and options kept). */
@@ -150,6 +157,8 @@ async function delivered(world: World, path: string, eventId: string, withinMs: 
  * each one's back-off ends and a pass succeeds.
  */
 const AWAY_HOLD_MS = 3_000;
+/** A stop while Redis is away: its queue ping's second, then the parts' own stops (no POST in flight). */
+const STOPS_WITHIN_MS = 15_000;
 
 describe('the dispatcher app /readiness during a real outage', () => {
   it('answers 503 "database unreachable" once PostgreSQL is cut, then 200 again by itself; nothing is lost', async () => {
@@ -205,5 +214,24 @@ describe('the dispatcher app /readiness during a real outage', () => {
     const up = await probeUntil(world.base, isReady, SHOWS_WITHIN_MS);
     expect(up.at(-1), timeline(up)).toMatchObject({ status: 200, body: { status: 'ready' } });
     expect(await delivered(world, '/redis', during!, SHOWS_WITHIN_MS)).toBe(true);
+  }, 120_000);
+
+  it('stops within seconds while Redis is cut, and a dispatcher started once it is back delivers what was published meanwhile', async () => {
+    const world = await startWorld('redis');
+    await world.harness.createEndpoint('org-redis-stop', world.receiver.url('/stop'));
+    world.proxy.cut();
+    const [during] = await world.harness.publish('org-redis-stop');
+    // The relay's pass has fanned the event out and waits to XADD it; the consumer waits on its read.
+    await probeUntil(world.base, notReadyBecause('queue unreachable'), SHOWS_WITHIN_MS);
+    // The commands waiting for Redis used to hold the stop 40 s and more (a pass's XADD, the blocked read).
+    const stopped = await Promise.race([
+      world.app.stop().then(() => 'stopped'),
+      new Promise((resolve) => setTimeout(() => resolve('still stopping'), STOPS_WITHIN_MS)),
+    ]);
+    expect(stopped).toBe('stopped');
+
+    world.proxy.restore();
+    await world.startAnother();
+    expect(await delivered(world, '/stop', during!, SHOWS_WITHIN_MS)).toBe(true);
   }, 120_000);
 });

@@ -351,8 +351,14 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           return;
         }
         state = 'stopping';
+        // A queue that cannot be reached now would hold the loops' stops (a pass's XADD, the blocked read)
+        // for as long as its client keeps their commands, 10 to 60 s and more: they get STOP_WAIT_QUEUE_AWAY_MS.
+        // What those commands carried is handed out again once it is back (work entries are hints).
+        const queueAway = !(await answersWithin(() => queue.ping(), READINESS_PING_MS));
+        if (queueAway) logger.warn('webhook queue unreachable while stopping: its commands in waiting are not awaited');
         await listener?.stop();
-        await Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
+        const loops = Promise.all([relay.stop(), scheduler.stop(), retention.stop(), consumer.stop()]);
+        await (queueAway ? answersWithin(() => loops, STOP_WAIT_QUEUE_AWAY_MS) : loops);
         // Lanes end once their POSTs in flight are recorded; those records settle (durable, dead letters
         // streamed) here.
         await lanes?.drain();
@@ -388,6 +394,8 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
  * Kubernetes gives up on the probe (k8s/base), so a hung store gets a 503 with its reason, not a timeout.
  */
 export const READINESS_PING_MS = 1_000;
+/** How long a stop waits for its loops while the queue is unreachable (see `stop`). */
+const STOP_WAIT_QUEUE_AWAY_MS = 2_000;
 
 /** Whether `ping` resolves within `ms` (a rejection or no answer in time: false). */
 function answersWithin(ping: () => Promise<unknown>, ms: number): Promise<boolean> {

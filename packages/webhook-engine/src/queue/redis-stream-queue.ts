@@ -273,7 +273,9 @@ export function createRedisStreamQueue(options: RedisStreamQueueOptions): Webhoo
     },
     async close() {
       blocking.disconnect();
-      await commands.quit().catch(() => commands.disconnect());
+      // A QUIT sent while Redis is away would wait in the offline queue: only a connected client says goodbye.
+      if (commands.status === 'ready') await commands.quit().catch(() => commands.disconnect());
+      else commands.disconnect();
     },
   };
 }

@@ -234,6 +234,8 @@ function createQuotas(
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
     concurrentOperationsPerPod: config.concurrentOperationsPerPod,
+    // Alone on the pod, a tenant may keep every connection of the pool busy (PGlite has one).
+    concurrentOperationsAlone: config.database.kind === 'postgres' ? config.database.poolMax : undefined,
     onTurnWait: () => metrics.tenantOperationsWaited.inc(),
     // The in-process dispatcher counts its own; with Redis, the permits the dispatcher processes hold.
     webhookAttemptsInFlight: webhookDispatcher

@@ -3,6 +3,7 @@ import { waitFor } from '@herald/testing/ports';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
+import { SHARED_FOR_MS } from './operation-turns.js';
 
 // An organisation's HTTP operations take turns on the pod (TENANT_CONCURRENT_OPERATIONS_PER_POD, here 1),
 // through a real server on PostgreSQL: the `posts` table is locked by the test, so a posts query that
@@ -96,24 +97,28 @@ describe('operation turns over HTTP', () => {
 
       const unlock = await lockPosts();
       try {
+        // B has a query running: A shares the pod and is held to its one turn (alone, it would get the
+        // pool's ten; the next test).
+        const bRunning = query(door, tokenB, 'org-turns-b');
+        await waitFor('B’s first query at the database', async () => (await atTheDatabase()) === 1);
         const first = query(door, tokenA, 'org-turns-a');
-        await waitFor('A’s first query at the database', async () => (await atTheDatabase()) === 1);
+        await waitFor('A’s first query at the database', async () => (await atTheDatabase()) === 2);
         const leaving = new AbortController();
         const gone = query(door, tokenA, 'org-turns-a', leaving.signal).catch((error: Error) => error);
         const rest = [query(door, tokenA, 'org-turns-a'), query(door, tokenA, 'org-turns-a')];
         await waitFor('A’s three others waiting their turn', async () => (await waited()) - waitedBefore === 3);
         // B is not behind A's queue: its query goes straight to the database.
         const b = query(door, tokenB, 'org-turns-b');
-        await waitFor('B’s query at the database', async () => (await atTheDatabase()) === 2);
+        await waitFor('B’s query at the database', async () => (await atTheDatabase()) === 3);
         // A's waiting ones never reached it.
-        expect(await atTheDatabase()).toBe(2);
+        expect(await atTheDatabase()).toBe(3);
 
         // One of A's waiting clients leaves: its place is given back without taking a turn.
         leaving.abort();
         expect(await gone).toBeInstanceOf(Error);
         await unlock();
 
-        for (const answer of [await first, ...(await Promise.all(rest)), await b]) {
+        for (const answer of [await bRunning, await first, ...(await Promise.all(rest)), await b]) {
           expect(answer.status).toBe(200);
           expect((await answer.json()).errors).toBeUndefined();
         }
@@ -123,10 +128,39 @@ describe('operation turns over HTTP', () => {
         expect(api.app.quotas.turns.tenants).toBe(0);
         // Each door was the one taken: compiled answers only on the fast path.
         if (door === 'yoga') expect(await compiled()).toBe(compiledBefore);
-        else expect(await compiled()).toBeGreaterThanOrEqual(compiledBefore + 6);
+        else expect(await compiled()).toBeGreaterThanOrEqual(compiledBefore + 7);
       } finally {
         await unlock();
       }
     },
   );
+
+  it('lets an organisation alone on the pod use the pool, and holds it to its turn once another arrives', async () => {
+    const tokenA = await api.token({ sub: 'a', orgs: ['org-turns-a'] });
+    const tokenB = await api.token({ sub: 'b', orgs: ['org-turns-b'] });
+    expect((await query('fast path', tokenA, 'org-turns-a')).status).toBe(200);
+    // Nobody else has asked for a second: A is alone.
+    await new Promise((resolve) => setTimeout(resolve, SHARED_FOR_MS + 100));
+    const waitedBefore = await waited();
+
+    const unlock = await lockPosts();
+    try {
+      const alone = Array.from({ length: 4 }, () => query('fast path', tokenA, 'org-turns-a'));
+      await waitFor('A’s four queries at the database', async () => (await atTheDatabase()) === 4);
+      expect((await waited()) - waitedBefore).toBe(0);
+
+      const b = query('fast path', tokenB, 'org-turns-b');
+      await waitFor('B’s query at the database', async () => (await atTheDatabase()) === 5);
+      // Now A shares the pod: its four run on, its next two wait for it to be under one turn again.
+      const held = [query('fast path', tokenA, 'org-turns-a'), query('fast path', tokenA, 'org-turns-a')];
+      await waitFor('A’s next two waiting', async () => (await waited()) - waitedBefore === 2);
+      expect(await atTheDatabase()).toBe(5);
+
+      await unlock();
+      for (const answer of await Promise.all([...alone, b, ...held])) expect(answer.status).toBe(200);
+      expect(api.app.quotas.turns.waiting).toBe(0);
+    } finally {
+      await unlock();
+    }
+  });
 });

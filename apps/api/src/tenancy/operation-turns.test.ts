@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createOperationTurns, type Turn } from './operation-turns.js';
+import { createOperationTurns, SHARED_FOR_MS, type Turn } from './operation-turns.js';
 
 /** Whether `turn` has been given its turn yet (true), was given back waiting (false), or still waits. */
 async function outcome(turn: Turn): Promise<boolean | 'waiting'> {
@@ -129,5 +129,76 @@ describe('operation turns', () => {
     expect(turns.on).toBe(false);
     for (let i = 0; i < 100; i++) expect(turns.ask('org:a').ready).toBeUndefined();
     expect(turns.waiting).toBe(0);
+  });
+
+  describe('a tenant alone on the pod', () => {
+    /** A hand-moved clock, so "the last second" is exact. */
+    function clock() {
+      let at = 10_000;
+      return { now: () => at, advance: (ms: number) => (at += ms) };
+    }
+
+    it('runs up to `alone` operations at once while no other tenant asks', async () => {
+      const time = clock();
+      const turns = createOperationTurns(2, undefined, { alone: 5, now: time.now });
+      const asked = Array.from({ length: 7 }, () => turns.ask('org:a'));
+      expect(asked.slice(0, 5).every((turn) => turn.ready === undefined)).toBe(true);
+      expect(await outcome(asked[5]!)).toBe('waiting');
+      expect(turns.waiting).toBe(2);
+      asked[0]!.give();
+      await nextLoopTurn();
+      expect(await outcome(asked[5]!)).toBe(true);
+      expect(await outcome(asked[6]!)).toBe('waiting');
+    });
+
+    it('is back to perTenant as soon as another tenant asks, and stays there for a second after', async () => {
+      const time = clock();
+      const turns = createOperationTurns(2, undefined, { alone: 5, now: time.now });
+      const a = Array.from({ length: 5 }, () => turns.ask('org:a'));
+      expect(a.every((turn) => turn.ready === undefined)).toBe(true);
+      turns.ask('org:b').give();
+      // A's five run to their end; its next waits until it is under two again.
+      const waiting = turns.ask('org:a');
+      for (const turn of a.slice(0, 3)) turn.give();
+      await nextLoopTurn();
+      expect(await outcome(waiting)).toBe('waiting');
+      a[3]!.give();
+      await nextLoopTurn();
+      expect(await outcome(waiting)).toBe(true);
+
+      // B asked nothing more: within the second A is still held to two, after it to five again.
+      time.advance(SHARED_FOR_MS - 1);
+      const held = [turns.ask('org:a'), turns.ask('org:a')];
+      expect(held.every((turn) => turn.ready !== undefined)).toBe(true);
+      time.advance(2);
+      a[4]!.give();
+      await nextLoopTurn();
+      await nextLoopTurn();
+      expect(await outcome(held[0]!)).toBe(true);
+      expect(await outcome(held[1]!)).toBe(true);
+      expect(turns.waiting).toBe(0);
+    });
+
+    it('is not alone while another tenant has an operation running, however long ago it asked', async () => {
+      const time = clock();
+      const turns = createOperationTurns(1, undefined, { alone: 4, now: time.now });
+      const b = turns.ask('org:b');
+      const a = turns.ask('org:a');
+      time.advance(10 * SHARED_FOR_MS);
+      const second = turns.ask('org:a');
+      expect(await outcome(second)).toBe('waiting');
+      b.give();
+      time.advance(SHARED_FOR_MS + 1);
+      a.give();
+      await nextLoopTurn();
+      expect(await outcome(second)).toBe(true);
+      expect(turns.ask('org:a').ready).toBeUndefined();
+    });
+
+    it('without `alone` a lone tenant is held to perTenant as before', async () => {
+      const turns = createOperationTurns(2);
+      const asked = Array.from({ length: 3 }, () => turns.ask('org:a'));
+      expect(await outcome(asked[2]!)).toBe('waiting');
+    });
   });
 });

@@ -9,6 +9,12 @@
  * A waiting operation is let go from `setImmediate`, never from the microtask that ended the one before
  * it: a tenant's chain of quick operations (refusals answered from memory) yields to the event loop's
  * I/O, where other tenants' requests arrive, between each of its turns.
+ *
+ * A tenant alone on the pod runs up to `alone` operations at once (the database pool's size): holding it
+ * to `perTenant` then protects nobody and leaves connections of the pool idle. It is alone while no other
+ * tenant has asked for a turn in the last {@link SHARED_FOR_MS} and none has an operation running or
+ * waiting. As soon as another asks, it is back to `perTenant`: its operations above that run to their end,
+ * and its waiting ones go only once it is under `perTenant` again.
  */
 export interface OperationTurns {
   /** False when the gate is off: every turn is taken at once and nothing needs giving back. */
@@ -28,6 +34,16 @@ export interface Turn {
   /** Undefined: taken at once. Else resolves with true once taken, false if given back while waiting. */
   readonly ready: Promise<boolean> | undefined;
   give(): void;
+}
+
+/** How long after another tenant's last request a tenant counts as sharing the pod. */
+export const SHARED_FOR_MS = 1_000;
+
+export interface OperationTurnsOptions {
+  /** Operations a tenant alone on the pod runs at once; at least `perTenant`. @default perTenant */
+  alone?: number;
+  /** Milliseconds of a monotonic clock (tests). @default performance.now */
+  now?: () => number;
 }
 
 /** 0: a turn never asked for (the gate is off), 1: waiting, 2: running, 3: given back. */
@@ -71,6 +87,11 @@ class Gate implements OperationTurns {
   waiting = 0;
   readonly letGo = (tenant: Tenant) => this.next(tenant);
   readonly on: boolean;
+  readonly alone: number;
+  readonly now: () => number;
+  /** The subject of the last turn asked; a different one makes every tenant share until `sharedUntil`. */
+  lastSubject: string | undefined = undefined;
+  sharedUntil = 0;
 
   get tenants(): number {
     return this.byTenant.size;
@@ -79,19 +100,38 @@ class Gate implements OperationTurns {
   constructor(
     readonly perTenant: number,
     readonly onWait: () => void,
+    options: OperationTurnsOptions,
   ) {
     this.on = perTenant > 0;
+    this.alone = Math.max(perTenant, options.alone ?? perTenant);
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Operations `tenant` may run at once now: `perTenant`, or `alone` while no other tenant is about. */
+  limit(tenant: Tenant): number {
+    if (this.alone === this.perTenant) return this.perTenant;
+    if (this.byTenant.size > 1 || this.lastSubject !== tenant.subject || this.now() < this.sharedUntil)
+      return this.perTenant;
+    return this.alone;
   }
 
   ask(subject: string): Turn {
     if (!this.on) return FREE_TURN;
+    if (subject !== this.lastSubject) {
+      if (this.lastSubject !== undefined && this.alone !== this.perTenant)
+        this.sharedUntil = this.now() + SHARED_FOR_MS;
+      this.lastSubject = subject;
+    }
     let tenant = this.byTenant.get(subject);
     if (tenant === undefined) {
       tenant = { subject, running: 0, queue: [], head: 0 };
       this.byTenant.set(subject, tenant);
     }
     const turn = new TenantTurn(this, tenant);
-    if (tenant.running < this.perTenant && tenant.head === tenant.queue.length) {
+    if (
+      tenant.head === tenant.queue.length &&
+      (tenant.running < this.perTenant || tenant.running < this.limit(tenant))
+    ) {
       tenant.running++;
       return turn;
     }
@@ -114,7 +154,7 @@ class Gate implements OperationTurns {
   /** Gives the oldest waiting turn of `tenant` its turn, if one is free. */
   next(tenant: Tenant): void {
     const { queue } = tenant;
-    while (tenant.head < queue.length && tenant.running < this.perTenant) {
+    while (tenant.head < queue.length && tenant.running < this.limit(tenant)) {
       const turn = queue[tenant.head]!;
       queue[tenant.head++] = undefined as never;
       if (turn.state !== 1) continue;
@@ -122,6 +162,9 @@ class Gate implements OperationTurns {
       tenant.running++;
       this.waiting--;
       turn.resolve!(true);
+      // Alone, it may have room for more than the one turn its last ended operation freed: the next
+      // one goes on the next turn of the event loop, as any other.
+      if (tenant.head < queue.length && tenant.running < this.limit(tenant)) setImmediate(this.letGo, tenant);
       break;
     }
     if (tenant.head === queue.length) {
@@ -137,6 +180,10 @@ class Gate implements OperationTurns {
  *   is taken at once)
  * @param onWait called each time an operation has to wait for its turn
  */
-export function createOperationTurns(perTenant: number, onWait: () => void = () => {}): OperationTurns {
-  return new Gate(perTenant, onWait);
+export function createOperationTurns(
+  perTenant: number,
+  onWait: () => void = () => {},
+  options: OperationTurnsOptions = {},
+): OperationTurns {
+  return new Gate(perTenant, onWait, options);
 }

@@ -53,6 +53,11 @@ export interface TenantQuotasDeps {
   onFallback: () => void;
   /** HTTP operations one tenant runs at once on this pod (operation-turns.ts); 0: no turns. @default 0 */
   concurrentOperationsPerPod?: number;
+  /**
+   * HTTP operations a tenant alone on this pod runs at once (the database pool's size); undefined: the
+   * same as `concurrentOperationsPerPod`.
+   */
+  concurrentOperationsAlone?: number;
   /** Called each time an HTTP operation waits for its tenant's turn. */
   onTurnWait?: () => void;
   /** The organisation's webhook attempts in flight now (the dispatchers count them). @default 0 */
@@ -188,7 +193,9 @@ export function createTenantQuotas(deps: TenantQuotasDeps): TenantQuotas {
   return {
     defaults: deps.defaults,
     limits,
-    turns: createOperationTurns(deps.concurrentOperationsPerPod ?? 0, deps.onTurnWait),
+    turns: createOperationTurns(deps.concurrentOperationsPerPod ?? 0, deps.onTurnWait, {
+      alone: deps.concurrentOperationsAlone,
+    }),
     get pods() {
       return pods;
     },

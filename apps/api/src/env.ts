@@ -227,7 +227,8 @@ export interface ApiConfig {
   tenantLimits: TenantLimits;
   /**
    * `TENANT_CONCURRENT_OPERATIONS_PER_POD`: HTTP operations one tenant runs at once on this pod; its
-   * further ones wait their turn behind its own (tenancy/operation-turns.ts). 0: no turns.
+   * further ones wait their turn behind its own (tenancy/operation-turns.ts). A tenant alone on the pod
+   * runs up to `DATABASE_POOL_MAX`. 0: no turns.
    */
   concurrentOperationsPerPod: number;
 }

@@ -32,6 +32,8 @@ export interface RateQuotaOptions {
   pods: () => number;
   /** Called when Redis failed a check and the local share answered instead. */
   onRedisError: (error: unknown) => void;
+  /** Subjects whose batches are kept (least recently used dropped past it). @default MAX_BATCHES */
+  maxBatches?: number;
 }
 
 export interface RateQuota {
@@ -76,7 +78,7 @@ interface Batch {
  */
 export function createRateQuota(options: RateQuotaOptions): RateQuota {
   const limiters = new LRUCache<number, Limiters>({ max: MAX_LIMITERS });
-  const batches = new LRUCache<string, Batch>({ max: MAX_BATCHES });
+  const batches = new LRUCache<string, Batch>({ max: options.maxBatches ?? MAX_BATCHES });
   const inFlight = new Map<string, Promise<number>>();
 
   function limitersFor(limit: number): Limiters {

@@ -64,10 +64,12 @@ async function pump(registry: Registry, group: Group) {
 /**
  * Members written to before the broadcast lets the event loop run (`setImmediate`): a group of
  * thousands (one organisation's subscribers) would otherwise hold the pod for its whole fan-out, every
- * other organisation's frames, requests and publishes waiting behind it. 128 frames are 1–2 ms of writes
- * here; a turn of the event loop between slices costs a few µs.
+ * other organisation's frames, requests and publishes waiting behind it. 64 frames are under 1 ms of
+ * writes here; a turn of the event loop between slices costs a few µs. 64 rather than 128: another
+ * organisation's publish crosses the event loop several times (request, database, Redis, its own
+ * fan-out), waiting up to a slice each time (bench/results/noisy-neighbour/slices-64).
  */
-export const BROADCAST_SLICE = 128;
+export const BROADCAST_SLICE = 64;
 
 /** One event's fan-out to a group, possibly over several turns of the event loop. */
 interface Fanout {

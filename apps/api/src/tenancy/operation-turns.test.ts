@@ -201,4 +201,28 @@ describe('operation turns', () => {
       expect(await outcome(asked[2]!)).toBe('waiting');
     });
   });
+
+  it('a hand-over left over from a forgotten tenant record does not touch the record made when it asks again', async () => {
+    const turns = createOperationTurns(2, undefined, { alone: 3, now: () => 0 });
+    const [r1, r2, r3] = [turns.ask('org:a'), turns.ask('org:a'), turns.ask('org:a')];
+    expect(r3!.ready).toBeUndefined(); // alone: three at once
+    const [w1, w2] = [turns.ask('org:a'), turns.ask('org:a')];
+    // Two end in one phase: two hand-overs queued; the first lets w1 go and queues one more.
+    r1!.give();
+    r2!.give();
+    await nextLoopTurn();
+    expect(await outcome(w1!)).toBe(true);
+    expect(await outcome(w2!)).toBe(true);
+    // Everything ends: the record is forgotten; the tenant asks again before the leftover hand-over runs.
+    for (const turn of [r3!, w1!, w2!]) turn.give();
+    const again = [turns.ask('org:a'), turns.ask('org:a'), turns.ask('org:a'), turns.ask('org:a')];
+    expect(turns.tenants).toBe(1);
+    await nextLoopTurn();
+    await nextLoopTurn();
+    // Still one record, holding three running and one waiting.
+    expect(turns.tenants).toBe(1);
+    expect(turns.waiting).toBe(1);
+    expect(await outcome(again[3]!)).toBe('waiting');
+    for (const turn of again) turn.give();
+  });
 });

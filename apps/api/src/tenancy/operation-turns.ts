@@ -153,6 +153,9 @@ class Gate implements OperationTurns {
 
   /** Gives the oldest waiting turn of `tenant` its turn, if one is free. */
   next(tenant: Tenant): void {
+    // A hand-over scheduled before the tenant was forgotten: its record is empty and idle, and the
+    // tenant's current record (if it asked again since) is not this one to touch.
+    if (this.byTenant.get(tenant.subject) !== tenant) return;
     const { queue } = tenant;
     while (tenant.head < queue.length && tenant.running < this.limit(tenant)) {
       const turn = queue[tenant.head]!;

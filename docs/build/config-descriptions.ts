@@ -96,7 +96,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   TENANT_SUBSCRIPTIONS:
     'Active subscriptions per organisation across the cluster; a subscribe past it gets `SUBSCRIPTION_LIMIT_EXCEEDED`, the socket stays open. `0`: no limit. Overridable per organisation.',
   TENANT_CONCURRENT_OPERATIONS_PER_POD:
-    'HTTP operations one tenant (the organisation an operation is counted against, else its caller) runs at once on one pod; its further requests wait, in arrival order, behind its own, never ahead of another tenant\'s. Not a quota: nothing is refused for it. A tenant alone on the pod (no other tenant\'s request in the last second) may run up to `DATABASE_POOL_MAX` at once. `0`: no turns (docs/tenancy.md, "Turns on a pod").',
+    'HTTP operations one tenant (the organisation an operation is counted against, else its caller) runs at once on one pod; its further requests wait, in arrival order, behind its own, never ahead of another tenant\'s. Not a quota: nothing is refused for it. A tenant alone on the pod (no other tenant\'s request in the last second) may run up to `DATABASE_POOL_MAX` − 1 at once (one connection stays free for the next tenant). `0`: no turns (docs/tenancy.md, "Turns on a pod").',
   HERALD_TEST_CRASH_AT:
     'Tests only: the dispatcher kills itself (SIGKILL) at this step of a delivery, to pin crash recovery. Never set it in a deployment.',
   WEBHOOK_CONCURRENCY:

@@ -234,8 +234,13 @@ function createQuotas(
     onRefusal: (quota) => metrics.tenantRefusals.labels(quota).inc(),
     onFallback: () => metrics.tenantQuotaFallbacks.inc(),
     concurrentOperationsPerPod: config.concurrentOperationsPerPod,
-    // Alone on the pod, a tenant may keep every connection of the pool busy (PGlite has one).
-    concurrentOperationsAlone: config.database.kind === 'postgres' ? config.database.poolMax : undefined,
+    // Alone on the pod, a tenant may keep all but one connection of the pool busy: the one left is for
+    // the next tenant's first request, which would otherwise wait for one of the lone tenant's queries to
+    // end (PGlite has one connection: turns as usual).
+    concurrentOperationsAlone:
+      config.database.kind === 'postgres' && config.database.poolMax !== undefined
+        ? config.database.poolMax - 1
+        : undefined,
     onTurnWait: () => metrics.tenantOperationsWaited.inc(),
     // The in-process dispatcher counts its own; with Redis, the permits the dispatcher processes hold.
     webhookAttemptsInFlight: webhookDispatcher

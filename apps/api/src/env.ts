@@ -228,7 +228,7 @@ export interface ApiConfig {
   /**
    * `TENANT_CONCURRENT_OPERATIONS_PER_POD`: HTTP operations one tenant runs at once on this pod; its
    * further ones wait their turn behind its own (tenancy/operation-turns.ts). A tenant alone on the pod
-   * runs up to `DATABASE_POOL_MAX`. 0: no turns.
+   * runs up to `DATABASE_POOL_MAX` − 1. 0: no turns.
    */
   concurrentOperationsPerPod: number;
 }

@@ -163,4 +163,29 @@ describe('operation turns over HTTP', () => {
       await unlock();
     }
   });
+
+  it('leaves one database connection free for the next organisation while another is alone on the pod', async () => {
+    const tokenA = await api.token({ sub: 'a', orgs: ['org-turns-a'] });
+    const tokenB = await api.token({ sub: 'b', orgs: ['org-turns-b'] });
+    expect((await query('fast path', tokenA, 'org-turns-a')).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, SHARED_FOR_MS + 100));
+    const waitedBefore = await waited();
+
+    const unlock = await lockPosts();
+    try {
+      // The pool has 10 connections (the default): alone, A gets 9 of them; its other 3 wait their turn.
+      const alone = Array.from({ length: 12 }, () => query('fast path', tokenA, 'org-turns-a'));
+      await waitFor('A’s three beyond nine waiting', async () => (await waited()) - waitedBefore === 3);
+      await waitFor('A’s nine queries at the database', async () => (await atTheDatabase()) === 9);
+      // B's first request takes the connection left over, with all of A's nine still held.
+      const b = query('fast path', tokenB, 'org-turns-b');
+      await waitFor('B’s query at the database', async () => (await atTheDatabase()) === 10);
+
+      await unlock();
+      for (const answer of await Promise.all([...alone, b])) expect(answer.status).toBe(200);
+      expect(api.app.quotas.turns.waiting).toBe(0);
+    } finally {
+      await unlock();
+    }
+  });
 });

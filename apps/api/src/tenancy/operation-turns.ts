@@ -10,7 +10,8 @@
  * it: a tenant's chain of quick operations (refusals answered from memory) yields to the event loop's
  * I/O, where other tenants' requests arrive, between each of its turns.
  *
- * A tenant alone on the pod runs up to `alone` operations at once (the database pool's size): holding it
+ * A tenant alone on the pod runs up to `alone` operations at once (all but one of the database pool's
+ * connections; the one left is for the next tenant's first request): holding it
  * to `perTenant` then protects nobody and leaves connections of the pool idle. It is alone while no other
  * tenant has asked for a turn in the last {@link SHARED_FOR_MS} and none has an operation running or
  * waiting. As soon as another asks, it is back to `perTenant`: its operations above that run to their end,

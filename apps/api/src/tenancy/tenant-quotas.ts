@@ -54,7 +54,7 @@ export interface TenantQuotasDeps {
   /** HTTP operations one tenant runs at once on this pod (operation-turns.ts); 0: no turns. @default 0 */
   concurrentOperationsPerPod?: number;
   /**
-   * HTTP operations a tenant alone on this pod runs at once (the database pool's size); undefined: the
+   * HTTP operations a tenant alone on this pod runs at once (the database pool's size less one); undefined: the
    * same as `concurrentOperationsPerPod`.
    */
   concurrentOperationsAlone?: number;

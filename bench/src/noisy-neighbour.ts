@@ -22,6 +22,7 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { signToken } from '@herald/auth';
 import { createClient } from 'graphql-ws';
+import pg from 'pg';
 import { WebSocket } from 'ws';
 import { type ApiProcess, startApiProcess } from '../../test/support/api-process.js';
 import { type DispatcherProcess, startDispatcherProcess } from '../../test/support/dispatcher-process.js';
@@ -77,6 +78,8 @@ export interface NoisyResult {
     aDelivered: number;
     aExpected: number;
     bMissing: number;
+    /** Where B's probes spent their time, alone and under A's backlog (absent: not read). */
+    bStages?: { alone?: WebhookStages; storm?: WebhookStages };
   };
   refusal: { refusedCpuUs: number; servedCpuUs: number; refused: number; served: number };
 }
@@ -190,7 +193,9 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
     await call(tokenB, CREATE_ENDPOINT, {
       input: { orgId: orgB, url: `${fast.url}/b`, eventTypes: ['post.published'] },
     });
-    const probeWebhooks = async (label: string, count: number) => {
+    // Each probe's times on the wall clock (ms), for the stages read from the database afterwards.
+    const probeTimes: Record<'alone' | 'storm', WebhookProbe[]> = { alone: [], storm: [] };
+    const probeWebhooks = async (label: 'alone' | 'storm', count: number) => {
       const histogram = new Histogram();
       for (let i = 0; i < count; i++) {
         const created = await call(tokenB, CREATE, { input: { orgId: orgB, title: `${label} hook ${i}` } });
@@ -198,8 +203,13 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
         const arrived = fast.expect(id);
         const started = performance.now();
         await call(tokenB, PUBLISH, { id });
+        const answered = performance.now();
         const at = await arrived;
-        if (Number.isFinite(at)) histogram.record((at - started) * 1000);
+        if (Number.isFinite(at)) {
+          histogram.record((at - started) * 1000);
+          const wall = (t: number) => performance.timeOrigin + t;
+          probeTimes[label].push({ postId: id, started: wall(started), answered: wall(answered), arrived: wall(at) });
+        }
         await sleep(250);
       }
       return histogram.summaryMs();
@@ -240,6 +250,10 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
       aDelivered: slow.distinct(),
       aExpected,
       bMissing: fast.pending(),
+      bStages: {
+        alone: await webhookStages(schema.url, probeTimes.alone).catch(() => undefined),
+        storm: await webhookStages(schema.url, probeTimes.storm).catch(() => undefined),
+      },
     };
 
     // --- the cost of a refusal ----------------------------------------------------------------------
@@ -388,6 +402,104 @@ async function subscribeAll(baseUrl: string, token: string, orgId: string, count
   };
 }
 
+/** One probe of B's webhook path, on the wall clock (ms). */
+interface WebhookProbe {
+  postId: string;
+  started: number;
+  /** publishPost's answer reached B. */
+  answered: number;
+  /** The delivery reached B's receiver. */
+  arrived: number;
+}
+
+/** p50 / p99 / max ms of each stage of B's probes (the slowest probe's stages apart). */
+export interface WebhookStages {
+  probes: number;
+  publish: StagePercentiles;
+  answerToFanOut: StagePercentiles;
+  fanOutToPost: StagePercentiles;
+  postToReceiver: StagePercentiles;
+  /** The slowest probe end to end, stage by stage (ms). */
+  slowest: {
+    totalMs: number;
+    publishMs: number;
+    answerToFanOutMs: number;
+    fanOutToPostMs: number;
+    postToReceiverMs: number;
+  };
+}
+
+interface StagePercentiles {
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+function stagePercentiles(values: number[]): StagePercentiles {
+  const sorted = [...values].sort((a, b) => a - b);
+  const at = (q: number) => round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN, 1);
+  return { p50Ms: at(0.5), p99Ms: at(0.99), maxMs: round(sorted.at(-1) ?? Number.NaN, 1) };
+}
+
+/**
+ * Splits each probe's publish → receiver into: publishPost over HTTP (sent → answered), answered → the
+ * dispatcher's fan-out of the event (its `dispatched_at`), fan-out → the attempt's POST began (its `at`),
+ * POST began → the receiver read it. The database's times and ours are the same machine's wall clock.
+ */
+async function webhookStages(databaseUrl: string, probes: WebhookProbe[]): Promise<WebhookStages | undefined> {
+  if (probes.length === 0) return undefined;
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ post_id: string; fanned_out: string; post_at: string }>(
+      `select event.body::json->'data'->>'id' as post_id,
+         extract(epoch from event.dispatched_at) * 1000 as fanned_out,
+         extract(epoch from attempt.at) * 1000 as post_at
+       from webhook_outbox event
+       join webhook_deliveries delivery on delivery.event_id = event.id
+       cross join lateral (
+         select at from webhook_attempts where delivery_id = delivery.id order by at limit 1
+       ) attempt
+       where event.type = 'post.published' and event.body::json->'data'->>'id' = any($1)`,
+      [probes.map((probe) => probe.postId)],
+    );
+    const byPost = new Map(
+      rows.map((row) => [row.post_id, { fannedOut: Number(row.fanned_out), postAt: Number(row.post_at) }]),
+    );
+    const split = probes.flatMap((probe) => {
+      const at = byPost.get(probe.postId);
+      if (!at) return [];
+      return [
+        {
+          totalMs: probe.arrived - probe.started,
+          publishMs: probe.answered - probe.started,
+          answerToFanOutMs: at.fannedOut - probe.answered,
+          fanOutToPostMs: at.postAt - at.fannedOut,
+          postToReceiverMs: probe.arrived - at.postAt,
+        },
+      ];
+    });
+    if (split.length === 0) return undefined;
+    const slowest = split.reduce((worst, one) => (one.totalMs > worst.totalMs ? one : worst));
+    return {
+      probes: split.length,
+      publish: stagePercentiles(split.map((one) => one.publishMs)),
+      answerToFanOut: stagePercentiles(split.map((one) => one.answerToFanOutMs)),
+      fanOutToPost: stagePercentiles(split.map((one) => one.fanOutToPostMs)),
+      postToReceiver: stagePercentiles(split.map((one) => one.postToReceiverMs)),
+      slowest: {
+        totalMs: round(slowest.totalMs, 1),
+        publishMs: round(slowest.publishMs, 1),
+        answerToFanOutMs: round(slowest.answerToFanOutMs, 1),
+        fanOutToPostMs: round(slowest.fanOutToPostMs, 1),
+        postToReceiverMs: round(slowest.postToReceiverMs, 1),
+      },
+    };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
 interface Receiver {
   url: string;
   arrivals: number;
@@ -482,6 +594,23 @@ export function noisyMarkdown(result: NoisyResult): string {
       hooks,
       `${hooks.aExpected} deliveries on ${A_ENDPOINTS} slow endpoints; at most ${hooks.aMaxInFlight} in flight (cap ${hooks.aInFlightCap}); ${hooks.aDelivered}/${hooks.aExpected} delivered; B missed ${hooks.bMissing}`,
     ),
+    ...(['alone', 'storm'] as const).flatMap((when) => {
+      const stages = hooks.bStages?.[when];
+      if (!stages) return [];
+      const one = (name: string, p: StagePercentiles) => `${name} ${p.p50Ms} / ${p.p99Ms} / ${p.maxMs}`;
+      const worst = stages.slowest;
+      return [
+        '',
+        `B's webhook probes ${when === 'alone' ? 'alone' : 'under A’s backlog'}, stages p50 / p99 / max ms (${stages.probes} probes): ` +
+          [
+            one('publishPost sent → answered', stages.publish),
+            one('answered → dispatcher fan-out', stages.answerToFanOut),
+            one('fan-out → POST began (stream, lane, claim)', stages.fanOutToPost),
+            one('POST began → receiver', stages.postToReceiver),
+          ].join('; ') +
+          `; the slowest probe (${worst.totalMs} ms): ${worst.publishMs} + ${worst.answerToFanOutMs} + ${worst.fanOutToPostMs} + ${worst.postToReceiverMs}.`,
+      ];
+    }),
     '',
     `Cost of a refusal: ${result.refusal.refusedCpuUs} µs of API CPU per refused request (${result.refusal.refused}/4000 refused) beside ${result.refusal.servedCpuUs} µs per served \`posts(first: 10)\` (${result.refusal.served}/4000 served).`,
   ].join('\n');

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, RequestListener, ServerResponse } from 'node:http';
+import { bindToOperation } from '@herald/telemetry';
 import type { ExecutionResult, GraphQLError } from 'graphql';
 import {
   createGraphQLError,
@@ -134,18 +135,21 @@ export function createGraphQLFastPath(options: GraphQLFastPathOptions): RequestL
       received += chunk.length;
     });
     req.on('error', () => res.destroy());
-    req.on('end', () => {
-      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
-      const params = received === length ? parseParams(body) : undefined;
-      if (params === undefined) {
-        // whatwg-node takes a non-empty, async-iterable `req.body` as the body of a consumed request.
-        (req as IncomingMessage & { body?: unknown }).body = new ReadBody(body);
-        toYoga.inc();
-        void yoga(req, res);
-        return;
-      }
-      new FastExchange(shared, req, res, params, startedAt).run();
-    });
+    req.on(
+      'end',
+      bindToOperation(() => {
+        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
+        const params = received === length ? parseParams(body) : undefined;
+        if (params === undefined) {
+          // whatwg-node takes a non-empty, async-iterable `req.body` as the body of a consumed request.
+          (req as IncomingMessage & { body?: unknown }).body = new ReadBody(body);
+          toYoga.inc();
+          void yoga(req, res);
+          return;
+        }
+        new FastExchange(shared, req, res, params, startedAt).run();
+      }),
+    );
   };
 }
 

@@ -55,10 +55,11 @@ function tracedListener(listener: RequestListener, path: string): RequestListene
       span.end();
       release();
     });
-    // The fast path reads the body in `data`/`end` listeners: bound, they run inside the request's span
-    // (an emitter's listeners otherwise run in whatever context emitted the event). The response needs
-    // no binding: it is written from the request's own async chain.
-    context.bind(active, req);
+    // The request emitter is not bound (`context.bind(active, req)`): that puts eight methods on this one
+    // IncomingMessage, a shape of its own, and node's stream code, optimised for the usual shape, is thrown
+    // away and made again for every request after it (bench/results/tracing). The fast path binds its
+    // `end` listener instead (`bindToOperation`); Yoga reads the body through promises, which carry the
+    // context. The response needs no binding: it is written from the request's own async chain.
     context.with(active, () => listener(req, res));
   };
 }

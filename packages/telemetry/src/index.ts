@@ -1,5 +1,6 @@
 export {
   activeTraceparent,
+  bindToOperation,
   contextFromTraceparent,
   detached,
   formatTraceparent,

@@ -12,6 +12,8 @@ interface Seen {
   /** Whether the operation's span was the active one after an await. */
   active: boolean;
   spanId: string;
+  /** `activeTraceparent()` in the operation, and in its emitter's listeners bound and not bound to it. */
+  listener: { own: string; bound: string; unbound: string };
 }
 
 /**
@@ -27,6 +29,8 @@ function runOperations(): {
   after: string[];
   afterExport: { exported: number; symbols: string[]; whileAnswerPending: string[] };
   late: { during: string[]; after: string[] };
+  /** `bindToOperation` outside any operation handed the listener back as it was. */
+  unbound: boolean;
 } {
   const script = `
     const { createServer } = await import('node:http');
@@ -52,7 +56,15 @@ function runOperations(): {
       return telemetry.runInOperation(parent, span, async () => {
         setTimeout(() => span.end(), 10);
         await new Promise((resolve) => setTimeout(resolve, 5));
+        // An emitter's listeners, the event emitted from outside any operation (a socket's data, say).
+        const { EventEmitter } = await import('node:events');
+        const emitter = new EventEmitter();
+        const heard = {};
+        emitter.on('event', telemetry.bindToOperation(() => { heard.bound = telemetry.activeTraceparent(); }));
+        emitter.on('event', () => { heard.unbound = telemetry.activeTraceparent(); });
+        await new Promise((resolve) => telemetry.detached(() => setImmediate(() => { emitter.emit('event'); resolve(); })));
         return {
+          listener: { ...heard, own: telemetry.activeTraceparent() },
           symbols: symbols(new Promise(() => {})),
           traceparent: telemetry.activeTraceparent(),
           logFields: telemetry.traceLogFields(),
@@ -62,6 +74,8 @@ function runOperations(): {
         };
       });
     };
+    const outsideListener = () => {};
+    const unbound = telemetry.bindToOperation(outsideListener) === outsideListener;
     const unsampled = await operation(ROOT_CONTEXT);
     const sampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-01'));
     const callerUnsampled = await operation(telemetry.contextFromTraceparent('00-${CALLER_TRACE_ID}-${CALLER_SPAN_ID}-00'));
@@ -79,14 +93,14 @@ function runOperations(): {
     await stopping;
     await new Promise((resolve) => setImmediate(resolve));
     const afterExport = { exported, symbols: symbols(new Promise(() => {})), whileAnswerPending };
-    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late }));
+    process.stdout.write(JSON.stringify({ unsampled, sampled, callerUnsampled, after, afterExport, late, unbound }));
     process.exit(0);
   `;
   return runInFreshProcess(script, { OTEL_TRACES_SAMPLER: 'parentbased_always_off' });
 }
 
 describe('the context an operation runs in', () => {
-  const { unsampled, sampled, callerUnsampled, after, afterExport, late } = runOperations();
+  const { unsampled, sampled, callerUnsampled, after, afterExport, late, unbound } = runOperations();
 
   it('is none for a new trace the sampler left out: no async hooks, yet a publish stores "not sampled"', () => {
     // Async hooks would give this promise its async ids and the storage's slot.
@@ -109,6 +123,17 @@ describe('the context an operation runs in', () => {
     expect(callerUnsampled.active).toBe(false);
     expect(callerUnsampled.traceparent).toBe(`00-${CALLER_TRACE_ID}-${callerUnsampled.spanId}-00`);
     expect(callerUnsampled.logFields).toEqual({ trace_id: CALLER_TRACE_ID, span_id: callerUnsampled.spanId });
+  });
+
+  it("runs a listener bound with bindToOperation in the operation's trace, whoever emits the event", () => {
+    for (const seen of [sampled, callerUnsampled]) {
+      expect(seen.listener.bound).toBe(seen.listener.own);
+      expect(seen.listener.own).toContain(CALLER_TRACE_ID);
+      // Not bound, it would publish in a trace of its own.
+      expect(seen.listener.unbound).not.toContain(CALLER_TRACE_ID);
+    }
+    // Outside any operation there is nothing to bind: the listener comes back as it was.
+    expect(unbound).toBe(true);
   });
 
   it('turns the storage, and so async hooks, off again once no operation holds it', () => {

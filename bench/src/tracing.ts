@@ -39,6 +39,12 @@ export const TRACING_PATHS: readonly TracingPath[] = ['http', 'fanout', 'webhook
 /** The goal for ratio 0.01: at most this much more CPU per unit than off. */
 export const RATIO_001_GOAL_PCT = 5;
 
+/**
+ * Warm-up of each HTTP round's new API process, ms (`--http-warmup-ms`): past its first export, which the
+ * batch processor sends 5 s after the first sampled span (see bench/main.ts and bench/results/tracing).
+ */
+export const TRACING_HTTP_WARMUP_MS = 8_000;
+
 export interface TracingConfig {
   databaseUrl: string | undefined;
   /** The webhook path needs it (the dispatcher's work stream). */

@@ -15,7 +15,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { signToken } from '@herald/auth';
 import pg from 'pg';
 import { Pool } from 'undici';
-import { startApiProcess } from '../../test/support/api-process.js';
+import { type ApiProcess, startApiProcess } from '../../test/support/api-process.js';
 import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
 import { startOtlpSink } from '../src/tracing-settings.js';
 
@@ -44,61 +44,65 @@ await admin.connect();
 await admin.query(`create schema ${schemaName}`);
 const u = new URL(base);
 u.searchParams.set('options', `-c search_path=${schemaName}`);
-const api = await startApiProcess({
-  DATABASE_URL: u.toString(),
-  JWT_SECRET,
-  ...UNLIMITED_TENANT_QUOTAS,
-  OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-  OTEL_TRACES_SAMPLER_ARG: '0',
-  OTEL_EXPORTER_OTLP_ENDPOINT: `${sink.url}/ratio-0.01`,
-});
-const pool = new Pool(api.baseUrl, { connections: 1 });
-const pid = api.child.pid!;
-/** One `posts` request, with a sampled `traceparent` of a new trace when `sampled`. */
-async function req(sampled: boolean) {
-  const headers: Record<string, string> = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
-  if (sampled) headers.traceparent = `00-${hex(32)}-${hex(16)}-01`;
-  const r = await pool.request({ path: '/graphql', method: 'POST', headers, body });
-  const text = await r.body.text();
-  if (r.statusCode !== 200) throw new Error(`bad answer: ${text}`);
-}
-// The posts the queries read: 20, made through the API.
-for (let i = 0; i < 20; i++)
-  await pool
-    .request({
-      path: '/graphql',
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-      body: JSON.stringify({
+let api: ApiProcess | undefined;
+let pool: Pool | undefined;
+try {
+  api = await startApiProcess({
+    DATABASE_URL: u.toString(),
+    JWT_SECRET,
+    ...UNLIMITED_TENANT_QUOTAS,
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: '0',
+    OTEL_EXPORTER_OTLP_ENDPOINT: `${sink.url}/ratio-0.01`,
+  });
+  const client = new Pool(api.baseUrl, { connections: 1 });
+  pool = client;
+  const pid = api.child.pid!;
+  /** One GraphQL request, checked; with a sampled `traceparent` of a new trace when `sampled`. */
+  const graphql = async (requestBody: string, sampled: boolean) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
+    if (sampled) headers.traceparent = `00-${hex(32)}-${hex(16)}-01`;
+    const answer = await client.request({ path: '/graphql', method: 'POST', headers, body: requestBody });
+    const text = await answer.body.text();
+    if (answer.statusCode !== 200 || text.includes('"errors"')) throw new Error(`bad answer: ${text}`);
+  };
+  // The posts the queries read: 20, made through the API.
+  for (let i = 0; i < 20; i++)
+    await graphql(
+      JSON.stringify({
         query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
         variables: { input: { orgId: ORG, title: `p${i}` } },
       }),
-    })
-    .then((r) => r.body.text());
-async function phase(name: string, n: number, sampleEvery: number) {
-  const un: number[] = [],
-    sa: number[] = [];
-  const t0 = cpuNs(pid);
-  for (let i = 0; i < n; i++) {
-    const sampled = sampleEvery > 0 && i % sampleEvery === sampleEvery - 1;
-    const before = cpuNs(pid);
-    await req(sampled);
-    await new Promise((r) => setImmediate(r));
-    (sampled ? sa : un).push(cpuNs(pid) - before);
-  }
-  const total = cpuNs(pid) - t0;
-  const mean = (a: number[]) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length / 1000 : NaN);
-  const med = (a: number[]) => (a.length ? [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]! / 1000 : NaN);
-  console.log(
-    `${name}: total ${(total / n / 1000).toFixed(0)} µs/req; unsampled mean ${mean(un).toFixed(0)} med ${med(un).toFixed(0)} µs; sampled (${sa.length}) mean ${mean(sa).toFixed(0)} med ${med(sa).toFixed(0)} µs; exports ${sink.received('ratio-0.01').exports}`,
-  );
+      false,
+    );
+  /** `n` requests, one in `sampleEvery` sampled (0: none); prints the CPU of each kind. */
+  const phase = async (name: string, n: number, sampleEvery: number) => {
+    const unsampled: number[] = [];
+    const sampled: number[] = [];
+    const startedNs = cpuNs(pid);
+    for (let i = 0; i < n; i++) {
+      const isSampled = sampleEvery > 0 && i % sampleEvery === sampleEvery - 1;
+      const before = cpuNs(pid);
+      await graphql(body, isSampled);
+      await new Promise((resolve) => setImmediate(resolve));
+      (isSampled ? sampled : unsampled).push(cpuNs(pid) - before);
+    }
+    const total = cpuNs(pid) - startedNs;
+    const mean = (a: number[]) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length / 1000 : Number.NaN);
+    const median = (a: number[]) =>
+      a.length ? [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]! / 1000 : Number.NaN;
+    console.log(
+      `${name}: total ${(total / n / 1000).toFixed(0)} µs/req; unsampled mean ${mean(unsampled).toFixed(0)} med ${median(unsampled).toFixed(0)} µs; sampled (${sampled.length}) mean ${mean(sampled).toFixed(0)} med ${median(sampled).toFixed(0)} µs; exports ${sink.received('ratio-0.01').exports}`,
+    );
+  };
+  await phase('warm-up', requests, 0);
+  for (let k = 0; k < 2; k++) await phase('nothing sampled', requests, 0);
+  for (let k = 0; k < phases; k++) await phase(`1 in ${every} sampled`, requests, every);
+  for (let k = 0; k < 2; k++) await phase('nothing sampled again', requests, 0);
+} finally {
+  await pool?.close().catch(() => {});
+  await api?.stop('SIGTERM').catch(() => api?.child.kill('SIGKILL'));
+  await admin.query(`drop schema ${schemaName} cascade`).catch(() => {});
+  await admin.end().catch(() => {});
+  await sink.close();
 }
-await phase('warm-up', requests, 0);
-for (let k = 0; k < 2; k++) await phase('nothing sampled', requests, 0);
-for (let k = 0; k < phases; k++) await phase(`1 in ${every} sampled`, requests, every);
-for (let k = 0; k < 2; k++) await phase('nothing sampled again', requests, 0);
-await pool.close();
-await api.stop('SIGTERM');
-await admin.query(`drop schema ${schemaName} cascade`);
-await admin.end();
-await sink.close();

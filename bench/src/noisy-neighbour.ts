@@ -215,6 +215,10 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
       return histogram.summaryMs();
     };
     const probes = Math.max(10, Math.round(options.probeMs / 300));
+    const stagesUnread = (error: unknown) => {
+      log(`noisy-neighbour: B's webhook stages not read: ${error instanceof Error ? error.message : String(error)}`);
+      return undefined;
+    };
     log('noisy-neighbour: webhooks, B alone');
     const hookAlone = await probeWebhooks('alone', probes);
     log(`noisy-neighbour: webhooks, A's backlog (${A_BACKLOG_POSTS} posts × ${A_ENDPOINTS} endpoints)`);
@@ -251,8 +255,8 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
       aExpected,
       bMissing: fast.pending(),
       bStages: {
-        alone: await webhookStages(schema.url, probeTimes.alone).catch(() => undefined),
-        storm: await webhookStages(schema.url, probeTimes.storm).catch(() => undefined),
+        alone: await webhookStages(schema.url, probeTimes.alone).catch(stagesUnread),
+        storm: await webhookStages(schema.url, probeTimes.storm).catch(stagesUnread),
       },
     };
 
@@ -437,7 +441,8 @@ interface StagePercentiles {
 
 function stagePercentiles(values: number[]): StagePercentiles {
   const sorted = [...values].sort((a, b) => a - b);
-  const at = (q: number) => round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN, 1);
+  // Nearest rank, as Histogram's percentiles (common.ts): of 100 probes, p99 is the 99th.
+  const at = (q: number) => round(sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)] ?? Number.NaN, 1);
   return { p50Ms: at(0.5), p99Ms: at(0.99), maxMs: round(sorted.at(-1) ?? Number.NaN, 1) };
 }
 

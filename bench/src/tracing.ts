@@ -41,7 +41,7 @@ export const RATIO_001_GOAL_PCT = 5;
 
 /**
  * Warm-up of each HTTP round's new API process, ms (`--http-warmup-ms`): past its first export, which the
- * batch processor sends 5 s after the first sampled span (see bench/main.ts and bench/results/tracing).
+ * batch processor sends 5 s after the first sampled span (see bench/src/main.ts and bench/results/tracing).
  */
 export const TRACING_HTTP_WARMUP_MS = 8_000;
 

@@ -105,14 +105,18 @@ export function holdContext(): () => void {
 
 /**
  * `listener` bound to the operation context active here (an emitter's listener that does the operation's
- * work, which would otherwise run in whatever context emitted its event), or `listener` itself while no
- * operation holds a context ({@link holdContext}): then the active context is the root one anyway.
+ * work, which would otherwise run in whatever context emitted its event), or `listener` itself where no
+ * operation's context is active (none holds one, {@link holdContext}, or this is not one of them).
  * Bind listeners, not the emitter: `context.bind(ctx, emitter)` puts eight methods on that one object,
  * a shape of its own, and node's optimised code for the usual shape (streams, sockets) is thrown away
  * and made again for every object after it (bench/results/tracing).
  */
 export function bindToOperation<F extends (...args: never[]) => unknown>(listener: F): F {
-  return tracing && heldOperations > 0 ? context.bind(context.active(), listener) : listener;
+  // While another operation holds the storage on, an untraced request's listener is registered in the
+  // root context: nothing to bind it to.
+  return tracing && heldOperations > 0 && activeSpanContext() !== undefined
+    ? context.bind(context.active(), listener)
+    : listener;
 }
 
 /** Whether an operation holds the context storage on ({@link holdContext}); for start-tracing.ts. */

@@ -135,13 +135,17 @@ describe('operation turns over HTTP', () => {
     },
   );
 
-  it('lets an organisation alone on the pod use the pool, and holds it to its turn once another arrives', async () => {
+  /** A has run a query and nobody else has asked for a second since: A is alone on the pod. */
+  async function aloneOnThePod() {
     const tokenA = await api.token({ sub: 'a', orgs: ['org-turns-a'] });
     const tokenB = await api.token({ sub: 'b', orgs: ['org-turns-b'] });
     expect((await query('fast path', tokenA, 'org-turns-a')).status).toBe(200);
-    // Nobody else has asked for a second: A is alone.
     await new Promise((resolve) => setTimeout(resolve, SHARED_FOR_MS + 100));
-    const waitedBefore = await waited();
+    return { tokenA, tokenB, waitedBefore: await waited() };
+  }
+
+  it('lets an organisation alone on the pod use the pool, and holds it to its turn once another arrives', async () => {
+    const { tokenA, tokenB, waitedBefore } = await aloneOnThePod();
 
     const unlock = await lockPosts();
     try {
@@ -165,11 +169,7 @@ describe('operation turns over HTTP', () => {
   });
 
   it('leaves one database connection free for the next organisation while another is alone on the pod', async () => {
-    const tokenA = await api.token({ sub: 'a', orgs: ['org-turns-a'] });
-    const tokenB = await api.token({ sub: 'b', orgs: ['org-turns-b'] });
-    expect((await query('fast path', tokenA, 'org-turns-a')).status).toBe(200);
-    await new Promise((resolve) => setTimeout(resolve, SHARED_FOR_MS + 100));
-    const waitedBefore = await waited();
+    const { tokenA, tokenB, waitedBefore } = await aloneOnThePod();
 
     const unlock = await lockPosts();
     try {

@@ -39,7 +39,7 @@ import {
   runHttp,
 } from './http.js';
 import { NGINX3_MAX_SOCKETS, startNginxTarget } from './nginx3.js';
-import { noisyMarkdown, runNoisyNeighbour } from './noisy-neighbour.js';
+import { noisyMarkdown, runNoisyNeighbour, STORM_PRIORITIES } from './noisy-neighbour.js';
 import { peerScenarios } from './peers.js';
 import { type CpuProfile, glanceMarkdown, type ProfileSummary, profileMarkdown, summariseProfile } from './profile.js';
 import { PEERS } from './protocol.js';
@@ -115,6 +115,7 @@ const WORD_FLAGS = [
   'herald-env',
   'http-operations',
   'http-targets',
+  'noisy-storm-priority',
   'out',
   'render',
   'scenarios',
@@ -265,6 +266,7 @@ function readWordFlags(args: Args) {
     httpTargets: listFlag(args, 'http-targets', HTTP_TARGET_IDS, HTTP_TARGETS.join(',')),
     httpOperations: listFlag(args, 'http-operations', HTTP_OPERATION_IDS, HTTP_OPERATION_IDS.join(',')),
     tracingPaths: listFlag(args, 'tracing-paths', TRACING_PATHS, TRACING_PATHS.join(',')),
+    noisyStormPriority: choiceFlag(args, 'noisy-storm-priority', STORM_PRIORITIES, 'nice'),
     webhookTwo: choiceFlag(args, 'webhook-two', ['true', 'false'], 'true'),
     webhookSteadyOnly: choiceFlag(args, 'webhook-steady-only', ['true', 'false'], 'false'),
     webhookSteadyCompareNotify: choiceFlag(args, 'webhook-steady-compare-notify', ['true', 'first', 'false'], 'false'),
@@ -318,6 +320,7 @@ async function main() {
     httpTargets,
     httpOperations,
     tracingPaths,
+    noisyStormPriority,
     webhookTwo,
     webhookSteadyOnly,
     webhookSteadyCompareNotify,
@@ -669,6 +672,7 @@ async function main() {
       databaseUrl,
       redisUrl,
       probeMs: num('noisy-probe-ms', quick ? 5_000 : 10_000),
+      stormPriority: noisyStormPriority,
       log,
     });
     mkdirSync(outDir, { recursive: true });

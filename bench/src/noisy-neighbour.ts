@@ -3,7 +3,8 @@
  * path, in cluster mode (one API pod, one webhook dispatcher, PostgreSQL, Redis) with the default quotas.
  *
  * For each path B is measured alone, then while A storms past its quotas from its own process at a
- * lower priority (`nice`: A's clients are not on the server's machine in real life):
+ * lower priority (A's clients are not on the server's machine in real life; `--noisy-storm-priority`:
+ * `nice -n 10`, or `idle`, Linux's SCHED_IDLE class, which runs it only on CPU time nothing else wants):
  * - HTTP: B sends `posts(first: 10)` every 50 ms; A runs 64 keep-alive request loops.
  * - subscriptions: B publishes every 100 ms to its 10 subscribed sockets (publish → `next`); A holds
  *   1,000 subscribed sockets (10 users, each within its socket cap) and publishes from 8 loops.
@@ -37,6 +38,21 @@ const ORG_IN_FLIGHT_CAP = 50;
 const A_ENDPOINTS = 20;
 const A_BACKLOG_POSTS = 1_000;
 const SLOW_RECEIVER_MS = 100;
+/**
+ * How A's storm process gives way to the server's processes on a machine they share: `nice` (niceness 10:
+ * a smaller share, but it still takes its time slices beside them) or `idle` (SCHED_IDLE: it runs only on
+ * CPU time no other process wants, the nearest this machine comes to A's clients being elsewhere).
+ */
+export const STORM_PRIORITIES = ['nice', 'idle'] as const;
+export type StormPriority = (typeof STORM_PRIORITIES)[number];
+const STORM_PRIORITY_WORDS: Record<StormPriority, string> = {
+  nice: 'at niceness 10 (`--noisy-storm-priority nice`)',
+  idle: 'in the SCHED_IDLE class (`--noisy-storm-priority idle`: only on CPU time nothing else wanted)',
+};
+const STORM_LAUNCHERS: Record<StormPriority, readonly string[]> = {
+  nice: ['nice', '-n', '10'],
+  idle: ['chrt', '--idle', '0'],
+};
 const B_SOCKETS = 10;
 /** A's subscribers: 1,000 sockets of 10 users, each user within its default cap of 100 sockets. */
 const A_SOCKETS = 1_000;
@@ -56,6 +72,8 @@ export interface NoisyOptions {
   redisUrl: string;
   /** How long each probe of B runs, alone and under the storm. */
   probeMs: number;
+  /** How A's storm process yields the CPU to the server's processes ({@link STORM_PRIORITIES}). @default 'nice' */
+  stormPriority?: StormPriority;
   log: (line: string) => void;
 }
 
@@ -82,6 +100,8 @@ export interface NoisyResult {
     bStages?: { alone?: WebhookStages; storm?: WebhookStages };
   };
   refusal: { refusedCpuUs: number; servedCpuUs: number; refused: number; served: number };
+  /** How A's storm process gave way to the server's (older results: `nice`). */
+  stormPriority?: StormPriority;
 }
 
 /** Runs the scenario; every process it starts is stopped before it returns. */
@@ -110,7 +130,9 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
     const admin = await signToken(JWT_SECRET, { sub: 'ops', roles: ['herald:admin'] }, { expiresIn: '2h' });
     const call = (token: string, query: string, variables: Record<string, unknown>) =>
       graphql(baseUrl, token, query, variables);
-    const storm = (order: Record<string, unknown>) => startStorm({ baseUrl, token: tokenA, orgId: orgA, ...order });
+    const stormPriority = options.stormPriority ?? 'nice';
+    const storm = (order: Record<string, unknown>) =>
+      startStorm(stormPriority, { baseUrl, token: tokenA, orgId: orgA, ...order });
 
     // --- HTTP ---------------------------------------------------------------------------------------
     for (let i = 0; i < 10; i++) await call(tokenB, CREATE, { input: { orgId: orgB, title: `b ${i}` } });
@@ -224,7 +246,7 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
     log(`noisy-neighbour: webhooks, A's backlog (${A_BACKLOG_POSTS} posts × ${A_ENDPOINTS} endpoints)`);
     // A's backlog is committed through the API, its publish quota lifted by an administrator meanwhile.
     await call(admin, SET_LIMITS, { orgId: orgA, limits: { publishesPerSecond: 0, operationsPerSecond: 0 } });
-    const backlog = await startStorm({
+    const backlog = await startStorm(stormPriority, {
       baseUrl,
       token: tokenA,
       orgId: orgA,
@@ -291,7 +313,7 @@ export async function runNoisyNeighbour(options: NoisyOptions): Promise<NoisyRes
       served: served.counted,
     };
 
-    return { http, subscriptions, webhooks, refusal };
+    return { http, subscriptions, webhooks, refusal, stormPriority };
   } finally {
     for (const receiver of receivers) receiver.close();
     await dispatcher?.stop('SIGTERM').catch(() => undefined);
@@ -325,10 +347,11 @@ async function graphql(
 }
 
 /** Starts A's storm in its own process at a lower priority; resolves with its counts when it ends. */
-async function startStorm(order: Record<string, unknown>): Promise<StormCounts> {
+async function startStorm(priority: StormPriority, order: Record<string, unknown>): Promise<StormCounts> {
+  const [command, ...flags] = STORM_LAUNCHERS[priority];
   const child = spawn(
-    'nice',
-    ['-n', '10', process.execPath, '--import', TSX_LOADER, 'bench/src/noisy-storm.ts', JSON.stringify(order)],
+    command as string,
+    [...flags, process.execPath, '--import', TSX_LOADER, 'bench/src/noisy-storm.ts', JSON.stringify(order)],
     {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -616,6 +639,8 @@ export function noisyMarkdown(result: NoisyResult): string {
           `; the slowest probe (${worst.totalMs} ms): ${worst.publishMs} + ${worst.answerToFanOutMs} + ${worst.fanOutToPostMs} + ${worst.postToReceiverMs}.`,
       ];
     }),
+    '',
+    `A's storm ran in its own process ${STORM_PRIORITY_WORDS[result.stormPriority ?? 'nice']}.`,
     '',
     `Cost of a refusal: ${result.refusal.refusedCpuUs} µs of API CPU per refused request (${result.refusal.refused}/4000 refused) beside ${result.refusal.servedCpuUs} µs per served \`posts(first: 10)\` (${result.refusal.served}/4000 served).`,
   ].join('\n');

@@ -135,7 +135,10 @@ async function assemble(
     : createEmbeddedDispatcher({
         db: database.db,
         logger,
-        settings: config.webhooks,
+        settings: {
+          ...config.webhooks,
+          databaseConnections: config.database.kind === 'postgres' ? config.database.poolMax : undefined,
+        },
         registry: metrics.registry,
         databaseUrl: config.database.kind === 'postgres' ? config.database.url : undefined,
         keyring,

@@ -115,7 +115,7 @@ export async function startDispatcherApp(
       databaseUrl: config.databaseUrl,
       queue,
       logger,
-      settings: config.webhooks,
+      settings: { ...config.webhooks, databaseConnections: config.databasePoolMax },
       keyring: config.encryptionKeys,
       onStep: options.onStep,
     });

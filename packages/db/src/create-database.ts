@@ -15,7 +15,7 @@ import { migrationProvider } from './migrations/index.js';
 import { withPglitePreparedStatements } from './pglite-prepared-statements.js';
 
 /** Upper bound on pooled PostgreSQL connections per process. */
-const DEFAULT_POOL_MAX = 10;
+export const DEFAULT_POOL_MAX = 10;
 /**
  * A query waiting this long for a new connection, or for a free pooled one, fails (and is answered as
  * "service unavailable") instead of queueing forever while the server is gone.

@@ -3,7 +3,13 @@ import { hostname } from 'node:os';
 import { notReady, READY, type Readiness } from '@herald/config';
 import type { RedisClient } from '@herald/config/redis';
 import type { WebhookRedisKeys } from '@herald/contracts';
-import { countRetryBacklog, type Database, prepareWebhookSecrets, type SecretKeyring } from '@herald/db';
+import {
+  countRetryBacklog,
+  type Database,
+  DEFAULT_POOL_MAX,
+  prepareWebhookSecrets,
+  type SecretKeyring,
+} from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -23,6 +29,7 @@ import { createRelay } from './relay.js';
 import { createRetention, type Retention } from './retention.js';
 import { createScheduler } from './scheduler.js';
 import { createSecretCache } from './secret-cache.js';
+import { createStatementTurns, laneStatementCapacity } from './statement-turns.js';
 
 /** `WEBHOOK_DISABLE_AFTER`'s default: 5 days. */
 export const DEFAULT_DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
@@ -76,6 +83,11 @@ export interface DispatcherSettings {
   fanOutBatchSize?: number;
   /** Entries claimed, POSTed and recorded together. @default 50 */
   claimBatchSize?: number;
+  /**
+   * Connections of the pool `db` draws on (`DATABASE_POOL_MAX`): the lanes' statements take turns by
+   * organisation on all but a few of them (statement-turns.ts). @default the pool's default, 10
+   */
+  databaseConnections?: number;
 }
 
 export interface DispatcherDeps {
@@ -236,6 +248,9 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
     onThrottled: () => metrics.throttled.inc({ reason: 'endpoint_rate' }),
     logger,
   });
+  // One organisation's busy lanes could otherwise hold every connection, and another's first claim (and
+  // the relay's fan-out) would wait behind all of their statements.
+  const statements = createStatementTurns(laneStatementCapacity(settings.databaseConnections ?? DEFAULT_POOL_MAX));
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;
@@ -324,6 +339,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
         attempter,
         gate,
         rate,
+        statements,
         running: () => state === 'running',
         endpointCap: endpointConcurrency,
         leaseMs,

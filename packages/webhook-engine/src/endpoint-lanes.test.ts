@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { BatchAttempter } from './attempt-batch.js';
 import { createEndpointLanes } from './endpoint-lanes.js';
 import type { AttemptOutcome, ClaimedDelivery } from './lease-protocol.js';
+import { createStatementTurns, FIRST_CLAIMS, type StatementTurns } from './statement-turns.js';
 
 // When a lane takes its slots, with the database's side played by a script: due deliveries are a list,
 // a claim or record takes from it, a POST ends when the test says so. The lanes' clock stands still, so
@@ -120,10 +121,11 @@ function scriptedEndpoint(holdRecords = false, maxSlots = CAP) {
   };
 }
 
-function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>) {
+function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>, statements?: StatementTurns) {
   let running = true;
   const lanes = createEndpointLanes({
     attempter: endpoint.attempter,
+    statements,
     running: () => running,
     endpointCap: CAP,
     leaseMs: 60_000,
@@ -154,6 +156,43 @@ afterEach(() => {
 });
 
 describe('endpoint lanes', () => {
+  it("send every statement in a turn: a lane's first claim in the first claims' line, the rest in its organisation's", async () => {
+    const endpoint = scriptedEndpoint();
+    // Every statement the lane sends, as the database sees it…
+    const sent: string[] = [];
+    for (const method of ['claim', 'record', 'growSlots'] as const) {
+      const original = endpoint.attempter[method] as (...args: unknown[]) => Promise<unknown>;
+      (endpoint.attempter[method] as unknown) = (...args: unknown[]) => {
+        sent.push(method);
+        return original(...args);
+      };
+    }
+    // …and the line each one took its turn in.
+    const turns = createStatementTurns(8);
+    const lines: string[] = [];
+    const statements: StatementTurns = {
+      run(orgId, statement) {
+        lines.push(orgId);
+        return turns.run(orgId, statement);
+      },
+      inFlight: 0,
+      waiting: 0,
+    };
+    const { push, stop } = startLanes(endpoint, statements);
+    push(['d0']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
+    push(['d1', 'd2', 'd3', 'd4', 'd5']);
+    await vi.waitFor(() => expect(endpoint.running()).toHaveLength(CAP));
+    endpoint.answer(endpoint.running());
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d4', 'd5']));
+    await stop();
+
+    expect(sent).toEqual(expect.arrayContaining(['claim', 'growSlots', 'record']));
+    expect(lines).toHaveLength(sent.length);
+    expect(lines[0]).toBe(FIRST_CLAIMS);
+    expect(new Set(lines.slice(1))).toEqual(new Set(['org']));
+  });
+
   it('take every slot as soon as they hold the work for them, and again after a lull, while their first POST runs', async () => {
     // `performance` is node:perf_hooks' too.
     const now = performance.now();

@@ -10,6 +10,7 @@ import {
   newLease,
   type QueuedDelivery,
 } from './lease-protocol.js';
+import type { StatementTurns } from './statement-turns.js';
 
 export interface EndpointLanesOptions {
   attempter: BatchAttempter;
@@ -31,6 +32,11 @@ export interface EndpointLanesOptions {
    * its deliveries and starts nothing until woken. @default no rate limits
    */
   rate?: EndpointRate;
+  /**
+   * Where the lanes' statements (claims, records, slot counts) take turns by organisation, leaving some
+   * of the pool's connections to the rest of the dispatcher (statement-turns.ts). @default each runs at once
+   */
+  statements?: StatementTurns;
   logger: Logger;
 }
 
@@ -143,6 +149,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
   const { attempter, endpointCap, logger } = options;
   const gate = options.gate ?? createAttemptGate({ concurrency: 0, orgConcurrency: 0 });
   const { rate } = options;
+  // A lane's statement in its organisation's turn (a lane that has not claimed yet: the first claims' line).
+  const inTurn = <T>(lane: Lane, statement: () => Promise<T>): Promise<T> =>
+    options.statements ? options.statements.run(lane.gate.orgId, statement) : statement();
   const lanes = new Map<string, Lane>();
   const ended = new Set<Promise<void>>();
   // A POST may start only while the leases taken or renewed at `renewedAt` outlive it by a margin
@@ -292,21 +301,23 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     const take = taking ? Math.max(0, holdTarget(lane) - kept.length) : 0;
     const sentAt = performance.now();
     try {
-      const { result, settled } = await attempter.record(
-        done,
-        {
-          endpointId: lane.endpointId,
-          leaseMs: options.leaseMs,
-          lease: lane.lease,
-          renew: renew.map((delivery) => delivery.id),
-          release: release.map((delivery) => delivery.id),
-          take,
-          url: lane.url,
-          slots: lane.slots,
-          keep: kept.length,
-          fifo: lane.fifo,
-        },
-        entries.length > 0,
+      const { result, settled } = await inTurn(lane, () =>
+        attempter.record(
+          done,
+          {
+            endpointId: lane.endpointId,
+            leaseMs: options.leaseMs,
+            lease: lane.lease,
+            renew: renew.map((delivery) => delivery.id),
+            release: release.map((delivery) => delivery.id),
+            take,
+            url: lane.url,
+            slots: lane.slots,
+            keep: kept.length,
+            fifo: lane.fifo,
+          },
+          entries.length > 0,
+        ),
       );
       settle(entries, settled);
       if (renew.length > 0) {
@@ -351,7 +362,7 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     try {
       // Slots for what it could start: in flight and held ahead (finished ones need none).
       const want = lane.flight.size + lane.ready.length;
-      const { slots, others } = await attempter.growSlots(lane.endpointId, lane.lease, want);
+      const { slots, others } = await inTurn(lane, () => attempter.growSlots(lane.endpointId, lane.lease, want));
       const room = endpointCap - others;
       const grew = slots !== null && slots > lane.slots;
       // Raised, or unchanged; null: the registration lapsed, so the lane has no slots left.
@@ -412,11 +423,13 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
         const sentAt = performance.now();
         let claimed: ClaimedDelivery[];
         try {
-          const claim = await attempter.claim(
-            entries.map((entry) => entry.item),
-            options.running() ? [lane.endpointId] : [],
-            lane.lease,
-            lane.fifo,
+          const claim = await inTurn(lane, () =>
+            attempter.claim(
+              entries.map((entry) => entry.item),
+              options.running() ? [lane.endpointId] : [],
+              lane.lease,
+              lane.fifo,
+            ),
           );
           settle(entries, claim.settled);
           claimed = claim.claimed;

@@ -20,7 +20,7 @@ export const DEFAULT_POOL_MAX = 10;
  * A query waiting this long for a new connection, or for a free pooled one, fails (and is answered as
  * "service unavailable") instead of queueing forever while the server is gone.
  */
-const POOL_CONNECT_TIMEOUT_MS = 5_000;
+export const POOL_CONNECT_TIMEOUT_MS = 5_000;
 /** Idle pooled connections are closed after this long. */
 const POOL_IDLE_TIMEOUT_MS = 30_000;
 /** TCP keep-alive probes start after this much silence, so a connection to a vanished host is noticed. */

@@ -7,6 +7,7 @@ import {
   countRetryBacklog,
   type Database,
   DEFAULT_POOL_MAX,
+  POOL_CONNECT_TIMEOUT_MS,
   prepareWebhookSecrets,
   type SecretKeyring,
 } from '@herald/db';
@@ -250,7 +251,10 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   });
   // One organisation's busy lanes could otherwise hold every connection, and another's first claim (and
   // the relay's fan-out) would wait behind all of their statements.
-  const statements = createStatementTurns(laneStatementCapacity(settings.databaseConnections ?? DEFAULT_POOL_MAX));
+  const statements = createStatementTurns({
+    capacity: laneStatementCapacity(settings.databaseConnections ?? DEFAULT_POOL_MAX),
+    maxWaitMs: POOL_CONNECT_TIMEOUT_MS,
+  });
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter | undefined;
   let listener: OutboxListener | undefined;

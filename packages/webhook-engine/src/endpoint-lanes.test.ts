@@ -138,6 +138,8 @@ function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>, statements?: 
     push(ids: string[], visible = true) {
       pushed.push(...endpoint.fanOut(ids, visible).map((item) => lanes.push(item)));
     },
+    /** Resolves once every lane has run out of work and ended. */
+    ended: () => lanes.drain(),
     async stop() {
       running = false;
       while (endpoint.running().length > 0 || endpoint.recordsWaiting() > 0) {
@@ -168,7 +170,7 @@ describe('endpoint lanes', () => {
       };
     }
     // …and the line each one took its turn in.
-    const turns = createStatementTurns(8);
+    const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
     const lines: string[] = [];
     const statements: StatementTurns = {
       run(orgId, statement) {
@@ -190,6 +192,34 @@ describe('endpoint lanes', () => {
     expect(sent).toEqual(expect.arrayContaining(['claim', 'growSlots', 'record']));
     expect(lines).toHaveLength(sent.length);
     expect(lines[0]).toBe(FIRST_CLAIMS);
+    expect(new Set(lines.slice(1))).toEqual(new Set(['org']));
+  });
+
+  it("send a new lane's first claim in its organisation's line once a claim for the endpoint has named it", async () => {
+    const endpoint = scriptedEndpoint();
+    const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
+    const lines: string[] = [];
+    const statements: StatementTurns = {
+      run(orgId, statement) {
+        lines.push(orgId);
+        return turns.run(orgId, statement);
+      },
+      inFlight: 0,
+      waiting: 0,
+    };
+    const { push, ended, stop } = startLanes(endpoint, statements);
+    push(['d0']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
+    endpoint.answer(['d0']);
+    // Out of work: its lane records and ends.
+    await ended();
+    const firstLane = lines.length;
+    push(['d1']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d1']));
+    await stop();
+    expect(lines[0]).toBe(FIRST_CLAIMS);
+    // The second lane's claim and everything after it: the organisation's line.
+    expect(lines.length).toBeGreaterThan(firstLane);
     expect(new Set(lines.slice(1))).toEqual(new Set(['org']));
   });
 

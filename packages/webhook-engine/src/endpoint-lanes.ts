@@ -10,7 +10,7 @@ import {
   newLease,
   type QueuedDelivery,
 } from './lease-protocol.js';
-import type { StatementTurns } from './statement-turns.js';
+import { FIRST_CLAIMS, type StatementTurns } from './statement-turns.js';
 
 export interface EndpointLanesOptions {
   attempter: BatchAttempter;
@@ -145,13 +145,28 @@ const GROW_INTERVAL_MS = 50;
 /** …and, while it finds none because others hold them, twice as long each time, up to this. */
 const GROW_INTERVAL_MAX_MS = 1_000;
 
+/** Endpoints whose organisation the lanes remember (statement turns); beyond it, the longest unseen is forgotten. */
+const KNOWN_ENDPOINTS = 100_000;
+
 export function createEndpointLanes(options: EndpointLanesOptions): EndpointLanes {
   const { attempter, endpointCap, logger } = options;
   const gate = options.gate ?? createAttemptGate({ concurrency: 0, orgConcurrency: 0 });
   const { rate } = options;
-  // A lane's statement in its organisation's turn (a lane that has not claimed yet: the first claims' line).
+  // Each endpoint's organisation, as its lanes' claims found it: a new lane for an endpoint seen before
+  // (after a lull, a failure) takes its turns in its organisation's line from its first claim.
+  const organisations = new Map<string, string>();
+  const remember = (endpointId: string, orgId: string) => {
+    if (organisations.get(endpointId) === orgId) return;
+    organisations.delete(endpointId);
+    organisations.set(endpointId, orgId);
+    // Bounded: the endpoint seen longest ago goes first.
+    if (organisations.size > KNOWN_ENDPOINTS) organisations.delete(organisations.keys().next().value as string);
+  };
+  // A lane's statement in its organisation's turn (an endpoint not claimed for yet: the first claims' line).
   const inTurn = <T>(lane: Lane, statement: () => Promise<T>): Promise<T> =>
-    options.statements ? options.statements.run(lane.gate.orgId, statement) : statement();
+    options.statements
+      ? options.statements.run(lane.gate.orgId || organisations.get(lane.endpointId) || FIRST_CLAIMS, statement)
+      : statement();
   const lanes = new Map<string, Lane>();
   const ended = new Set<Promise<void>>();
   // A POST may start only while the leases taken or renewed at `renewedAt` outlive it by a margin
@@ -398,7 +413,10 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     // A send kept from an earlier run would be late now: given up (less throughput, never more).
     lane.sendTaken = false;
     // An endpoint belongs to one organisation.
-    if (claimed[0]) lane.gate.orgId = claimed[0].orgId;
+    if (claimed[0]) {
+      lane.gate.orgId = claimed[0].orgId;
+      remember(lane.endpointId, claimed[0].orgId);
+    }
     lane.renewedAt = claimedAt;
     lane.winding = false;
     lane.exhausted = false;

@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import { createStatementTurns, FIRST_CLAIMS, laneStatementCapacity } from './statement-turns.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createStatementTurns, FIRST_CLAIMS, laneStatementCapacity, StatementTurnTimeout } from './statement-turns.js';
 
 /** A statement that ends when the test says so, noting when it started. */
 function heldStatements() {
@@ -18,9 +18,13 @@ function heldStatements() {
   return { started, statement, end };
 }
 
+afterEach(() => {
+  vi.useRealTimers();
+});
+
 describe('statement turns', () => {
   it('never have more statements on their way than their capacity', async () => {
-    const turns = createStatementTurns(3);
+    const turns = createStatementTurns({ capacity: 3, maxWaitMs: 60_000 });
     const { started, statement, end } = heldStatements();
     const runs = [
       ...['a1', 'a2', 'a3'].map((name) => turns.run('org-a', statement(name))),
@@ -41,7 +45,7 @@ describe('statement turns', () => {
   });
 
   it("keep one turn from a busy organisation: another's statement starts at once, not after one of its statements ends", async () => {
-    const turns = createStatementTurns(8);
+    const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
     const { started, statement, end } = heldStatements();
     for (let i = 1; i <= 12; i++) void turns.run('org-a', statement(`a${i}`));
     await end('none');
@@ -53,7 +57,7 @@ describe('statement turns', () => {
   });
 
   it("serve another organisation's one waiting statement after one of the busy organisation's, not after all of its line", async () => {
-    const turns = createStatementTurns(1);
+    const turns = createStatementTurns({ capacity: 1, maxWaitMs: 60_000 });
     const { started, statement, end } = heldStatements();
     for (const name of ['a1', 'a2', 'a3', 'a4', 'a5']) void turns.run('org-a', statement(name));
     void turns.run('org-b', statement('b1'));
@@ -69,7 +73,7 @@ describe('statement turns', () => {
   });
 
   it('give the turn on when a statement fails, and pass the failure to its caller', async () => {
-    const turns = createStatementTurns(1);
+    const turns = createStatementTurns({ capacity: 1, maxWaitMs: 60_000 });
     const { started, statement, end } = heldStatements();
     const failing = turns.run('org-a', () => Promise.reject(new Error('connection terminated')));
     const next = turns.run('org-b', statement('b1'));
@@ -83,7 +87,7 @@ describe('statement turns', () => {
 
   it('count the statements that had to wait for their turn', async () => {
     let waited = 0;
-    const turns = createStatementTurns(1, () => waited++);
+    const turns = createStatementTurns({ capacity: 1, maxWaitMs: 60_000, onWait: () => waited++ });
     const { statement, end } = heldStatements();
     void turns.run('org-a', statement('a1'));
     void turns.run('org-a', statement('a2'));
@@ -97,8 +101,51 @@ describe('statement turns', () => {
     expect(waited).toBe(2);
   });
 
+  it('fail a statement that waited past maxWaitMs, as a pooled connection does, and lose no turn to it', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const turns = createStatementTurns({ capacity: 1, maxWaitMs: 5_000 });
+    const { started, statement, end } = heldStatements();
+    void turns.run('org-a', statement('a1'));
+    const late = turns.run('org-b', statement('b1'));
+    const failed = expect(late).rejects.toThrow(StatementTurnTimeout);
+    await end('none');
+    vi.advanceTimersByTime(4_999);
+    expect(turns.waiting).toBe(1);
+    vi.advanceTimersByTime(1);
+    await failed;
+    await expect(late).rejects.toThrow('a webhook lane statement waited 5000 ms for a database turn');
+    expect(turns.waiting).toBe(0);
+    // The turn it never took is still there for the next one.
+    await end('a1');
+    void turns.run('org-b', statement('b2'));
+    await end('none');
+    expect(started).toEqual(['a1', 'b2']);
+    expect(turns.inFlight).toBe(1);
+  });
+
+  it('keep the turn of a statement whose wait counter throws', async () => {
+    const turns = createStatementTurns({
+      capacity: 1,
+      maxWaitMs: 60_000,
+      onWait: () => {
+        throw new Error('counter broken');
+      },
+    });
+    const { started, statement, end } = heldStatements();
+    void turns.run('org-a', statement('a1'));
+    const second = turns.run('org-b', statement('b1'));
+    await end('none');
+    await end('a1');
+    expect(started).toEqual(['a1', 'b1']);
+    await end('b1');
+    await expect(second).resolves.toBe('b1');
+    expect(turns.inFlight).toBe(0);
+  });
+
   it('refuse a capacity below one', () => {
-    expect(() => createStatementTurns(0)).toThrow('statement turns need a capacity of at least 1, got 0');
+    expect(() => createStatementTurns({ capacity: 0, maxWaitMs: 60_000 })).toThrow(
+      'statement turns need a capacity of at least 1, got 0',
+    );
   });
 });
 

@@ -254,6 +254,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
   const statements = createStatementTurns({
     capacity: laneStatementCapacity(settings.databaseConnections ?? DEFAULT_POOL_MAX),
     maxWaitMs: POOL_CONNECT_TIMEOUT_MS,
+    onWait: () => metrics.statementTurnWaits.inc(),
   });
   let deliverer: Deliverer | undefined;
   let attempter: BatchAttempter | undefined;

@@ -20,6 +20,12 @@ export interface DispatcherMetrics {
    * attempts in flight, across all dispatchers). The delivery waits; nothing is failed.
    */
   throttled: Counter<'reason'>;
+  /**
+   * `herald_webhook_statement_turn_waits_total`: lane statements (claims, records) that waited for a
+   * database turn (statement-turns.ts): an organisation's lanes held their share of the pool, or all the
+   * lanes together did.
+   */
+  statementTurnWaits: Counter;
 }
 
 export interface MetricSources {
@@ -107,6 +113,11 @@ export function createDispatcherMetrics(
     registry,
     attempts,
     throttled,
+    statementTurnWaits: new Counter({
+      name: 'herald_webhook_statement_turn_waits_total',
+      help: 'Webhook lane statements (claims, records) that waited for a database turn: one organisation held its share of the pool, or all lanes together did',
+      registers: [registry],
+    }),
     deliverySeconds: new Histogram({
       name: 'herald_webhook_delivery_seconds',
       help: 'Duration of one webhook delivery attempt (the HTTP round trip), by outcome',

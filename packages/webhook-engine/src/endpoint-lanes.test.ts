@@ -153,6 +153,21 @@ function startLanes(endpoint: ReturnType<typeof scriptedEndpoint>, statements?: 
   };
 }
 
+/** Statement turns that note the line each statement took its turn in. */
+function recordingTurns() {
+  const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
+  const lines: string[] = [];
+  const statements: StatementTurns = {
+    run(orgId, statement) {
+      lines.push(orgId);
+      return turns.run(orgId, statement);
+    },
+    inFlight: 0,
+    waiting: 0,
+  };
+  return { statements, lines };
+}
+
 afterEach(() => {
   vi.restoreAllMocks();
 });
@@ -170,16 +185,7 @@ describe('endpoint lanes', () => {
       };
     }
     // …and the line each one took its turn in.
-    const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
-    const lines: string[] = [];
-    const statements: StatementTurns = {
-      run(orgId, statement) {
-        lines.push(orgId);
-        return turns.run(orgId, statement);
-      },
-      inFlight: 0,
-      waiting: 0,
-    };
+    const { statements, lines } = recordingTurns();
     const { push, stop } = startLanes(endpoint, statements);
     push(['d0']);
     await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
@@ -197,16 +203,7 @@ describe('endpoint lanes', () => {
 
   it("send a new lane's first claim in its organisation's line once a claim for the endpoint has named it", async () => {
     const endpoint = scriptedEndpoint();
-    const turns = createStatementTurns({ capacity: 8, maxWaitMs: 60_000 });
-    const lines: string[] = [];
-    const statements: StatementTurns = {
-      run(orgId, statement) {
-        lines.push(orgId);
-        return turns.run(orgId, statement);
-      },
-      inFlight: 0,
-      waiting: 0,
-    };
+    const { statements, lines } = recordingTurns();
     const { push, ended, stop } = startLanes(endpoint, statements);
     push(['d0']);
     await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));

@@ -40,8 +40,9 @@ export interface StatementTurns {
 export const FIRST_CLAIMS = '';
 
 /**
- * Connections of a dispatcher's pool the lanes leave to everything else: two of ten, none of a pool of
- * three or fewer (there the lanes wait for one another in turns, and the others wait with them).
+ * Statements the lanes may have on their way at once with a pool of `connections`: all but two of 8 or
+ * more (10: 8), all but one of 4–7, all of 3 or fewer (there the lanes wait for one another in turns, and
+ * the dispatcher's other statements wait with them).
  */
 export function laneStatementCapacity(connections: number): number {
   const reserved = Math.min(2, Math.floor(connections / 4));

@@ -109,7 +109,11 @@ async function main(): Promise<number> {
     pods: 3,
     dispatchers: 2,
     jwtSecret: JWT_SECRET,
-    env: DISPATCHER_ENV,
+    // SOAK_NODE_OPTIONS: node options for every pod and dispatcher (a diagnostic preload, a heap-snapshot signal).
+    env: {
+      ...DISPATCHER_ENV,
+      ...(process.env.SOAK_NODE_OPTIONS ? { NODE_OPTIONS: process.env.SOAK_NODE_OPTIONS } : {}),
+    },
     onUnexpectedExit: (role, code, signal) => {
       unexpectedExits.push(`${new Date().toISOString()} ${role} exited (code ${code}, signal ${signal})`);
       log(`UNEXPECTED EXIT: ${role} (code ${code}, signal ${signal})`);

@@ -111,11 +111,14 @@ export function createSocketAdmission(deps: { verifier: TokenVerifier; quotas: T
 }
 
 /**
- * Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set. The
- * timer calls a module function with arguments rather than a closure per socket.
+ * Closes the socket with 4403 at `expiresAt` (Unix seconds), or at an earlier expiry already set; nothing
+ * for a socket no longer open. The timer calls a module function with arguments rather than a closure per
+ * socket.
  */
 export function scheduleExpiry(state: ConnectionExtra, expiresAt: number | undefined) {
-  if (expiresAt === undefined) return;
+  // A socket that closed while its token was being verified has run its release already: a timer armed
+  // now would keep the connection (and its socket) alive until the token expires.
+  if (expiresAt === undefined || state.socket.readyState !== state.socket.OPEN) return;
   if (state.expiresAt !== undefined && state.expiresAt <= expiresAt) return;
   state.expiresAt = expiresAt;
   clearTimeout(state.expiryTimer);

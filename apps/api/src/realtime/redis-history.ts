@@ -367,6 +367,10 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         await joined.subscribed;
       } catch (error) {
         joined.listeners.delete(listener);
+        // A refused SUBSCRIBE (the server's answer, with the connection up: no `ready` will come to try it
+        // again) must not stay as the organisation's feed: every later listen would wait on the same
+        // refusal. Forgotten, the next listen subscribes anew.
+        if (joined.listeners.size === 0 && feeds.get(channel) === joined) feeds.delete(channel);
         throw error;
       }
       return () => {

@@ -10,7 +10,10 @@ export interface ProcessSample {
   pid: number;
   rssMb: number;
   cpuUs: number;
-  /** V8 heap in use, MB, from the process's own `/metrics` (API pods and dispatchers only). */
+  /**
+   * V8 heap in use just after the process's last full collection (what survived it), MB, from its own
+   * `/metrics` (`*_heap_live_after_gc_bytes`; API pods and dispatchers only, none before their first).
+   */
   heapMb?: number;
   /**
    * Memory of JavaScript objects held outside the V8 heap (Buffers, ArrayBuffers: socket and frame
@@ -39,7 +42,7 @@ export interface ProcessFigures {
    * (or native memory), not JavaScript objects kept alive.
    */
   heapSlopeMbPerHour: number | null;
-  /** V8 heap floor (lowest sample) of each whole window after the settling, MB. */
+  /** Live V8 heap floor (lowest sample) of each whole window after the settling, MB. */
   settledHeapFloorsMb: number[];
   /** Slope of the external memory's floor once settled, MB per hour, as the heap's; null where not sampled. */
   externalSlopeMbPerHour: number | null;
@@ -234,8 +237,9 @@ function slopePerMs(points: readonly { t: number; value: number }[]): number {
 const round = (value: number) => Math.round(value * 10) / 10;
 
 /**
- * `*_nodejs_heap_size_used_bytes` and `*_nodejs_external_memory_bytes` from a process's Prometheus
- * `/metrics` (bounded by a 2 s timeout); a figure missing from the text is undefined.
+ * `*_heap_live_after_gc_bytes` (the heap that survived the last full collection; 0, before the first, reads
+ * as undefined) and `*_nodejs_external_memory_bytes` from a process's Prometheus `/metrics` (bounded by a
+ * 2 s timeout); a figure missing from the text is undefined.
  */
 export async function memoryFromMetrics(
   metricsUrl: string,
@@ -246,7 +250,8 @@ export async function memoryFromMetrics(
     const match = new RegExp(`^\\w*${name} (\\S+)$`, 'm').exec(text);
     return match ? Number(match[1]) : undefined;
   };
-  return { heapBytes: read('nodejs_heap_size_used_bytes'), externalBytes: read('nodejs_external_memory_bytes') };
+  const live = read('heap_live_after_gc_bytes');
+  return { heapBytes: live ? live : undefined, externalBytes: read('nodejs_external_memory_bytes') };
 }
 
 /** `INFO memory`'s used_memory, over a raw connection (bounded by a 2 s timeout). */

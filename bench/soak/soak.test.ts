@@ -155,9 +155,9 @@ describe('the RSS slope once settled', () => {
     });
   });
 
-  it("reads a process's V8 heap in use and external memory from its Prometheus text, and nothing from text without them", async () => {
+  it("reads a process's live V8 heap (after its last full collection) and external memory from its Prometheus text, and nothing from text without them", async () => {
     let body =
-      '# HELP x\nherald_dispatcher_nodejs_heap_size_total_bytes 90000000\nherald_dispatcher_nodejs_heap_size_used_bytes 52428800\n' +
+      '# HELP x\nherald_dispatcher_nodejs_heap_size_used_bytes 90000000\nherald_dispatcher_heap_live_after_gc_bytes 52428800\n' +
       'herald_dispatcher_nodejs_external_memory_bytes 3145728\n';
     const server = createServer((_request, response) => response.end(body));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -165,6 +165,12 @@ describe('the RSS slope once settled', () => {
     try {
       expect(await memoryFromMetrics(`http://127.0.0.1:${port}/metrics`)).toEqual({
         heapBytes: 52_428_800,
+        externalBytes: 3_145_728,
+      });
+      // Before the process's first full collection the gauge is 0: no figure yet.
+      body = 'herald_api_heap_live_after_gc_bytes 0\nherald_api_nodejs_external_memory_bytes 3145728\n';
+      expect(await memoryFromMetrics(`http://127.0.0.1:${port}/metrics`)).toEqual({
+        heapBytes: undefined,
         externalBytes: 3_145_728,
       });
       body = 'herald_api_process_resident_memory_bytes 1\n';

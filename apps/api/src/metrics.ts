@@ -1,3 +1,4 @@
+import { registerLiveHeapMetric } from '@herald/config/live-heap-metric';
 import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
@@ -64,6 +65,7 @@ export const DELIVERY_ERROR_REASONS = ['publish_failed', 'send_failed'] as const
 export function createApiMetrics(): ApiMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'herald_api_' });
+  registerLiveHeapMetric(registry, 'herald_api_');
   const deliveryErrors = new Counter({
     name: 'herald_delivery_errors_total',
     help: 'Events that could not be sent to a subscriber, or could not be published',

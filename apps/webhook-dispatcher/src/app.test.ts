@@ -45,6 +45,7 @@ describe('startDispatcherApp', () => {
       const metrics = await (await fetch(`http://127.0.0.1:${app.address.port}/metrics`)).text();
       expect(metrics).toMatch(/^herald_dispatcher_process_resident_memory_bytes \d+/m);
       expect(metrics).toMatch(/^herald_dispatcher_nodejs_heap_size_used_bytes \d+/m);
+      expect(metrics).toMatch(/^herald_dispatcher_heap_live_after_gc_bytes \d+/m);
       expect(metrics).toContain('# TYPE herald_webhook_attempts_total counter');
     } finally {
       await app.stop();

@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { createLifecycle, type Lifecycle, type LifecyclePart, READY } from '@herald/config';
+import { registerLiveHeapMetric } from '@herald/config/live-heap-metric';
 import { createRedisClient } from '@herald/config/redis';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, migrateToLatest } from '@herald/db';
@@ -145,6 +146,7 @@ export async function startDispatcherApp(
     // The process's own figures (resident memory, CPU, V8 heap, event loop, GC), as the API serves them under
     // `herald_api_`: a dispatcher's memory over days is watched here, not only from the outside.
     collectDefaultMetrics({ register: dispatcher.metrics.registry, prefix: 'herald_dispatcher_' });
+    registerLiveHeapMetric(dispatcher.metrics.registry, 'herald_dispatcher_');
     const ops = createOpsServer({
       registry: dispatcher.metrics.registry,
       readiness: () => lifecycle.readiness(),

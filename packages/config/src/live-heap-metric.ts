@@ -28,7 +28,7 @@ function observeFullCollections() {
   if (observer) return;
   observer = new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
-      const kind = (entry.detail as { kind?: number } | null | undefined)?.kind;
+      const kind = ((entry as { detail?: unknown }).detail as { kind?: number } | null | undefined)?.kind;
       // Called soon after the collection (entries are delivered on a later turn): what was allocated since
       // is counted too, a few KB against a heap of tens of MB.
       if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) liveAfterFullCollection = getHeapStatistics().used_heap_size;

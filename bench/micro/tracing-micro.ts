@@ -23,7 +23,7 @@ import { loadavg } from 'node:os';
 import { signToken } from '@herald/auth';
 import pg from 'pg';
 import { Pool } from 'undici';
-import { startApiProcess } from '../../test/support/api-process.js';
+import { type ApiProcess, startApiProcess } from '../../test/support/api-process.js';
 import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
 import {
   againstOff,
@@ -141,7 +141,7 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
   console.log(`|${' --- |'.repeat(rounds.length + 2)}`);
   const ratios: number[][] = [];
   for (let run = 1; run <= repeats; run++) {
-    const apis = await Promise.all(rounds.map((round) => startApiProcess({ ...apiEnv, ...round.env })));
+    const apis = await startAll(rounds.map((round) => ({ ...apiEnv, ...round.env })));
     const pools = apis.map((api) => new Pool(api.baseUrl, { connections: concurrency }));
     try {
       if (run === 1) await seed(pools[0]!);
@@ -195,6 +195,18 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
         .map((load) => load.toFixed(1))
         .join(' ')}`,
   );
+}
+
+/**
+ * Starts one API process per environment, all at once. If one fails to start, the others are stopped before
+ * the error is thrown: nothing is left running behind the run (and under the next one's measurements).
+ */
+async function startAll(envs: Record<string, string>[]): Promise<ApiProcess[]> {
+  const started = await Promise.allSettled(envs.map((env) => startApiProcess(env)));
+  const failed = started.find((result) => result.status === 'rejected');
+  if (!failed) return started.map((result) => (result as PromiseFulfilledResult<ApiProcess>).value);
+  await Promise.all(started.map((result) => (result.status === 'fulfilled' ? result.value.stop('SIGKILL') : null)));
+  throw failed.reason;
 }
 
 const rounds = settings.map((setting) => ({

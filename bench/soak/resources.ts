@@ -37,9 +37,9 @@ export interface ProcessFigures {
   /** RSS peak of each whole window after the settling, MB: what the slope is drawn through. */
   settledRssPeaksMb: number[];
   /**
-   * Slope of the V8 heap's floor once settled, MB per hour ({@link settledHeap}); null where the heap was
-   * not sampled or the process lived too short a time. A rising RSS over a flat heap floor is the allocator
-   * (or native memory), not JavaScript objects kept alive.
+   * Slope of the live V8 heap's floor once settled, MB per hour ({@link settledHeap}); null where it was not
+   * sampled or the process lived too short a time. A rising RSS over a flat live heap is V8's or the C
+   * allocator's sizing (or native memory), not JavaScript objects kept alive.
    */
   heapSlopeMbPerHour: number | null;
   /** Live V8 heap floor (lowest sample) of each whole window after the settling, MB. */
@@ -174,9 +174,10 @@ export function settledRss(
 }
 
 /**
- * A process's V8 heap once settled: the floor (lowest sample) of each whole window, as {@link settledRss}
- * takes RSS's peak. Heap in use climbs between collections and drops at each; what survives them, the
- * floor, is what a leak lifts. Windows with no heap sample (a process without `/metrics`) are left out.
+ * A process's live V8 heap once settled: the floor (lowest sample) of each whole window, as
+ * {@link settledRss} takes RSS's peak. The figure moves only at full collections (what survived the last
+ * one); a leak lifts it. Windows with no sample (a process without `/metrics`, or before its first full
+ * collection) are left out.
  */
 export function settledHeap(
   samples: readonly ProcessSample[],

@@ -120,6 +120,14 @@ export interface PubSubDeps {
  * and retries; the subscriber connection reconnects and re-subscribes by itself, then each live feed
  * reads the events it missed from the history, so subscribers see every event once, in order.
  */
+/**
+ * The live channels' connection. Subscriptions made during an outage wait for the reconnect instead of
+ * failing. After a reconnect the history subscribes every feed again itself (redis-history.ts, on `ready`)
+ * and handles a SUBSCRIBE the server refuses; ioredis's own re-subscribe would leave such a refusal as an
+ * unhandled rejection, which ends the process.
+ */
+export const SUBSCRIBER_OPTIONS = { maxRetriesPerRequest: null, autoResubscribe: false } as const;
+
 export function createPubSubService(deps: PubSubDeps): PubSubService {
   const { logger, metrics } = deps;
   const limits = deps.limits ?? DEFAULT_HISTORY_LIMITS;
@@ -147,12 +155,7 @@ export function createPubSubService(deps: PubSubDeps): PubSubService {
     });
     const subscriber = createRedisClient(
       deps.redisUrl,
-      {
-        // Subscriptions made during an outage wait for the reconnect instead of failing.
-        maxRetriesPerRequest: null,
-        autoResubscribe: true,
-        connectionName: 'herald-api-subscribe',
-      },
+      { ...SUBSCRIBER_OPTIONS, connectionName: 'herald-api-subscribe' },
       // Redis Cluster: one SSUBSCRIBE connection per master (sharded pub/sub, see redis-history.ts).
       { shardedSubscribers: true },
     );

@@ -3,6 +3,7 @@ import { createRedisClient } from '@herald/config/redis';
 import { type HistoryEntry, newEventId, type PostPublishedEventV1 } from '@herald/contracts';
 import { pino } from 'pino';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { SUBSCRIBER_OPTIONS } from './pubsub.js';
 import { createRedisHistory } from './redis-history.js';
 
 const logger = pino({ level: 'silent' });
@@ -25,10 +26,17 @@ const event = (orgId: string): PostPublishedEventV1 =>
   }) as unknown as PostPublishedEventV1;
 
 const admin = createRedisClient(inject('redisUrl'));
-const user = `herald-subscribe-test-${randomUUID()}`;
+/** The test Redis's URL, signed in as `user` (created with `nopass`: any password). */
+function asUser(user: string): string {
+  const url = new URL(inject('redisUrl'));
+  url.username = user;
+  url.password = 'unused';
+  return url.toString();
+}
+const users: string[] = [];
 const clients: Array<{ quit(): Promise<unknown> }> = [admin];
 afterAll(async () => {
-  await admin.call('ACL', 'DELUSER', user).catch(() => {});
+  for (const user of users) await admin.call('ACL', 'DELUSER', user).catch(() => {});
   await Promise.all(clients.map((client) => client.quit().catch(() => {})));
 });
 
@@ -36,13 +44,12 @@ describe('the Redis history when the server refuses a SUBSCRIBE', () => {
   it('fails that listen, and the next listen for the organisation subscribes again and hears its events', async () => {
     const prefix = `herald-subscribe-test:${randomUUID()}:`;
     const orgId = `org-${randomUUID()}`;
+    const user = `herald-subscribe-test-${randomUUID()}`;
+    users.push(user);
     // A user that may run every command on every key but subscribe to no channel: the server answers
     // SUBSCRIBE with NOPERM while the connection stays up (no reconnect, no `ready` to retry on).
     await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', 'resetchannels', '+@all');
-    const url = new URL(inject('redisUrl'));
-    url.username = user;
-    url.password = 'unused';
-    const subscriber = createRedisClient(url.toString(), { maxRetriesPerRequest: null });
+    const subscriber = createRedisClient(asUser(user), SUBSCRIBER_OPTIONS);
     const commands = createRedisClient(inject('redisUrl'));
     clients.push(subscriber, commands);
     const history = createRedisHistory({
@@ -52,8 +59,6 @@ describe('the Redis history when the server refuses a SUBSCRIBE', () => {
       limits: { size: 100, ttlMs: 60_000 },
       logger,
     });
-    await history.ready(10_000);
-
     await expect(history.listen(orgId, () => {})).rejects.toThrow(/NOPERM/);
 
     // The permission granted, the same connection may subscribe now.
@@ -67,5 +72,43 @@ describe('the Redis history when the server refuses a SUBSCRIBE', () => {
       appended?.ok ? appended.entry.event.eventId : 'not appended',
     ]);
     stop();
+  }, 30_000);
+
+  it('after a reconnect whose SUBSCRIBE is refused, the next listen subscribes again and every listener hears', async () => {
+    const prefix = `herald-subscribe-test:${randomUUID()}:`;
+    const orgId = `org-${randomUUID()}`;
+    const user = `herald-subscribe-test-${randomUUID()}`;
+    users.push(user);
+    await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', 'allchannels', '+@all');
+    const warnings: string[] = [];
+    // The API's own options: a re-subscribe ioredis made by itself would end this process when refused.
+    const subscriber = createRedisClient(asUser(user), SUBSCRIBER_OPTIONS);
+    subscriber.on('error', () => {});
+    const commands = createRedisClient(inject('redisUrl'));
+    clients.push(subscriber, commands);
+    const history = createRedisHistory({
+      commands,
+      subscriber,
+      prefix,
+      limits: { size: 100, ttlMs: 60_000 },
+      logger: pino({ level: 'warn' }, { write: (line: string) => warnings.push(line) }),
+    });
+    const first: HistoryEntry[] = [];
+    await history.listen(orgId, (entry) => first.push(entry));
+
+    // The channels taken away: Redis drops the connection subscribed to one, ioredis reconnects, and the
+    // feed's SUBSCRIBE after the reconnect is refused.
+    await admin.call('ACL', 'SETUSER', user, 'resetchannels');
+    for (let i = 0; i < 500 && !warnings.some((line) => line.includes('re-subscribe failed')); i++) await sleep(20);
+    expect(warnings.some((line) => line.includes('re-subscribe failed'))).toBe(true);
+
+    await admin.call('ACL', 'SETUSER', user, 'allchannels');
+    const second: HistoryEntry[] = [];
+    await history.listen(orgId, (entry) => second.push(entry));
+    const [appended] = await history.append([event(orgId)]);
+    const eventId = appended?.ok ? appended.entry.event.eventId : 'not appended';
+    for (let i = 0; i < 250 && (first.length === 0 || second.length === 0); i++) await sleep(20);
+    expect(second.map((entry) => entry.event.eventId)).toEqual([eventId]);
+    expect(first.map((entry) => entry.event.eventId)).toEqual([eventId]);
   }, 30_000);
 });

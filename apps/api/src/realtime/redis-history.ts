@@ -125,6 +125,8 @@ interface Feed {
   queue: HistoryEntry[];
   /** The wait before the next fill after one that failed (0: the last fill did not fail). */
   retryMs: number;
+  /** The server refused the SUBSCRIBE made after a reconnect: the next listen asks again. */
+  refused?: boolean;
 }
 
 /**
@@ -171,9 +173,14 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
   // Back after an outage: once each channel is subscribed again, read what was missed meanwhile.
   const resubscribeAll = () => {
     for (const feed of feeds.values()) {
+      feed.refused = false;
       feed.subscribed = subscribe(feed.channel).then(
         () => startFill(feed),
-        (error: Error) => logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed'),
+        (error: Error) => {
+          // Its listeners stay (they hear nothing until a SUBSCRIBE succeeds); the next listen asks again.
+          feed.refused = true;
+          logger.warn({ err: error, channel: feed.channel }, 'redis re-subscribe failed');
+        },
       );
     }
   };
@@ -362,6 +369,15 @@ export function createRedisHistory(deps: RedisHistoryDeps): SubscriptionHistory 
         feed = created;
       }
       const joined = feed;
+      if (joined.refused) {
+        // Refused after a reconnect: without a new SUBSCRIBE this listen (and the feed's listeners) would
+        // hear nothing. Granted now, the feed's gap since then is filled as after any reconnect.
+        joined.refused = false;
+        joined.subscribed = subscribe(channel).then(() => startFill(joined));
+        joined.subscribed.catch(() => {
+          joined.refused = true;
+        });
+      }
       joined.listeners.add(listener);
       try {
         await joined.subscribed;

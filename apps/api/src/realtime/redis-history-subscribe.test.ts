@@ -1,29 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { createRedisClient } from '@herald/config/redis';
-import { type HistoryEntry, newEventId, type PostPublishedEventV1 } from '@herald/contracts';
-import { pino } from 'pino';
+import type { HistoryEntry } from '@herald/contracts';
+import { type Logger, pino } from 'pino';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { testPostEvent } from '../testing/post-event.js';
 import { SUBSCRIBER_OPTIONS } from './pubsub.js';
 import { createRedisHistory } from './redis-history.js';
 
-const logger = pino({ level: 'silent' });
+const silent = pino({ level: 'silent' });
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const event = (orgId: string): PostPublishedEventV1 =>
-  ({
-    v: 1,
-    eventId: newEventId(),
-    orgId,
-    post: {
-      id: `post-${randomUUID()}`,
-      orgId,
-      title: 'a post',
-      tags: [],
-      status: 'PUBLISHED',
-      publishedAt: new Date().toISOString(),
-      author: { id: 'u', name: 'U' },
-    },
-    emittedAt: Date.now(),
-  }) as unknown as PostPublishedEventV1;
+const event = (orgId: string) => testPostEvent(orgId, randomUUID());
 
 const admin = createRedisClient(inject('redisUrl'));
 /** The test Redis's URL, signed in as `user` (created with `nopass`: any password). */
@@ -40,25 +26,29 @@ afterAll(async () => {
   await Promise.all(clients.map((client) => client.quit().catch(() => {})));
 });
 
+/**
+ * A history whose live channels' connection signs in as a new ACL user with `channels` (`resetchannels`:
+ * none, `allchannels`: every one), on the API's own subscriber options; `logger` gets its warnings.
+ */
+async function historyAsUser(channels: 'resetchannels' | 'allchannels', logger: Logger) {
+  const user = `herald-subscribe-test-${randomUUID()}`;
+  users.push(user);
+  await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', channels, '+@all');
+  const subscriber = createRedisClient(asUser(user), SUBSCRIBER_OPTIONS);
+  subscriber.on('error', () => {});
+  const commands = createRedisClient(inject('redisUrl'));
+  clients.push(subscriber, commands);
+  const prefix = `herald-subscribe-test:${randomUUID()}:`;
+  const history = createRedisHistory({ commands, subscriber, prefix, limits: { size: 100, ttlMs: 60_000 }, logger });
+  return { user, history };
+}
+
 describe('the Redis history when the server refuses a SUBSCRIBE', () => {
   it('fails that listen, and the next listen for the organisation subscribes again and hears its events', async () => {
-    const prefix = `herald-subscribe-test:${randomUUID()}:`;
     const orgId = `org-${randomUUID()}`;
-    const user = `herald-subscribe-test-${randomUUID()}`;
-    users.push(user);
     // A user that may run every command on every key but subscribe to no channel: the server answers
     // SUBSCRIBE with NOPERM while the connection stays up (no reconnect, no `ready` to retry on).
-    await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', 'resetchannels', '+@all');
-    const subscriber = createRedisClient(asUser(user), SUBSCRIBER_OPTIONS);
-    const commands = createRedisClient(inject('redisUrl'));
-    clients.push(subscriber, commands);
-    const history = createRedisHistory({
-      commands,
-      subscriber,
-      prefix,
-      limits: { size: 100, ttlMs: 60_000 },
-      logger,
-    });
+    const { user, history } = await historyAsUser('resetchannels', silent);
     await expect(history.listen(orgId, () => {})).rejects.toThrow(/NOPERM/);
 
     // The permission granted, the same connection may subscribe now.
@@ -75,24 +65,14 @@ describe('the Redis history when the server refuses a SUBSCRIBE', () => {
   }, 30_000);
 
   it('after a reconnect whose SUBSCRIBE is refused, the next listen subscribes again and every listener hears', async () => {
-    const prefix = `herald-subscribe-test:${randomUUID()}:`;
     const orgId = `org-${randomUUID()}`;
-    const user = `herald-subscribe-test-${randomUUID()}`;
-    users.push(user);
-    await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', 'allchannels', '+@all');
     const warnings: string[] = [];
-    // The API's own options: a re-subscribe ioredis made by itself would end this process when refused.
-    const subscriber = createRedisClient(asUser(user), SUBSCRIBER_OPTIONS);
-    subscriber.on('error', () => {});
-    const commands = createRedisClient(inject('redisUrl'));
-    clients.push(subscriber, commands);
-    const history = createRedisHistory({
-      commands,
-      subscriber,
-      prefix,
-      limits: { size: 100, ttlMs: 60_000 },
-      logger: pino({ level: 'warn' }, { write: (line: string) => warnings.push(line) }),
-    });
+    // The API's own subscriber options: a re-subscribe ioredis made by itself would end this process when
+    // refused.
+    const { user, history } = await historyAsUser(
+      'allchannels',
+      pino({ level: 'warn' }, { write: (line: string) => warnings.push(line) }),
+    );
     const first: HistoryEntry[] = [];
     await history.listen(orgId, (entry) => first.push(entry));
 

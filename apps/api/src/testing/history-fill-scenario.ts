@@ -7,10 +7,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createRedisClient } from '@herald/config/redis';
-import { type HistoryEntry, newEventId, type PostPublishedEventV1, subscriptionRedisKeys } from '@herald/contracts';
+import { type HistoryEntry, subscriptionRedisKeys } from '@herald/contracts';
 import { startCuttableProxy } from '@herald/testing/cuttable-proxy';
 import { pino } from 'pino';
 import { createRedisHistory } from '../realtime/redis-history.js';
+import { testPostEvent } from './post-event.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = `herald-fill-test:${randomUUID()}:`;
@@ -22,22 +23,7 @@ async function until(what: string, check: () => boolean): Promise<void> {
   for (let i = 0; i < 500 && !check(); i++) await sleep(20);
   if (!check()) throw new Error(`timed out waiting for ${what}`);
 }
-const event = (n: number): PostPublishedEventV1 =>
-  ({
-    v: 1,
-    eventId: newEventId(),
-    orgId,
-    post: {
-      id: `post-${n}`,
-      orgId,
-      title: `post ${n}`,
-      tags: [],
-      status: 'PUBLISHED',
-      publishedAt: new Date().toISOString(),
-      author: { id: 'u', name: 'U' },
-    },
-    emittedAt: Date.now(),
-  }) as unknown as PostPublishedEventV1;
+const event = (n: number) => testPostEvent(orgId, n);
 
 const proxy = await startCuttableProxy(new URL(redisUrl));
 const fastFail = { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1 } as const;

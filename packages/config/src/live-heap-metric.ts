@@ -33,6 +33,7 @@ function oldGenerationUsed(): number {
       used += space.space_used_size;
   return used;
 }
+
 let observer: PerformanceObserver | undefined;
 
 /** One observer per process, however many registries read it (tests start several servers in one). */

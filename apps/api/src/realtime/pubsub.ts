@@ -113,14 +113,6 @@ export interface PubSubDeps {
 }
 
 /**
- * Realtime events of `post-published`: the history (Redis, or in process without `REDIS_URL`), the
- * live channel every pod listens on, and the relay that feeds both from the durable outbox.
- *
- * Redis outages: commands fail fast (no offline queue), so the relay keeps the events in the outbox
- * and retries; the subscriber connection reconnects and re-subscribes by itself, then each live feed
- * reads the events it missed from the history, so subscribers see every event once, in order.
- */
-/**
  * The live channels' connection. Subscriptions made during an outage wait for the reconnect instead of
  * failing. After a reconnect the history subscribes every feed again itself (redis-history.ts, on `ready`)
  * and handles a SUBSCRIBE the server refuses; ioredis's own re-subscribe would leave such a refusal as an
@@ -128,6 +120,14 @@ export interface PubSubDeps {
  */
 export const SUBSCRIBER_OPTIONS = { maxRetriesPerRequest: null, autoResubscribe: false } as const;
 
+/**
+ * Realtime events of `post-published`: the history (Redis, or in process without `REDIS_URL`), the
+ * live channel every pod listens on, and the relay that feeds both from the durable outbox.
+ *
+ * Redis outages: commands fail fast (no offline queue), so the relay keeps the events in the outbox
+ * and retries; the subscriber connection reconnects, the history subscribes its feeds again, and each
+ * live feed reads the events it missed from the history, so subscribers see every event once, in order.
+ */
 export function createPubSubService(deps: PubSubDeps): PubSubService {
   const { logger, metrics } = deps;
   const limits = deps.limits ?? DEFAULT_HISTORY_LIMITS;

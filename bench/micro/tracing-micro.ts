@@ -39,7 +39,8 @@ const requests = Number(process.argv[2] ?? 4_000);
 const concurrency = Number(process.argv[3] ?? 16);
 const repeats = Math.max(1, Number(process.argv[4] ?? 1));
 const sideBySide = process.argv[5] === 'side-by-side';
-const WARM_UP_REQUESTS = 1_000;
+// `TRACING_MICRO_WARM_UP=20000`: more warm-up requests per process before the measured window (default 1,000).
+const WARM_UP_REQUESTS = Number(process.env.TRACING_MICRO_WARM_UP ?? 1_000);
 const REQUEST_TIMEOUT_MS = 10_000;
 const JWT_SECRET = 'tracing-micro-secret-0123456789abcdef';
 const ORG = 'org-tracing-micro';

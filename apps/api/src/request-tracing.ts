@@ -1,5 +1,5 @@
 import type { RequestListener, Server } from 'node:http';
-import { holdContext, isTracing, operationContext, tracer } from '@herald/telemetry';
+import { holdContext, isTracing, operationContext, startRootSpan, tracer } from '@herald/telemetry';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
 
@@ -34,18 +34,20 @@ function tracedListener(listener: RequestListener, path: string): RequestListene
   return (req, res) => {
     const url = req.url ?? '';
     if (url !== path && !url.startsWith(`${path}?`)) return listener(req, res);
-    // Without a `traceparent` there is no caller's trace to extract (Herald reads no baggage).
-    const parent =
-      req.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, req.headers);
-    const span = tracer().startSpan(
-      req.method === 'POST' ? postName : `${req.method} ${path}`,
-      { kind: SpanKind.SERVER },
-      parent,
-    );
+    const name = req.method === 'POST' ? postName : `${req.method} ${path}`;
+    // Without a `traceparent` there is no caller's trace to extract (Herald reads no baggage): a new
+    // trace, which the sampler mostly leaves out before any span is made (startRootSpan).
+    let parent = ROOT_CONTEXT;
+    let span: Span | undefined;
+    if (req.headers.traceparent === undefined) span = startRootSpan(name, { kind: SpanKind.SERVER });
+    else {
+      parent = propagation.extract(ROOT_CONTEXT, req.headers);
+      span = tracer().startSpan(name, { kind: SpanKind.SERVER }, parent);
+    }
     // Not sampled and no caller's trace to continue: no context, no listener, nothing more to pay
     // (operationContext; a publish still stores "not sampled", activeTraceparent).
-    const active = operationContext(parent, span);
-    if (!active) return listener(req, res);
+    const active = span && operationContext(parent, span);
+    if (!span || !active) return listener(req, res);
     // Attributes only for a span that records (none of this reaches the exporter otherwise).
     if (span.isRecording()) span.setAttributes({ 'http.request.method': req.method ?? '', 'url.path': path });
     const release = holdContext();

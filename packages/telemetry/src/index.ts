@@ -10,6 +10,7 @@ export {
   parseTraceparent,
   recordBatchSpan,
   runInOperation,
+  startRootSpan,
   traceLogFields,
   traceLogMixin,
   tracer,

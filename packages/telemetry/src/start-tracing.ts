@@ -8,7 +8,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
-import { contextHeld, setTracing } from './trace-context.js';
+import { contextHeld, rootAlreadyChosen, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
 /**
@@ -145,6 +145,7 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     tracer: provider.getTracer('herald'),
     idle: () => contextManager.idle(),
     samplerFollowsParent: followsParent,
+    ...(followsParent ? { rootRatio: rootSamplerRatio(process.env) } : {}),
   });
 
   let stopping: Promise<void> | undefined;
@@ -428,32 +429,45 @@ export function samplerFollowsParent(sampler: string | undefined): boolean {
  * Only Herald's batch spans have links (`recordBatchSpan`, trace-context.ts), and they link only to sampled
  * events: a batch that served a sampled publish is recorded, so that publish's trace leads to it at any
  * ratio (left to the ratio, a sampled event's batch spans would be recorded once in a hundred at 0.01).
- * The rule follows the links as the parent-based sampler follows a parent.
+ * The rule follows the links as the parent-based sampler follows a parent. And a new trace that
+ * `startRootSpan` (trace-context.ts) already chose, with the same ratio, is sampled without a second draw.
  */
 function sampledLinksSampler(
   sdk: typeof import('@opentelemetry/sdk-trace-base'),
   env: NodeJS.ProcessEnv,
 ): import('@opentelemetry/sdk-trace-base').Sampler {
-  const name = env.OTEL_TRACES_SAMPLER?.trim();
-  const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG?.trim() || 1);
+  const ratio = rootSamplerRatio(env);
   const root =
-    name === 'parentbased_always_off'
+    ratio === 0
       ? new sdk.AlwaysOffSampler()
-      : name === 'parentbased_traceidratio'
-        ? new sdk.TraceIdRatioBasedSampler(Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1)
-        : new sdk.AlwaysOnSampler();
+      : ratio === 1
+        ? new sdk.AlwaysOnSampler()
+        : new sdk.TraceIdRatioBasedSampler(ratio);
   const parentBased = new sdk.ParentBasedSampler({ root });
   return {
     shouldSample(context, traceId, spanName, spanKind, attributes, links) {
       if (
         trace.getSpanContext(context) === undefined &&
-        links.some((link) => (link.context.traceFlags & TraceFlags.SAMPLED) !== 0)
+        (rootAlreadyChosen() || links.some((link) => (link.context.traceFlags & TraceFlags.SAMPLED) !== 0))
       )
         return { decision: sdk.SamplingDecision.RECORD_AND_SAMPLED };
       return parentBased.shouldSample(context, traceId, spanName, spanKind, attributes, links);
     },
     toString: () => `SampledLinks{${parentBased.toString()}}`,
   };
+}
+
+/**
+ * The share of new traces a parent-based `OTEL_TRACES_SAMPLER` records, as the SDK maps it:
+ * `parentbased_always_off` 0, `parentbased_traceidratio` its `OTEL_TRACES_SAMPLER_ARG` (1 when blank or not
+ * a ratio), anything else (`parentbased_always_on`, unset, unknown) 1.
+ */
+export function rootSamplerRatio(env: NodeJS.ProcessEnv): number {
+  const name = env.OTEL_TRACES_SAMPLER?.trim();
+  if (name === 'parentbased_always_off') return 0;
+  if (name !== 'parentbased_traceidratio') return 1;
+  const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG?.trim() || 1);
+  return Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1;
 }
 
 function positiveInteger(value: string | undefined): number | undefined {

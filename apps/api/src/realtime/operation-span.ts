@@ -1,4 +1,4 @@
-import { isTracing, runInOperation, tracer } from '@herald/telemetry';
+import { isTracing, runInOperation, startRootSpan, tracer } from '@herald/telemetry';
 import {
   type Context,
   propagation,
@@ -24,7 +24,8 @@ const callerContexts = new WeakMap<Span, Context>();
  * stream is open (authorization, history lookup), never the subscription's life, and is never made
  * active: its events are traced by the fan-out spans of the operations that publish them.
  *
- * @returns undefined when tracing is off (nothing else is done then).
+ * @returns undefined when tracing is off, or when the sampler left out the new trace an operation with no
+ *   caller's trace starts (the operation then runs in no context, as an unsampled one does)
  */
 export function startSocketOperationSpan(
   extensions: unknown,
@@ -40,8 +41,16 @@ export function startSocketOperationSpan(
   const operation = getOperationAST(document, operationName);
   const type = operation?.operation ?? 'operation';
   const name = operation?.name?.value ?? operationName ?? '';
-  const span = tracer().startSpan(name ? `${type} ${name}` : type, { kind: SpanKind.SERVER }, parent);
-  if (trace.getSpanContext(parent)) callerContexts.set(span, parent);
+  const spanName = name ? `${type} ${name}` : type;
+  let span: Span | undefined;
+  if (trace.getSpanContext(parent)) {
+    span = tracer().startSpan(spanName, { kind: SpanKind.SERVER }, parent);
+    callerContexts.set(span, parent);
+  } else {
+    // No caller's trace: a new one, which the sampler mostly leaves out before any span is made.
+    span = startRootSpan(spanName, { kind: SpanKind.SERVER });
+    if (!span) return undefined;
+  }
   // Attributes only for a span that records (none of this reaches the exporter otherwise).
   if (span.isRecording())
     span.setAttributes({

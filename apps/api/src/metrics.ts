@@ -56,6 +56,7 @@ export const FAST_PATHS = [
   'pglite_statements',
   'tracing_context_storage',
   'tracing_instrumentation_gate',
+  'tracing_pg_pool_listeners',
 ] as const;
 
 /** The `reason` label values of `herald_delivery_errors_total`. */
@@ -84,7 +85,7 @@ export function createApiMetrics(): ApiMetrics {
   for (const type of WEBHOOK_EVENT_TYPES) webhookEventsInvalid.inc({ type }, 0);
   const fastPathFallback = new Gauge({
     name: 'herald_fast_path_fallback',
-    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements, tracing_context_storage, tracing_instrumentation_gate)",
+    help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements, tracing_context_storage, tracing_instrumentation_gate, tracing_pg_pool_listeners)",
     labelNames: ['path'],
     registers: [registry],
   });

@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import { trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { runInFreshProcess, START } from './fresh-process.test-support.js';
+import { runInFreshProcess, START, TELEMETRY } from './fresh-process.test-support.js';
 import { startTracing, TRACING_INTERNALS_VERSIONS } from './start-tracing.js';
 import { isTracing } from './trace-context.js';
 import { TracingConfigError } from './tracing-config.js';
@@ -68,6 +68,56 @@ describe('startTracing', () => {
     expect({
       '@opentelemetry/context-async-hooks': version(fromSdk, '@opentelemetry/context-async-hooks'),
       '@opentelemetry/instrumentation': version(require, '@opentelemetry/instrumentation'),
+      '@opentelemetry/instrumentation-pg': version(require, '@opentelemetry/instrumentation-pg'),
     }).toEqual(TRACING_INTERNALS_VERSIONS);
+  });
+
+  it("traces a pool's queries without leaving listeners on it: its later checkouts run no instrumentation", () => {
+    const seen = runInFreshProcess<{ spans: string[]; listeners: number; rows: number }>(
+      `
+      const { createServer } = await import('node:http');
+      const { startTracing } = await import(${JSON.stringify(START)});
+      const telemetry = await import(${JSON.stringify(TELEMETRY)});
+      const { ROOT_CONTEXT } = await import('@opentelemetry/api');
+      const spans = [];
+      const collector = createServer((request, response) => {
+        let body = '';
+        request.on('data', (chunk) => { body += chunk; });
+        request.on('end', () => {
+          for (const resource of JSON.parse(body).resourceSpans ?? [])
+            for (const scope of resource.scopeSpans ?? []) for (const span of scope.spans ?? []) spans.push(span.name);
+          response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+        });
+      });
+      await new Promise((resolve) => collector.listen(0, '127.0.0.1', resolve));
+      process.env.OTEL_EXPORTER_OTLP_ENDPOINT = 'http://127.0.0.1:' + collector.address().port;
+      const tracing = await startTracing({ serviceName: 'pool-listeners' });
+      const { default: pg } = await import('pg');
+      const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 2 });
+      // A sampled operation's queries, through a checkout as the app makes them.
+      const span = telemetry.tracer().startSpan('operation');
+      const rows = await telemetry.runInOperation(ROOT_CONTEXT, span, async () => {
+        const client = await pool.connect();
+        try {
+          return (await client.query('select 1 as one')).rowCount;
+        } finally {
+          client.release();
+        }
+      });
+      span.end();
+      const listeners = ['connect', 'acquire', 'release', 'remove'].reduce((sum, event) => sum + pool.listenerCount(event), 0);
+      await tracing.shutdown(5000);
+      await pool.end();
+      collector.close();
+      process.stdout.write(JSON.stringify({ spans: spans.sort(), listeners, rows }));
+      `,
+      { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', DATABASE_URL: process.env.DATABASE_URL ?? '' },
+    );
+    // The query was traced under the operation...
+    expect(seen.rows).toBe(1);
+    expect(seen.spans).toContain('operation');
+    expect(seen.spans.some((name) => name.startsWith('pg.query') || name.startsWith('SELECT'))).toBe(true);
+    // ...and the pool carries no listener of the instrumentation's (it adds four at a traced checkout).
+    expect(seen.listeners).toBe(0);
   });
 });

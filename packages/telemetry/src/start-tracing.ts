@@ -36,7 +36,7 @@ import { readTracingConfig } from './tracing-config.js';
  * `herald_fast_path_fallback{path}` does.
  */
 export interface TracingFallback {
-  path: 'tracing_context_storage' | 'tracing_instrumentation_gate';
+  path: 'tracing_context_storage' | 'tracing_instrumentation_gate' | 'tracing_pg_pool_listeners';
   reason: string;
 }
 
@@ -62,6 +62,7 @@ export interface Tracing {
 export const TRACING_INTERNALS_VERSIONS = {
   '@opentelemetry/context-async-hooks': '2.12.1',
   '@opentelemetry/instrumentation': '0.223.0',
+  '@opentelemetry/instrumentation-pg': '0.76.0',
 } as const;
 
 /** Default bound of the in-memory span queue, as the SDK's own default. */
@@ -129,10 +130,14 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
       reason: "the SDK's context manager has no _asyncLocalStorage.disable(): the storage stays on",
     });
   provider.register({ contextManager });
-  const instrumentations = [
-    new pg.PgInstrumentation({ requireParentSpan: true }),
-    new ioredis.IORedisInstrumentation({ requireParentSpan: true }),
-  ];
+  const pgInstrumentation = new pg.PgInstrumentation({ requireParentSpan: true });
+  if (!withoutPoolListeners(pgInstrumentation))
+    fallbacks.push({
+      path: 'tracing_pg_pool_listeners',
+      reason:
+        "the pg instrumentation has no _setPoolConnectEventListeners(): a traced pool's every checkout runs its counters",
+    });
+  const instrumentations = [pgInstrumentation, new ioredis.IORedisInstrumentation({ requireParentSpan: true })];
   registerInstrumentations({ tracerProvider: provider, instrumentations });
   const gated = gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
   if (gated === 0)
@@ -335,6 +340,22 @@ function gateWrappedMethods(modules: readonly unknown[], storageOn: () => boolea
     }
   }
   return gated;
+}
+
+/**
+ * Stops the pg instrumentation from listening to the pools it traces. At the first traced `connect` of a
+ * pool it adds four listeners to it (connect, acquire, release, remove) that keep pool-usage counters for
+ * OpenTelemetry metrics. Herald exports no OpenTelemetry metrics (its pools' figures are on `/metrics`), so
+ * the counters go to a no-op meter; but the listeners run on every checkout and release of that pool for
+ * the rest of the process, sampled request or not: from the first sampled request on, every request paid
+ * for them (bench/results/tracing). The method that adds them is replaced by one that adds nothing.
+ * @returns false where the method is not found (an upgrade renamed it): the listeners are added as before
+ */
+function withoutPoolListeners(instrumentation: object): boolean {
+  const target = instrumentation as { _setPoolConnectEventListeners?: unknown };
+  if (typeof target._setPoolConnectEventListeners !== 'function') return false;
+  target._setPoolConnectEventListeners = () => {};
+  return true;
 }
 
 /** The CommonJS exports of `name` as the app's ES modules see them, and its version. */

@@ -3,7 +3,7 @@ import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { signToken } from '@herald/auth';
 import type { TestSchema } from '@herald/testing';
 import { freePort, waitFor } from '@herald/testing/ports';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type ApiProcess, startApiProcess } from './support/api-process.js';
 import { type AppSubscriber, subscribeWithHeraldClient } from './support/herald-clients.js';
 import { createPodEnvironment } from './support/pod-environment.js';
@@ -92,12 +92,16 @@ async function startStallableProxy(port: number) {
 const activeOn = (pod: ApiProcess) => readMetric(pod.baseUrl, 'herald_subscriptions_active');
 
 /**
- * Ends a test's subscriber and waits until its pod counts it gone, so the next test's "one more
- * subscription than before" is about its own subscriber, not one still reconnecting from an earlier test.
+ * When the test ends, passed or failed: ends its subscriber and waits until its pod counts it gone, so the
+ * next test's "one more subscription than before" is about its own subscriber, not one still reconnecting
+ * from an earlier test (a pod restart sends them all back to it). Registered with `onTestFinished`, so a
+ * failure here is reported beside the test's own, never instead of it.
  */
-async function release(subscriber: AppSubscriber, pod: () => ApiProcess, before: number) {
-  await subscriber.client.dispose();
-  await waitFor('the subscription released', async () => (await activeOn(pod())) === before);
+function releaseWhenDone(subscriber: AppSubscriber, pod: () => ApiProcess, before: number) {
+  onTestFinished(async () => {
+    await subscriber.client.dispose();
+    await waitFor('the subscription released', async () => (await activeOn(pod())) === before);
+  });
 }
 
 describe('@herald/client', () => {
@@ -108,18 +112,15 @@ describe('@herald/client', () => {
     const before = await activeOn(other);
     const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${other.port}/graphql`, shortLived, ORG);
     subscribers.push(subscriber);
-    try {
-      await waitFor('the subscription', async () => (await activeOn(other)) === before + 1);
-      await createAndPublish(other.baseUrl, writer, ORG, 'token 1');
-      await waitFor('a reconnect with a new token', () => subscriber.reconnects >= 1, { timeoutMs: 15_000 });
-      await createAndPublish(other.baseUrl, writer, ORG, 'token 2');
-      await waitFor('the post after the reconnect', () => subscriber.count('token 2') === 1);
-      expect(subscriber.tokenCalls).toBeGreaterThanOrEqual(2);
-      expect(subscriber.titles).toEqual(['token 1', 'token 2']);
-      expect(subscriber.errors).toEqual([]);
-    } finally {
-      await release(subscriber, () => other, before);
-    }
+    releaseWhenDone(subscriber, () => other, before);
+    await waitFor('the subscription', async () => (await activeOn(other)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'token 1');
+    await waitFor('a reconnect with a new token', () => subscriber.reconnects >= 1, { timeoutMs: 15_000 });
+    await createAndPublish(other.baseUrl, writer, ORG, 'token 2');
+    await waitFor('the post after the reconnect', () => subscriber.count('token 2') === 1);
+    expect(subscriber.tokenCalls).toBeGreaterThanOrEqual(2);
+    expect(subscriber.titles).toEqual(['token 1', 'token 2']);
+    expect(subscriber.errors).toEqual([]);
   }, 60_000);
 
   it('resumes after its pod restarts: the posts published meanwhile, once, in order, then live', async () => {
@@ -127,30 +128,27 @@ describe('@herald/client', () => {
     const before = await activeOn(restartable);
     const subscriber = subscribeWithHeraldClient(`ws://127.0.0.1:${restartablePort}/graphql`, token, ORG);
     subscribers.push(subscriber);
-    try {
-      await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
-      await createAndPublish(other.baseUrl, writer, ORG, 'before restart');
-      await waitFor('the first post', () => subscriber.count('before restart') === 1);
+    releaseWhenDone(subscriber, () => restartable, before);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'before restart');
+    await waitFor('the first post', () => subscriber.count('before restart') === 1);
 
-      expect(await restartable.stop('SIGTERM')).toBe(0);
-      for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `while down ${i}`);
-      restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
-      await waitFor('the posts published while down', () => subscriber.count('while down 5') === 1, {
-        timeoutMs: 30_000,
-      });
-      await createAndPublish(other.baseUrl, writer, ORG, 'after restart');
-      await waitFor('the live post', () => subscriber.count('after restart') === 1);
-      expect(subscriber.titles.filter((title) => !title.startsWith('token'))).toEqual([
-        'before restart',
-        ...Array.from({ length: 5 }, (_, i) => `while down ${i + 1}`),
-        'after restart',
-      ]);
-      expect(subscriber.reconnects).toBeGreaterThanOrEqual(1);
-      expect(subscriber.cursorExpired).toBe(0);
-      expect(subscriber.errors).toEqual([]);
-    } finally {
-      await release(subscriber, () => other, before);
-    }
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `while down ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('while down 5') === 1, {
+      timeoutMs: 30_000,
+    });
+    await createAndPublish(other.baseUrl, writer, ORG, 'after restart');
+    await waitFor('the live post', () => subscriber.count('after restart') === 1);
+    expect(subscriber.titles.filter((title) => !title.startsWith('token'))).toEqual([
+      'before restart',
+      ...Array.from({ length: 5 }, (_, i) => `while down ${i + 1}`),
+      'after restart',
+    ]);
+    expect(subscriber.reconnects).toBeGreaterThanOrEqual(1);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
   }, 90_000);
 
   it('resumes a postPublished document written without $after: the library adds it, nothing is missed', async () => {
@@ -165,26 +163,23 @@ describe('@herald/client', () => {
       { query: 'subscription Plain($orgId: ID!) { postPublished(orgId: $orgId) { title } }' },
     );
     subscribers.push(subscriber);
-    try {
-      await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
-      await createAndPublish(other.baseUrl, writer, ORG, 'plain before');
-      await waitFor('the first post', () => subscriber.count('plain before') === 1);
+    releaseWhenDone(subscriber, () => restartable, before);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+    await createAndPublish(other.baseUrl, writer, ORG, 'plain before');
+    await waitFor('the first post', () => subscriber.count('plain before') === 1);
 
-      expect(await restartable.stop('SIGTERM')).toBe(0);
-      for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `plain while down ${i}`);
-      restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
-      await waitFor('the posts published while down', () => subscriber.count('plain while down 5') === 1, {
-        timeoutMs: 30_000,
-      });
-      expect(subscriber.titles.filter((title) => title.startsWith('plain'))).toEqual([
-        'plain before',
-        ...Array.from({ length: 5 }, (_, i) => `plain while down ${i + 1}`),
-      ]);
-      expect(subscriber.cursorExpired).toBe(0);
-      expect(subscriber.errors).toEqual([]);
-    } finally {
-      await release(subscriber, () => restartable, before);
-    }
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 5; i++) await createAndPublish(other.baseUrl, writer, ORG, `plain while down ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('plain while down 5') === 1, {
+      timeoutMs: 30_000,
+    });
+    expect(subscriber.titles.filter((title) => title.startsWith('plain'))).toEqual([
+      'plain before',
+      ...Array.from({ length: 5 }, (_, i) => `plain while down ${i + 1}`),
+    ]);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
   }, 90_000);
 
   it('leaves a server that stops answering pings, reconnects elsewhere and resumes', async () => {
@@ -203,6 +198,12 @@ describe('@herald/client', () => {
       { keepAliveMs: 500, pongTimeoutMs: 500 },
     );
     subscribers.push(subscriber);
+    // It starts on `restartable` (through the proxy) and ends on `other`; its stalled first connection is
+    // released once the proxy closes (the finally below).
+    releaseWhenDone(subscriber, () => other, beforeOther);
+    onTestFinished(() =>
+      waitFor('the stalled connection released', async () => (await activeOn(restartable)) === before),
+    );
     try {
       await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
       await createAndPublish(other.baseUrl, writer, ORG, 'ping before');
@@ -222,9 +223,8 @@ describe('@herald/client', () => {
       expect(subscriber.reconnects).toBeGreaterThanOrEqual(1);
       expect(subscriber.errors).toEqual([]);
     } finally {
+      await subscriber.client.dispose();
       await proxy.close();
-      await release(subscriber, () => other, beforeOther);
-      await waitFor('the stalled connection released', async () => (await activeOn(restartable)) === before);
     }
   }, 60_000);
 
@@ -247,6 +247,7 @@ describe('@herald/client', () => {
       { connectTimeoutMs: 1_000 },
     );
     subscribers.push(subscriber);
+    releaseWhenDone(subscriber, () => other, before);
     try {
       await waitFor('the attempt on the frozen pod', () => reached === 1);
       proxy.stall(other.port);
@@ -255,9 +256,9 @@ describe('@herald/client', () => {
       await waitFor('the post', () => subscriber.count('after frozen') === 1);
       expect(subscriber.errors).toEqual([]);
     } finally {
+      await subscriber.client.dispose();
       await proxy.close();
       frozen.close();
-      await release(subscriber, () => other, before);
     }
   }, 60_000);
 
@@ -272,26 +273,23 @@ describe('@herald/client', () => {
       { startAtHead: true },
     );
     subscribers.push(subscriber);
-    try {
-      await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
+    releaseWhenDone(subscriber, () => restartable, before);
+    await waitFor('the subscription', async () => (await activeOn(restartable)) === before + 1);
 
-      // Its pod goes away before any event: without a cursor it would resubscribe from "now" and miss these.
-      expect(await restartable.stop('SIGTERM')).toBe(0);
-      for (let i = 1; i <= 3; i++) await createAndPublish(other.baseUrl, writer, ORG, `before first ${i}`);
-      restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
-      await waitFor('the posts published while down', () => subscriber.count('before first 3') === 1, {
-        timeoutMs: 30_000,
-      });
-      expect(subscriber.titles.filter((title) => title.startsWith('before first'))).toEqual([
-        'before first 1',
-        'before first 2',
-        'before first 3',
-      ]);
-      expect(subscriber.cursorExpired).toBe(0);
-      expect(subscriber.errors).toEqual([]);
-    } finally {
-      await release(subscriber, () => restartable, before);
-    }
+    // Its pod goes away before any event: without a cursor it would resubscribe from "now" and miss these.
+    expect(await restartable.stop('SIGTERM')).toBe(0);
+    for (let i = 1; i <= 3; i++) await createAndPublish(other.baseUrl, writer, ORG, `before first ${i}`);
+    restartable = await startApiProcess({ ...env, PORT: String(restartablePort) });
+    await waitFor('the posts published while down', () => subscriber.count('before first 3') === 1, {
+      timeoutMs: 30_000,
+    });
+    expect(subscriber.titles.filter((title) => title.startsWith('before first'))).toEqual([
+      'before first 1',
+      'before first 2',
+      'before first 3',
+    ]);
+    expect(subscriber.cursorExpired).toBe(0);
+    expect(subscriber.errors).toEqual([]);
   }, 90_000);
 
   it('disposes cleanly while it is reconnecting to a server that is gone', async () => {

@@ -8,7 +8,8 @@ interface Seen {
 
 /**
  * In a fresh process (tracing is process-wide), tracing started with `sampler` and `ratio`; `Math.random`
- * then answers `draws`, one per `startRootSpan` call (the SDK's own id generator draws from a separate copy).
+ * answers `draws`, one per `startRootSpan` call: its first call within each is `startRootSpan`'s own draw, and
+ * later ones (the SDK's id generator, which calls the same `Math.random`) get real random numbers.
  */
 function rootSpans(sampler: string | undefined, ratio: string, draws: number[]): Seen {
   const script = `

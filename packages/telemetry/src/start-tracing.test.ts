@@ -2,7 +2,7 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { trace } from '@opentelemetry/api';
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { runInFreshProcess, START, TELEMETRY } from './fresh-process.test-support.js';
 import { startTracing, TRACING_INTERNALS_VERSIONS } from './start-tracing.js';
 import { isTracing } from './trace-context.js';
@@ -111,7 +111,7 @@ describe('startTracing', () => {
       collector.close();
       process.stdout.write(JSON.stringify({ spans: spans.sort(), listeners, rows }));
       `,
-      { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', DATABASE_URL: process.env.DATABASE_URL ?? '' },
+      { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', DATABASE_URL: inject('databaseUrl') },
     );
     // The query was traced under the operation...
     expect(seen.rows).toBe(1);

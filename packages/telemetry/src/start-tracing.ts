@@ -56,7 +56,8 @@ export interface Tracing {
 /**
  * The versions the tracing fast paths were written against: `@opentelemetry/context-async-hooks` (as
  * `@opentelemetry/sdk-trace-node` loads it: its storage is turned off between sampled operations) and
- * `@opentelemetry/instrumentation` (its shimmer marks on wrapped methods, which the gate reads).
+ * `@opentelemetry/instrumentation` (its shimmer marks on wrapped methods, which the gate reads) and
+ * `@opentelemetry/instrumentation-pg` (the method that adds its pool listeners, `withoutPoolListeners`).
  * start-tracing.test.ts fails when the installed ones differ; docs/development.md says what to rerun.
  */
 export const TRACING_INTERNALS_VERSIONS = {

@@ -104,7 +104,8 @@ const UNSAMPLED_SPAN_KEY = createContextKey('herald unsampled span context');
  * - `span` does not record but `parent` carries a caller's trace (a `traceparent` that said "not
  *   sampled"): only its span context, under a key of Herald's own (see above), so a publish stores the
  *   caller's trace id with the not-sampled flag;
- * - neither (the sampler said no to a new trace, 99 % of requests at a ratio of 0.01): undefined. Such
+ * - neither (the SDK's sampler said no to a new trace: under a sampler that ignores parents, since
+ *   under a parent-based one {@link startRootSpan} makes no span for it at all): undefined. Such
  *   an operation runs in no context at all, so the context storage, and Node's async hooks behind it,
  *   can stay off ({@link holdContext}); a publish from it stores a not-sampled `traceparent` of its own
  *   ({@link activeTraceparent}).

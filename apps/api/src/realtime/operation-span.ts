@@ -69,7 +69,8 @@ export function startSocketOperationSpan(
  */
 export async function runInSocketOperationSpan<T>(span: Span, active: boolean, work: () => T | Promise<T>): Promise<T> {
   try {
-    // A span the sampler left out, with no caller's trace, runs in no context (runInOperation).
+    // A span a sampler that ignores parents left out, with no caller's trace, runs in no context
+    // (runInOperation); under a parent-based one such an operation has no span (startSocketOperationSpan).
     return await (active ? runInOperation(callerContexts.get(span) ?? ROOT_CONTEXT, span, work) : work());
   } catch (error) {
     span.setStatus({ code: SpanStatusCode.ERROR });

@@ -35,7 +35,10 @@ interface EnvelopedRoot {
   share?: { key: string; member: GroupMember; resuming: boolean };
   /** The organisation whose `subscriptions` quota counts this subscription until it ends. */
   countedOrg?: string;
-  /** With tracing on: the operation's span (operation-span.ts), ended once it ran or its stream opened. */
+  /**
+   * With tracing on: the operation's span (operation-span.ts), ended once it ran or its stream opened;
+   * none for a new trace the sampler left out (the operation then runs as with tracing off).
+   */
   span?: Span;
 }
 
@@ -130,7 +133,8 @@ export function createSubscribeHooks(deps: SubscribeDeps): SubscribeHooks {
         if (refused) return [refused];
         rootValue.countedOrg = named;
       }
-      // Tracing on: the operation's span, a child of `extensions.traceparent` when the caller sent one.
+      // Tracing on: the operation's span, a child of `extensions.traceparent` when the caller sent one
+      // (none when it starts a new trace the sampler leaves out).
       rootValue.span = startSocketOperationSpan(payload.extensions, document, payload.operationName);
       return {
         schema,

@@ -55,4 +55,10 @@ describe('a new trace (no caller) under a parent-based ratio sampler', () => {
     expect(rootSpans('traceidratio', '0', [0, 0.5]).spans).toEqual(['does not record', 'does not record']);
     expect(rootSpans('always_on', '', [0.999]).spans).toEqual(['records']);
   });
+
+  it('reads the sampler name as the configuration check does, surrounding spaces and all', () => {
+    // The SDK's own reading would not trim "traceidratio " and fall back to parentbased_always_on: all recorded.
+    expect(rootSpans(' traceidratio ', '0', [0, 0.5]).spans).toEqual(['does not record', 'does not record']);
+    expect(rootSpans('parentbased_traceidratio ', '0.5', [0.25, 0.75]).spans).toEqual(['records', 'none']);
+  });
 });

@@ -120,8 +120,11 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
   const provider = new NodeTracerProvider({
     resource,
     spanProcessors: [processor],
-    // Otherwise the SDK builds the sampler from OTEL_TRACES_SAMPLER itself.
-    ...(followsParent ? { sampler: sampledLinksSampler(traceBase, process.env) } : {}),
+    // Built here from the trimmed name, as readTracingConfig checked it: the SDK's own reading does not
+    // trim, and would take `traceidratio ` (a trailing space) for its default, parentbased_always_on.
+    sampler: followsParent
+      ? sampledLinksSampler(traceBase, process.env)
+      : parentIgnoringSampler(traceBase, process.env),
   });
   const contextManager = new (operationContextManager())();
   const fallbacks: TracingFallback[] = [];
@@ -488,8 +491,24 @@ export function rootSamplerRatio(env: NodeJS.ProcessEnv): number {
   const name = env.OTEL_TRACES_SAMPLER?.trim();
   if (name === 'parentbased_always_off') return 0;
   if (name !== 'parentbased_traceidratio') return 1;
+  return samplerArgRatio(env);
+}
+
+/** `OTEL_TRACES_SAMPLER_ARG` as the SDK reads a ratio: 1 when blank, not a number or outside 0–1. */
+function samplerArgRatio(env: NodeJS.ProcessEnv): number {
   const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG?.trim() || 1);
   return Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1;
+}
+
+/** The sampler of a `OTEL_TRACES_SAMPLER` that ignores parents (`always_on`, `always_off`, `traceidratio`). */
+function parentIgnoringSampler(
+  sdk: typeof import('@opentelemetry/sdk-trace-base'),
+  env: NodeJS.ProcessEnv,
+): import('@opentelemetry/sdk-trace-base').Sampler {
+  const name = env.OTEL_TRACES_SAMPLER?.trim();
+  if (name === 'always_off') return new sdk.AlwaysOffSampler();
+  if (name === 'traceidratio') return new sdk.TraceIdRatioBasedSampler(samplerArgRatio(env));
+  return new sdk.AlwaysOnSampler();
 }
 
 function positiveInteger(value: string | undefined): number | undefined {

@@ -7,13 +7,16 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { signToken } from '@herald/auth';
 import { Histogram, ROOT } from '../src/common.js';
 import { type FaultName, type FaultRecord, faultTimes, parseFaults, runFault } from './faults.js';
 import { postGraphql } from './http.js';
+import { buildImageCommands, type ImageCommands } from './image-build.js';
 import { checkLedger, type DeliveryStatus, describeViolations, type LedgerInput, type LedgerResult } from './ledger.js';
 import { POSTS_QUERY, type PublishRecord, publishOne, type SoakSubscriber, startSubscriber, tagsFor } from './load.js';
 import { type Receiver, type ReceiverBehaviour, startReceiver } from './receivers.js';
@@ -29,6 +32,8 @@ const { values } = parseArgs({
     rate: { type: 'string', default: '10' },
     subscribers: { type: 'string', default: '45' },
     'drain-seconds': { type: 'string', default: '120' },
+    /** `source`: the apps' TypeScript under tsx; `image`: their production builds, as the images run them. */
+    processes: { type: 'string', default: 'image' },
     /** Only check the ledger of a run's `ledger-input.json` (or a crafted one), print it, and exit. */
     check: { type: 'string' },
   },
@@ -40,6 +45,8 @@ const subscriberCount = Number(values.subscribers);
 const drainMs = Number(values['drain-seconds']) * 1000;
 if (!(minutes > 0) || !(rate > 0) || !(subscriberCount >= 3) || !(drainMs > 0))
   throw new Error('--minutes, --rate, --drain-seconds must be positive and --subscribers at least 3');
+if (values.processes !== 'source' && values.processes !== 'image')
+  throw new Error(`--processes is source or image, not "${values.processes}"`);
 const faultNames = parseFaults(values.faults);
 const runMs = Math.round(minutes * 60_000);
 const warmUpMs = Math.min(60_000, Math.round(runMs * 0.15));
@@ -105,7 +112,16 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 async function main(): Promise<number> {
   const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
   log(`${minutes} min, faults: ${faultNames.join(', ') || 'none'}, ${rate} publishes/s, out ${out}`);
+  let commands: ImageCommands | undefined;
+  if (values.processes === 'image') {
+    // Outside `out` (a pruned node_modules each), removed however the run ends.
+    const buildDir = mkdtempSync(join(tmpdir(), 'herald-soak-build-'));
+    process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }));
+    commands = await buildImageCommands(buildDir);
+    log(`production builds of the API and the dispatcher in ${buildDir}`);
+  }
   topology = await startTopology({
+    commands,
     pods: 3,
     dispatchers: 2,
     jwtSecret: JWT_SECRET,
@@ -382,6 +398,7 @@ async function main(): Promise<number> {
       .map(([minute, histogram]) => ({ minute, ...histogram.summaryMs() }));
   const results: SoakResults = {
     command: `pnpm soak ${process.argv.slice(2).join(' ')}`.trim(),
+    builds: values.processes as 'image' | 'source',
     commit,
     startedAt: new Date(startedAt).toISOString(),
     minutes,

@@ -19,6 +19,8 @@ interface MinuteLatency {
 export interface SoakResults {
   command: string;
   commit: string;
+  /** What the pods and dispatchers ran (`--processes`): the production builds, as the images do, or the sources under tsx. */
+  builds?: 'image' | 'source';
   startedAt: string;
   minutes: number;
   rate: number;
@@ -68,6 +70,14 @@ export function renderMarkdown(results: SoakResults): string {
     `# Soak: ${results.minutes} min, faults ${results.faultsRequested.join(', ') || 'none'}`,
     '',
     `\`${results.command}\` at ${results.commit}, started ${results.startedAt}; drain took ${seconds(results.drainedMs)}.`,
+    ...(results.builds
+      ? [
+          '',
+          results.builds === 'image'
+            ? 'Pods and dispatchers: the production builds (`pnpm build:prod`), started as the container images start them.'
+            : 'Pods and dispatchers: the TypeScript sources under tsx (`--processes source`).',
+        ]
+      : []),
     '',
     '## Summary',
     '',

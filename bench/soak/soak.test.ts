@@ -327,6 +327,13 @@ describe('pnpm soak', () => {
     }
   });
 
+  it('refuses --processes other than image or source before starting anything', async () => {
+    const refused = await soak(['--processes', 'docker', '--minutes', '1'], 60_000);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('--processes is source or image, not "docker"');
+    expect(refused.stdout).not.toContain('cluster up');
+  });
+
   it('runs the cluster for 2 minutes with a pod, a dispatcher and Redis killed and backends terminated: balanced', {
     timeout: 600_000,
   }, async () => {
@@ -337,7 +344,10 @@ describe('pnpm soak', () => {
         540_000,
       );
       expect(run.code, `${run.stdout.slice(-6000)}\n${run.stderr.slice(-4000)}`).toBe(0);
+      // By default the pods and dispatchers are the apps' production builds, as the images run them.
+      expect(run.stdout).toContain('production builds of the API and the dispatcher in');
       const results = JSON.parse(await readFile(join(out, 'results.json'), 'utf8')) as SoakResults;
+      expect(results.builds).toBe('image');
       expect(results.ledger.balanced).toBe(true);
       expect(results.violationCount).toBe(0);
       expect(results.unexpectedExits).toEqual([]);

@@ -9,6 +9,7 @@ import { type DispatcherProcess, startDispatcherProcess } from '../../test/suppo
 import { type NginxProcess, startNginx } from '../../test/support/nginx.js';
 import { type OwnPostgres, ownPostgres } from '../../test/support/postgres-cluster.js';
 import { type OwnRedis, ownRedis } from '../../test/support/redis-server.js';
+import type { ImageCommands } from './image-build.js';
 import { type StallProxy, startStallProxy } from './stall-proxy.js';
 
 /** `MALLOC_ARENA_MAX` of the container images (deploy/Dockerfile; soak.test.ts keeps the two equal). */
@@ -32,6 +33,8 @@ export interface TopologyOptions {
   env: Record<string, string>;
   /** Called when a process exits that the fault schedule did not stop. */
   onUnexpectedExit: (role: string, code: number | null, signal: NodeJS.Signals | null) => void;
+  /** Run the apps' production builds as the images do (`--processes image`); the sources under tsx without. */
+  commands?: ImageCommands;
 }
 
 /** One long-lived process the soak samples: its role (`api-1`, `dispatcher-2`, …) and pid. */
@@ -108,8 +111,13 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     DATABASE_POOL_MAX: '6',
     // The allocator setting the container images run with (deploy/Dockerfile).
     MALLOC_ARENA_MAX: IMAGE_MALLOC_ARENA_MAX,
+    // And the rest of their environment, when their builds run.
+    ...(options.commands ? { NODE_ENV: 'production' } : {}),
     ...options.env,
   };
+  /** What a process of each kind is started from (for `pgrep -f`, after a start that timed out). */
+  const podScript = options.commands ? 'dist/main.js' : 'apps/api/src/main.ts';
+  const dispatcherScript = options.commands ? 'dist/main.js' : 'apps/webhook-dispatcher/src/main.ts';
   const watch = (
     role: string,
     child: { once: (event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void) => unknown },
@@ -137,20 +145,23 @@ export async function startTopology(options: TopologyOptions): Promise<Topology>
     }
   };
   const startPod = async (index: number) => {
-    const pod = await withRetries('apps/api/src/main.ts', () =>
-      startApiProcess({
-        ...env,
-        ...(index === 0 ? { REDIS_URL: `redis://127.0.0.1:${redisProxy.port}` } : {}),
-        PORT: String(podPorts[index]),
-        SHUTDOWN_GRACE_MS: '5000',
-      }),
+    const pod = await withRetries(podScript, () =>
+      startApiProcess(
+        {
+          ...env,
+          ...(index === 0 ? { REDIS_URL: `redis://127.0.0.1:${redisProxy.port}` } : {}),
+          PORT: String(podPorts[index]),
+          SHUTDOWN_GRACE_MS: '5000',
+        },
+        options.commands?.api,
+      ),
     );
     pods[index] = pod;
     watch(`api-${index + 1}`, pod.child, pod);
   };
   const startDispatcher = async (index: number) => {
-    const dispatcher = await withRetries('apps/webhook-dispatcher/src/main.ts', () =>
-      startDispatcherProcess({ ...env, PORT: String(dispatcherPorts[index]) }),
+    const dispatcher = await withRetries(dispatcherScript, () =>
+      startDispatcherProcess({ ...env, PORT: String(dispatcherPorts[index]) }, options.commands?.dispatcher),
     );
     dispatchers[index] = dispatcher;
     watch(`dispatcher-${index + 1}`, dispatcher.child, dispatcher);

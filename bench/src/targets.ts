@@ -249,17 +249,27 @@ export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: 
  * the young generation from the memory limit instead (docs/operations.md).
  */
 export function imageRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
-  let stage = '';
+  return { env: {}, nodeFlags: imageNodeFlags('api') };
+}
+
+/**
+ * The node flags of deploy/Dockerfile's stage `stage` (`FROM … AS <stage>`): its `CMD ["node", …,
+ * "dist/main.js"]` without the first and last words.
+ */
+export function imageNodeFlags(stage: string): string[] {
+  let current = '';
   let command: string[] | undefined;
   for (const line of readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8').split('\n')) {
     const from = /^FROM\s+\S+\s+AS\s+(\S+)/i.exec(line);
-    if (from) stage = from[1]!;
-    else if (stage === 'api' && line.startsWith('CMD [')) command = JSON.parse(line.slice('CMD '.length)) as string[];
+    if (from) current = from[1]!;
+    else if (current === stage && line.startsWith('CMD [')) command = JSON.parse(line.slice('CMD '.length)) as string[];
   }
   if (command?.[0] !== 'node' || command.at(-1) !== 'dist/main.js') {
-    throw new Error(`bench: cannot read the api stage's node command from deploy/Dockerfile: ${command?.join(' ')}`);
+    throw new Error(
+      `bench: cannot read the ${stage} stage's node command from deploy/Dockerfile: ${command?.join(' ')}`,
+    );
   }
-  return { env: {}, nodeFlags: command.slice(1, -1) };
+  return command.slice(1, -1);
 }
 
 async function startPod(

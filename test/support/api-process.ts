@@ -30,10 +30,19 @@ export interface ApiProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Runs `apps/api/src/main.ts` as its own process, as `pnpm start` does, and waits until it listens. */
-export async function startApiProcess(env: Record<string, string>): Promise<ApiProcess> {
-  const child = spawn(process.execPath, ['--import', TSX_LOADER, API_MAIN], {
-    cwd: ROOT,
+/** How to start a process other than from its TypeScript sources: node's arguments, and its directory. */
+export interface NodeCommand {
+  args: string[];
+  cwd: string;
+}
+
+/**
+ * Runs `apps/api/src/main.ts` as its own process, as `pnpm start` does, and waits until it listens.
+ * `command`: run something else instead (the production build, as the container image does: bench/soak).
+ */
+export async function startApiProcess(env: Record<string, string>, command?: NodeCommand): Promise<ApiProcess> {
+  const child = spawn(process.execPath, command?.args ?? ['--import', TSX_LOADER, API_MAIN], {
+    cwd: command?.cwd ?? ROOT,
     // No drain pause by default: tests that stop pods don't wait for a load balancer that isn't there.
     env: {
       PATH: process.env.PATH ?? '',

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { spawnDispatcherApp } from '../../apps/webhook-dispatcher/src/testing/dispatcher-process.js';
+import type { NodeCommand } from './api-process.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** `node --import tsx`, not the tsx CLI wrapper: signals reach the real process (see api-process.ts). */
@@ -17,9 +18,15 @@ export interface DispatcherProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Runs the webhook-dispatcher app as operators do and waits until it is ready. */
-export async function startDispatcherProcess(env: Record<string, string>): Promise<DispatcherProcess> {
-  const { child, ready, exited, output } = spawnDispatcherApp(env, START_TIMEOUT_MS);
+/**
+ * Runs the webhook-dispatcher app as operators do and waits until it is ready. `command`: node's arguments
+ * and directory for something else than the sources (the production build, as the image runs it).
+ */
+export async function startDispatcherProcess(
+  env: Record<string, string>,
+  command?: NodeCommand,
+): Promise<DispatcherProcess> {
+  const { child, ready, exited, output } = spawnDispatcherApp(env, START_TIMEOUT_MS, command);
   await ready;
   return {
     child,

@@ -32,9 +32,15 @@ const started: ChildProcess[] = [];
 /**
  * Starts the app with `env` over a few defaults (a free port on 127.0.0.1, info logs, the tests'
  * encryption keyring). `ready` rejects after `readyTimeoutMs` (default 30 s) without the ready line.
+ * `command`: node's arguments and directory for something else than the sources (the production build).
  */
-export function spawnDispatcherApp(env: Record<string, string>, readyTimeoutMs = 30_000): DispatcherProcess {
-  const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN], {
+export function spawnDispatcherApp(
+  env: Record<string, string>,
+  readyTimeoutMs = 30_000,
+  command?: { args: string[]; cwd: string },
+): DispatcherProcess {
+  const child = spawn(process.execPath, command?.args ?? ['--import', TSX_LOADER, MAIN], {
+    ...(command ? { cwd: command.cwd } : {}),
     env: {
       PATH: process.env.PATH ?? '',
       HOST: '127.0.0.1',

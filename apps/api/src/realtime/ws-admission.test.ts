@@ -1,7 +1,18 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { ConnectionExtra } from './graphql-ws-adapter.js';
 import { scheduleExpiry } from './ws-admission.js';
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+/** The V8 heap in use after two full collections. */
+const heapUsed = () => {
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+};
 
 /** A connection's state around a socket in `readyState`, with close calls recorded. */
 function connectionState(readyState: number) {
@@ -41,6 +52,20 @@ describe('scheduleExpiry', () => {
       expect(state.expiresAt).toBeUndefined();
       expect(closes).toEqual([]);
     }
+  });
+
+  it('leaves nothing behind for sockets that close long before their tokens expire', () => {
+    // 30,000 connections whose tokens expire in two days, each at a second of its own, closed at once
+    // (their release clears the timer). Node keeps an empty timer list per distinct duration an unref'd
+    // timer had until that duration has passed: armed for the token's whole life, ~160 bytes each stayed.
+    const before = heapUsed();
+    const inTwoDays = Math.floor(Date.now() / 1000) + 2 * 86_400;
+    for (let i = 0; i < 30_000; i++) {
+      const { state } = connectionState(WebSocket.OPEN);
+      scheduleExpiry(state, inTwoDays + i);
+      clearTimeout(state.expiryTimer);
+    }
+    expect(heapUsed() - before).toBeLessThan(1024 * 1024);
   });
 
   it('closes an open socket at once with 4403 when the token has already expired', () => {

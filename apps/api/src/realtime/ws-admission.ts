@@ -21,8 +21,16 @@ export const CONNECTION_INIT_TIMEOUT_MS = 3_000;
 export const AUTH_UNAVAILABLE_CLOSE_CODE = 1013;
 /** A user over their `socketsPerUser` quota: "Try Again Later", after `connection_init`. */
 export const SOCKET_LIMIT_CLOSE_CODE = 1013;
-/** Node's timers overflow past this (about 24.8 days); longer token lifetimes are re-armed. */
-const MAX_TIMER_MS = 2_147_483_647;
+/**
+ * The longest one wait of a socket's expiry timer; a token that lives longer is waited for in steps of
+ * exactly this. Node keeps a list for every distinct duration an unref'd timer was set with until that
+ * duration has passed, even after the timer is cleared (it deletes an empty list at once only for ref'd
+ * timers): a timer set for a token's whole remaining life, cleared when its socket closes, left about
+ * 160 bytes behind per connection for as long as the token had left, days for most (a 100-minute soak's
+ * pod held 1,700 such lists). In steps of one duration, the long waits of every socket share one list,
+ * and only a last step, shorter than this, has a list of its own for at most this long.
+ */
+export const EXPIRY_STEP_MS = 60_000;
 
 export interface SocketAdmission {
   /** graphql-ws's `onConnect`: verifies the `connection_init` token and counts the socket for its user. */
@@ -127,11 +135,11 @@ export function scheduleExpiry(state: ConnectionExtra, expiresAt: number | undef
     state.socket.close(CloseCode.Forbidden, 'Forbidden: token expired');
     return;
   }
-  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, MAX_TIMER_MS), state, expiresAt);
+  state.expiryTimer = setTimeout(onExpiryTimer, Math.min(remainingMs, EXPIRY_STEP_MS), state, expiresAt);
   state.expiryTimer.unref();
 }
 
-/** The expiry timer fired: closes the socket, or re-arms a timer capped at Node's maximum. */
+/** The expiry timer fired: closes the socket, or waits the next step ({@link EXPIRY_STEP_MS}). */
 function onExpiryTimer(state: ConnectionExtra, expiresAt: number) {
   if (expiresAt * 1000 - Date.now() > 0) {
     state.expiresAt = undefined;

@@ -25,13 +25,12 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { type ApiProcess, startApiProcess } from '../../test/support/api-process.js';
 import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
-import { startOtlpSink } from '../src/tracing-settings.js';
+import { postsRequester, seedPostsThroughApi, sideBySideWindow, startOtlpSink } from '../src/tracing-settings.js';
 
 const requests = Number(process.argv[2] ?? 8_000);
 const concurrency = Number(process.argv[3] ?? 16);
 const sampledCount = Number(process.argv[4] ?? 20);
 const phases = Number(process.argv[5] ?? 4);
-const REQUEST_TIMEOUT_MS = 10_000;
 const JWT_SECRET = 'first-sampled-secret-0123456789abcdef';
 const ORG = 'org-first-sampled';
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -73,46 +72,29 @@ function cpuMicros(pid: number): { all: number; main: number } {
 
 const sink = await startOtlpSink();
 const token = await signToken(JWT_SECRET, { sub: 'bench', name: 'Bench', orgs: [ORG] });
-const body = JSON.stringify({ query: `{ posts(orgId: "${ORG}", first: 10) { edges { node { id title } } } }` });
 
-async function postsRequest(pool: Pool, traceparent?: string): Promise<void> {
-  const response = await pool.request({
-    path: '/graphql',
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      authorization: `Bearer ${token}`,
-      ...(traceparent ? { traceparent } : {}),
-    },
-    body,
-    headersTimeout: REQUEST_TIMEOUT_MS,
-    bodyTimeout: REQUEST_TIMEOUT_MS,
-  });
-  const text = await response.body.text();
-  if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+/** One `posts(first: 10)` request to the process behind `pool`, checked (tracing-settings.ts). */
+const requesters = new WeakMap<Pool, (traceparent?: string) => Promise<void>>();
+function postsRequest(pool: Pool, traceparent?: string): Promise<void> {
+  let request = requesters.get(pool);
+  if (!request) {
+    request = postsRequester(pool, token, ORG);
+    requesters.set(pool, request);
+  }
+  return request(traceparent);
 }
 
 /** Both processes loaded at once; CPU per request of each over the window in which one answered `requests`. */
 async function phase(apis: ApiProcess[], pools: Pool[]) {
-  const done = apis.map(() => 0);
-  const before = apis.map((api) => cpuMicros(api.child.pid as number));
-  let window: { used: { all: number; main: number }[]; done: number[] } | undefined;
-  await Promise.all(
-    pools.flatMap((pool, i) =>
-      Array.from({ length: concurrency }, async () => {
-        while (!window) {
-          await postsRequest(pool);
-          done[i]!++;
-          if (!window && done[i]! >= requests)
-            window = { used: apis.map((api) => cpuMicros(api.child.pid as number)), done: [...done] };
-        }
-      }),
-    ),
-  );
-  const measured = window!;
-  return measured.used.map((used, i) => ({
-    all: (used.all - before[i]!.all) / measured.done[i]!,
-    main: (used.main - before[i]!.main) / measured.done[i]!,
+  const window = await sideBySideWindow(pools, {
+    concurrency,
+    requests,
+    request: (pool) => postsRequest(pool),
+    sample: () => apis.map((api) => cpuMicros(api.child.pid as number)),
+  });
+  return window.after.map((used, i) => ({
+    all: (used.all - window.before[i]!.all) / window.done[i]!,
+    main: (used.main - window.before[i]!.main) / window.done[i]!,
   }));
 }
 
@@ -140,18 +122,7 @@ try {
   if (failed) throw failed.reason;
   const pools = apis.map((api) => new Pool(api.baseUrl, { connections: concurrency }));
   try {
-    for (let i = 0; i < 20; i++)
-      await pools[0]!
-        .request({
-          path: '/graphql',
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-          body: JSON.stringify({
-            query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
-            variables: { input: { orgId: ORG, title: `post ${i}` } },
-          }),
-        })
-        .then((response) => response.body.text());
+    await seedPostsThroughApi(pools[0]!, token, ORG);
     await phase(apis, pools); // warm-up
     console.log(
       `posts(first: 10), ${concurrency} in flight each, ${requests} per phase; A env ${JSON.stringify(envA)}, ` +

@@ -28,6 +28,9 @@ import { UNLIMITED_TENANT_QUOTAS } from '../src/common.js';
 import {
   againstOff,
   LowestCpu,
+  postsRequester,
+  seedPostsThroughApi,
+  sideBySideWindow,
   startOtlpSink,
   TRACING_SETTINGS,
   type TracingSetting,
@@ -41,7 +44,6 @@ const repeats = Math.max(1, Number(process.argv[4] ?? 1));
 const sideBySide = process.argv[5] === 'side-by-side';
 // `TRACING_MICRO_WARM_UP=20000`: more warm-up requests per process before the measured window (default 1,000).
 const WARM_UP_REQUESTS = Number(process.env.TRACING_MICRO_WARM_UP ?? 1_000);
-const REQUEST_TIMEOUT_MS = 10_000;
 const JWT_SECRET = 'tracing-micro-secret-0123456789abcdef';
 const ORG = 'org-tracing-micro';
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -72,7 +74,6 @@ const settings: readonly TracingSetting[] = chosenRatios
 
 const sink = await startOtlpSink();
 const token = await signToken(JWT_SECRET, { sub: 'bench', name: 'Bench', orgs: [ORG] });
-const body = JSON.stringify({ query: `{ posts(orgId: "${ORG}", first: 10) { edges { node { id title } } } }` });
 
 function cpuMicros(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -80,18 +81,15 @@ function cpuMicros(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
 
-/** One `posts` request, checked. */
-async function postsRequest(pool: Pool): Promise<void> {
-  const response = await pool.request({
-    path: '/graphql',
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body,
-    headersTimeout: REQUEST_TIMEOUT_MS,
-    bodyTimeout: REQUEST_TIMEOUT_MS,
-  });
-  const text = await response.body.text();
-  if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+/** One `posts(first: 10)` request to the process behind `pool`, checked (tracing-settings.ts). */
+const requesters = new WeakMap<Pool, (traceparent?: string) => Promise<void>>();
+function postsRequest(pool: Pool): Promise<void> {
+  let request = requesters.get(pool);
+  if (!request) {
+    request = postsRequester(pool, token, ORG);
+    requesters.set(pool, request);
+  }
+  return request();
 }
 
 async function load(pool: Pool, count: number): Promise<number[]> {
@@ -107,23 +105,6 @@ async function load(pool: Pool, count: number): Promise<number[]> {
     }),
   );
   return latencies.sort((a, b) => a - b);
-}
-
-/** The posts the queries read: 20, made through the API. */
-async function seed(pool: Pool): Promise<void> {
-  for (let i = 0; i < 20; i++) {
-    await pool
-      .request({
-        path: '/graphql',
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: JSON.stringify({
-          query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
-          variables: { input: { orgId: ORG, title: `post ${i}` } },
-        }),
-      })
-      .then((response) => response.body.text());
-  }
 }
 
 /**
@@ -145,30 +126,15 @@ async function runSideBySide(apiEnv: Record<string, string>): Promise<void> {
     const apis = await startAll(rounds.map((round) => ({ ...apiEnv, ...round.env })));
     const pools = apis.map((api) => new Pool(api.baseUrl, { connections: concurrency }));
     try {
-      if (run === 1) await seed(pools[0]!);
+      if (run === 1) await seedPostsThroughApi(pools[0]!, token, ORG);
       await Promise.all(pools.map((pool) => load(pool, WARM_UP_REQUESTS)));
-      const done = rounds.map(() => 0);
-      const cpuBefore = apis.map((api) => cpuMicros(api.child.pid as number));
-      const started = performance.now();
-      let window: { cpu: number[]; done: number[]; seconds: number } | undefined;
-      await Promise.all(
-        pools.flatMap((pool, i) =>
-          Array.from({ length: concurrency }, async () => {
-            while (!window) {
-              await postsRequest(pool);
-              done[i]!++;
-              if (!window && done[i]! >= requests)
-                window = {
-                  cpu: apis.map((api, j) => cpuMicros(api.child.pid as number) - cpuBefore[j]!),
-                  done: [...done],
-                  seconds: (performance.now() - started) / 1000,
-                };
-            }
-          }),
-        ),
-      );
-      const measured = window!;
-      const cpu = measured.cpu.map((micros, i) => micros / measured.done[i]!);
+      const measured = await sideBySideWindow(pools, {
+        concurrency,
+        requests,
+        request: (pool) => postsRequest(pool),
+        sample: () => apis.map((api) => cpuMicros(api.child.pid as number)),
+      });
+      const cpu = measured.after.map((micros, i) => (micros - measured.before[i]!) / measured.done[i]!);
       ratios.push(cpu.map((value) => value / cpu[0]!));
       console.log(
         `| ${run} | ` +
@@ -251,7 +217,7 @@ async function runRounds(): Promise<void> {
     const pool = new Pool(api.baseUrl, { connections: concurrency });
     try {
       if (!seeded) {
-        await seed(pool);
+        await seedPostsThroughApi(pool, token, ORG);
         seeded = true;
       }
       await load(pool, WARM_UP_REQUESTS);

@@ -4,6 +4,7 @@
  * OTLP/HTTP sink the traced processes export to.
  */
 import { createServer } from 'node:http';
+import type { Pool } from 'undici';
 
 export type TracingSettingId = 'off' | 'ratio-0.01' | 'ratio-1';
 
@@ -112,4 +113,75 @@ export class LowestCpu<T extends { cpu: number }> {
   get(setting: TracingSettingId): T | undefined {
     return this.best.get(setting);
   }
+}
+
+/** A bound on each request of the tracing micros (bench/micro/tracing-micro.ts, first-sampled.ts). */
+const MICRO_REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * The `posts(first: 10)` request of the tracing micros against the API process behind `pool`, checked (a
+ * page of posts, or it throws); with `traceparent`, continuing that trace.
+ */
+export function postsRequester(pool: Pool, token: string, orgId: string): (traceparent?: string) => Promise<void> {
+  const body = JSON.stringify({ query: `{ posts(orgId: "${orgId}", first: 10) { edges { node { id title } } } }` });
+  return async (traceparent) => {
+    const response = await pool.request({
+      path: '/graphql',
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${token}`,
+        ...(traceparent ? { traceparent } : {}),
+      },
+      body,
+      headersTimeout: MICRO_REQUEST_TIMEOUT_MS,
+      bodyTimeout: MICRO_REQUEST_TIMEOUT_MS,
+    });
+    const text = await response.body.text();
+    if (response.statusCode !== 200 || !text.includes('"edges"')) throw new Error(`bad answer: ${text}`);
+  };
+}
+
+/** `count` posts of `orgId`, made through the API behind `pool` (what the micros' `posts` queries read). */
+export async function seedPostsThroughApi(pool: Pool, token: string, orgId: string, count = 20): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const response = await pool.request({
+      path: '/graphql',
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({
+        query: 'mutation($input: CreatePostInput!) { createPost(input: $input) { id } }',
+        variables: { input: { orgId, title: `post ${i}` } },
+      }),
+    });
+    await response.body.text();
+  }
+}
+
+/**
+ * The side-by-side window of the tracing micros: every pool loaded at once, `concurrency` requests in
+ * flight each, until one of them has answered `requests`; `sample()` (one figure per pool: its process's
+ * CPU) is read when the window opens and when it closes, with how many each answered meanwhile.
+ */
+export async function sideBySideWindow<T>(
+  pools: readonly Pool[],
+  options: { concurrency: number; requests: number; request: (pool: Pool) => Promise<void>; sample: () => T[] },
+): Promise<{ before: T[]; after: T[]; done: number[]; seconds: number }> {
+  const done = pools.map(() => 0);
+  const before = options.sample();
+  const started = performance.now();
+  let closed: { after: T[]; done: number[]; seconds: number } | undefined;
+  await Promise.all(
+    pools.flatMap((pool, i) =>
+      Array.from({ length: options.concurrency }, async () => {
+        while (!closed) {
+          await options.request(pool);
+          done[i]!++;
+          if (!closed && done[i]! >= options.requests)
+            closed = { after: options.sample(), done: [...done], seconds: (performance.now() - started) / 1000 };
+        }
+      }),
+    ),
+  );
+  return { before, ...closed! };
 }

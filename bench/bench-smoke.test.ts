@@ -338,7 +338,7 @@ describe('pnpm bench tracing scenario, smoke size', () => {
         repeats: 1,
         fanoutTrialsPerRound: 2,
         heraldEnv: {},
-        http: { connections: 2, trialsPerRound: 1, trialMs: 250, warmupMs: 100 },
+        http: { connections: 2, trialsPerRound: 2, trialMs: 250, warmupMs: 100 },
         fanout: { ...config, sockets: 10, workers: 1, fixedMs: 100, singleTrials: 1 },
         webhooks: { events: 20, warmUpEvents: 5, connections: 2, timeoutMs: 30_000 },
         log: () => {},
@@ -353,6 +353,13 @@ describe('pnpm bench tracing scenario, smoke size', () => {
         expect(row.lowest?.rate).toBeGreaterThan(0);
         // Fan-out: every saturation trial of the round is kept (the lowest is picked from them).
         if (path === 'fanout') expect(row.measurements).toHaveLength(2);
+        // HTTP: the three side by side, every window read for each, beside off's figures of that window.
+        if (path === 'http') {
+          expect(row.measurements).toHaveLength(2);
+          for (const one of row.measurements) expect(one.offCpu).toBeGreaterThan(0);
+          expect(row.windowMedian?.windows).toBe(2);
+          if (row.setting !== 'off') expect(row.vsOff.cpuPct).toEqual(expect.any(Number));
+        }
         // Off loads no SDK and exports nothing; with every trace sampled the path's processes export spans.
         if (row.setting === 'off') expect(row.exported).toEqual({ exports: 0, bytes: 0 });
         if (row.setting === 'ratio-1') expect(row.exported.bytes).toBeGreaterThan(0);
@@ -364,7 +371,7 @@ describe('pnpm bench tracing scenario, smoke size', () => {
       expect(table).toHaveLength(3);
       for (const line of table)
         expect(line).toMatch(
-          /^\| [^|]+ \| [^|]+ \| \d+(\.\d+)? µs\/(request|delivery) \|[^|]+\| [\d,]+ (req|deliveries)\/s \|/,
+          /^\| [^|]+ \| [^|]+ \| \d+(\.\d+)? µs\/(request|delivery) \((lowest|median of 2)\) \|[^|]+\| [\d,]+ (req|deliveries)\/s \|/,
         );
     },
     // 90–160 s each on a 2-core machine loaded by the rest of the suite (12 Herald starts per path).

@@ -694,14 +694,15 @@ async function main() {
       repeats: tracingRepeats,
       fanoutTrialsPerRound: tracingFanoutTrials,
       heraldEnv,
+      // The three settings side by side: windows of each round, read at the same moments.
       http: {
         connections: num('http-connections', 16),
-        trialsPerRound: num('http-trials', quick ? 1 : 2),
-        trialMs: num('http-trial-ms', quick ? 2000 : 3000),
+        trialsPerRound: num('http-trials', quick ? 2 : 4),
+        trialMs: num('http-trial-ms', quick ? 2000 : 5000),
         // Past the first export (the batch processor sends one 5 s after the first sampled span): a traced
         // process's first sampled requests and first export make V8 throw away and rebuild node's
         // optimised stream, socket and promise code once (new object shapes reach it), about a second of
-        // CPU in all; the trials measure the process after it, as it runs for hours.
+        // CPU in all; the windows measure the process after it, as it runs for hours.
         warmupMs: num('http-warmup-ms', TRACING_HTTP_WARMUP_MS),
       },
       // Only the saturation trials are compared: one event alone and the fixed rate are kept short.

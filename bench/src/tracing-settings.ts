@@ -120,10 +120,20 @@ const MICRO_REQUEST_TIMEOUT_MS = 10_000;
 
 /**
  * The `posts(first: 10)` request of the tracing micros against the API process behind `pool`, checked (a
- * page of posts, or it throws); with `traceparent`, continuing that trace.
+ * page of posts, or it throws); with `traceparent`, continuing that trace. `document`: another query taking
+ * `$orgId` (the `tracing` scenario asks for the posts' authors too, as the HTTP section does).
  */
-export function postsRequester(pool: Pool, token: string, orgId: string): (traceparent?: string) => Promise<void> {
-  const body = JSON.stringify({ query: `{ posts(orgId: "${orgId}", first: 10) { edges { node { id title } } } }` });
+export function postsRequester(
+  pool: Pool,
+  token: string,
+  orgId: string,
+  document?: string,
+): (traceparent?: string) => Promise<void> {
+  const body = JSON.stringify(
+    document === undefined
+      ? { query: `{ posts(orgId: "${orgId}", first: 10) { edges { node { id title } } } }` }
+      : { query: document, variables: { orgId } },
+  );
   return async (traceparent) => {
     const response = await pool.request({
       path: '/graphql',

@@ -1,27 +1,29 @@
 /**
  * `pnpm bench --scenarios tracing`: what OpenTelemetry tracing costs three paths, off against on with
  * `parentbased_traceidratio` at 0.01 and at 1.0, in one run:
- * - `http`: `posts(first: 10)` over HTTP against one API process (runHttp, bench/src/http.ts): server CPU
- *   µs/request and req/s;
+ * - `http`: `posts(first: 10)` over HTTP, one API process per setting, the three loaded at once (httpPath):
+ *   server CPU µs/request and req/s over the same windows, and each window's ratio to off;
  * - `fanout`: subscription fan-out to `sockets` sockets on one API process in embedded mode on PostgreSQL
  *   (FanoutRun, bench/src/fanout.ts): deliveries/s at saturation and server CPU µs/delivery;
  * - `webhooks`: one warm `apps/webhook-dispatcher` draining a backlog to the verifying receiver
  *   (runDispatcher, bench/src/webhooks/): dispatcher CPU µs/delivery and deliveries/s.
  * Every Herald process of a setting (API and dispatcher alike) gets that setting's OTEL_* variables and
  * exports OTLP/protobuf to a sink in this process (tracing-settings.ts), which counts what each setting
- * sent. The settings take turns (off, 0.01, 1.0, off, …) `repeats` times, and each setting is reported by
- * its lowest CPU per unit, as bench/micro/tracing-micro.ts does: on a shared machine load comes and goes
- * between rounds, and the least disturbed round is the closest to the cost.
+ * sent. Fan-out and webhooks: the settings take turns (off, 0.01, 1.0, off, …) `repeats` times, and each
+ * setting is reported by its lowest CPU per unit: on a shared machine load comes and goes between rounds,
+ * and the least disturbed round is the closest to the cost. HTTP: the median of the side-by-side windows,
+ * as bench/micro/tracing-micro.ts's `side-by-side` mode measures.
  */
 import { join } from 'node:path';
-import { round, stopChild } from './common.js';
+import { Pool } from 'undici';
+import { median, procSample, round, sleep, stopChild } from './common.js';
 import { type FanoutConfig, type FanoutResult, FanoutRun } from './fanout.js';
-import { runHttp } from './http.js';
-import { startHeraldTarget, type Target } from './targets.js';
+import { HTTP_OPERATIONS } from './http-sql.js';
+import { type HeraldTarget, startHeraldTarget, type Target } from './targets.js';
 import {
-  againstOff,
   LowestCpu,
   type OtlpSink,
+  postsRequester,
   type SinkCount,
   startOtlpSink,
   TRACING_SETTINGS,
@@ -40,10 +42,12 @@ export const TRACING_PATHS: readonly TracingPath[] = ['http', 'fanout', 'webhook
 export const RATIO_001_GOAL_PCT = 5;
 
 /**
- * Warm-up of each HTTP round's new API process, ms (`--http-warmup-ms`): past its first export, which the
- * batch processor sends 5 s after the first sampled span (see bench/src/main.ts and bench/results/tracing).
+ * Warm-up of each HTTP round's new API processes, ms (`--http-warmup-ms`), loaded side by side: well past
+ * the first export, which the batch processor sends 5 s after the first sampled span, and past the ~8,000
+ * requests after a process's first sampled ones in which V8 rebuilds what those threw away
+ * (bench/micro/first-sampled.ts, bench/results/tracing/low-ratio-costs.md).
  */
-export const TRACING_HTTP_WARMUP_MS = 8_000;
+export const TRACING_HTTP_WARMUP_MS = 15_000;
 
 export interface TracingConfig {
   databaseUrl: string | undefined;
@@ -54,6 +58,10 @@ export interface TracingConfig {
   repeats: number;
   /** Extra environment for every Herald process (`--herald-env`); the OTEL_* variables of a setting win. */
   heraldEnv: Record<string, string>;
+  /**
+   * Per round: new processes, `warmupMs` of load, then `trialsPerRound` windows of `trialMs`, the three
+   * settings loaded at once with `connections` requests in flight each.
+   */
   http: { connections: number; trialsPerRound: number; trialMs: number; warmupMs: number };
   /** The fan-out machinery's settings (its saturation trials: one per round). */
   fanout: Omit<FanoutConfig, 'trials' | 'log'>;
@@ -81,6 +89,9 @@ export interface TracingMeasurement {
   cpu: number;
   /** Requests or deliveries per second. */
   rate: number;
+  /** HTTP: off's CPU per unit and rate in the same side-by-side window. */
+  offCpu?: number;
+  offRate?: number;
 }
 
 export interface TracingRow {
@@ -90,8 +101,13 @@ export interface TracingRow {
   measurements: TracingMeasurement[];
   /** The measurement with the lowest CPU per unit (null: none succeeded). */
   lowest: TracingMeasurement | null;
-  /** Lowest CPU and that measurement's rate against off's, in % (null for off or without figures). */
+  /**
+   * Against off's, in % (null for off or without figures): the lowest CPU and that measurement's rate
+   * (fan-out, webhooks), or the median of each side-by-side window's ratio to off (HTTP).
+   */
   vsOff: { cpuPct: number | null; ratePct: number | null };
+  /** HTTP: the median CPU per unit and rate over the side-by-side windows (what the table gives). */
+  windowMedian?: { cpu: number; rate: number; windows: number };
   /** What the sink received from this path's processes at this setting. */
   exported: SinkCount;
   /** Anything that went wrong (failed answers, wrong or missing deliveries, a run that did not finish). */
@@ -158,10 +174,10 @@ export async function runTracing(config: TracingConfig): Promise<TracingResult> 
   const fanout = config.fanout;
   notes.push(
     `Settings: off = no OTEL_* endpoint (the OpenTelemetry SDK is not loaded); on = \`OTEL_EXPORTER_OTLP_ENDPOINT\` at a sink in the bench process (node:http on 127.0.0.1, drains each export and answers 200 at once; OTLP/protobuf, the SDK's default batch processor), \`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG\` 0.01 or 1. Every Herald process of a setting gets them (the API, and the dispatcher with the API that publishes its backlog).`,
-    `The settings take turns (off, 0.01, 1.0, off, …) in ${config.repeats} round${config.repeats === 1 ? '' : 's'}; each row gives the measurement with the lowest CPU per unit and the rate of that same measurement ("all CPU figures" lists every one, in order): on a shared machine other load comes and goes between them, and the least disturbed is the closest to the cost. "Against off" compares those lowest figures. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
+    `Fan-out and webhooks: the settings take turns (off, 0.01, 1.0, off, …) in ${config.repeats} round${config.repeats === 1 ? '' : 's'}; each row gives the measurement with the lowest CPU per unit and the rate of that same measurement ("every CPU figure" lists them all, in order): on a shared machine other load comes and goes between them, and the least disturbed is the closest to the cost. "Against off" compares those lowest figures. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
     ...(config.paths.includes('http')
       ? [
-          `HTTP: \`posts(first: 10)\` with authors (bench/src/http.ts, target \`herald\`: one API process, PostgreSQL, the API image's node flags), ${config.http.connections} keep-alive connections, a new process per round: warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} trial${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms; CPU = the API process's (every thread) ÷ answered requests.`,
+          `HTTP: \`posts(first: 10)\` with authors (the HTTP section's document), the three settings side by side: per round (${config.repeats}) one new API process each (PostgreSQL, ${HTTP_SEED_POSTS} posts, the API image's node flags), all loaded at once from this process, ${config.http.connections} keep-alive requests in flight each, warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} window${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms in which every process's CPU is read at the same moments; CPU = the API process's (every thread) ÷ its answered requests. Each row gives the median over the windows; "against off" is the median of each window's figure against off's in that same window: load from elsewhere falls on the three alike, so these ratios hold where rounds run one after another moved by ±25 %. Three servers and their load share the cores, so the CPU figures are higher than the HTTP section's: compare them with each other.`,
         ]
       : []),
     ...(config.paths.includes('fanout')
@@ -201,20 +217,42 @@ function rowsOf(
     const best = lowest.get(setting.id) ?? null;
     const now = sink.received(setting.id);
     const was = before.get(setting.id)!;
-    return {
+    const { measurements, problems } = figures.get(setting.id)!;
+    const row: TracingRow = {
       path,
       setting: setting.id,
       name: setting.name,
-      measurements: figures.get(setting.id)!.measurements,
+      measurements,
       lowest: best,
       vsOff:
         setting.id === 'off'
           ? { cpuPct: null, ratePct: null }
           : { cpuPct: pct(best?.cpu, off?.cpu), ratePct: pct(best?.rate, off?.rate) },
       exported: { exports: now.exports - was.exports, bytes: now.bytes - was.bytes },
-      problems: figures.get(setting.id)!.problems,
+      problems,
     };
+    if (path === 'http' && measurements.length > 0) {
+      row.windowMedian = {
+        cpu: median(measurements.map((one) => one.cpu)),
+        rate: median(measurements.map((one) => one.rate)),
+        windows: measurements.length,
+      };
+      if (setting.id !== 'off') row.vsOff = pairedAgainstOff(measurements);
+    }
+    return row;
   });
+}
+
+/** The median of each side-by-side window's CPU and rate against off's in that same window, in %. */
+function pairedAgainstOff(measurements: readonly TracingMeasurement[]): TracingRow['vsOff'] {
+  const ratio = (value: number, base: number | undefined) =>
+    base !== undefined && base > 0 && Number.isFinite(value) ? value / base - 1 : Number.NaN;
+  const cpu = measurements.map((one) => ratio(one.cpu, one.offCpu)).filter(Number.isFinite);
+  const rate = measurements.map((one) => ratio(one.rate, one.offRate)).filter(Number.isFinite);
+  return {
+    cpuPct: cpu.length ? round(median(cpu) * 100, 1) : null,
+    ratePct: rate.length ? round(median(rate) * 100, 1) : null,
+  };
 }
 
 const envOf = (config: TracingConfig, setting: TracingSetting, sink: OtlpSink) => ({
@@ -222,40 +260,132 @@ const envOf = (config: TracingConfig, setting: TracingSetting, sink: OtlpSink) =
   ...tracingEnv(setting, sink),
 });
 
-/** `posts(first: 10)`: a new API process per round and setting, through runHttp. */
+/**
+ * `posts(first: 10)`, the three settings side by side: per round, one new API process per setting (the
+ * image's node flags, PostgreSQL, 100 posts each), all loaded at once with `connections` requests in flight
+ * each, and every process's CPU read over the same windows. Run one after another, two rounds of one
+ * process differ by ±25 % on this machine (other load comes and goes between them); side by side that
+ * load falls on the three alike, and each window's ratio to off holds to a few per cent.
+ */
 async function httpPath(config: TracingConfig, sink: OtlpSink): Promise<Collected> {
   const figures = collected();
   for (let run = 1; run <= config.repeats; run++) {
-    for (const setting of TRACING_SETTINGS) {
-      config.log(`tracing http round ${run}/${config.repeats}: ${setting.name}`);
-      const entry = figures.get(setting.id)!;
-      const result = await runHttp({
-        databaseUrl: config.databaseUrl,
-        targets: ['herald'],
-        operations: ['posts'],
-        connections: config.http.connections,
-        trials: config.http.trialsPerRound,
-        trialMs: config.http.trialMs,
-        warmupMs: config.http.warmupMs,
-        seedPosts: 100,
-        heraldEnv: envOf(config, setting, sink),
-        log: config.log,
+    config.log(`tracing http round ${run}/${config.repeats}: the three settings side by side`);
+    const targets: HeraldTarget[] = [];
+    try {
+      for (const setting of TRACING_SETTINGS) {
+        const target = await startHeraldTarget({
+          pods: 1,
+          pubsub: 'memory',
+          databaseUrl: config.databaseUrl,
+          database: 'postgres',
+          env: { LOG_LEVEL: 'warn', ...envOf(config, setting, sink) },
+          label: `tracing-http-${setting.id}`,
+          inspect: false,
+          // The server tenants hit: the container image's node flags, as the HTTP section's `herald` row.
+          runtime: 'image',
+        });
+        targets.push(target);
+        await target.prepareEvents(HTTP_SEED_POSTS);
+      }
+      const windows = await sideBySideHttp(targets, config);
+      TRACING_SETTINGS.forEach((setting, i) => {
+        const entry = figures.get(setting.id)!;
+        if (windows.failures[i]! > 0)
+          entry.problems.push(`round ${run}: ${windows.failures[i]} failed answers (${windows.firstFailure[i]})`);
+        if (targets[i]!.deaths.length) entry.problems.push(...targets[i]!.deaths);
+        for (const window of windows.windows) {
+          const one = window[i]!;
+          const off = window[0]!;
+          if (one.requests > 0 && off.requests > 0)
+            entry.measurements.push({ round: run, cpu: one.cpu, rate: one.rate, offCpu: off.cpu, offRate: off.rate });
+        }
       });
-      entry.problems.push(...result.skipped);
-      const row = result.rows.find((candidate) => candidate.target === 'herald' && candidate.operation === 'posts');
-      if (!row) {
-        entry.problems.push(`round ${run}: no posts row`);
-        continue;
-      }
-      if (row.failures > 0)
-        entry.problems.push(`round ${run}: ${row.failures} failed answers (${row.firstFailure ?? 'no sample'})`);
-      for (const trial of row.trials) {
-        if (trial.requests > 0)
-          entry.measurements.push({ round: run, cpu: trial.cpuUsPerRequest, rate: trial.reqPerSec });
-      }
+    } finally {
+      await Promise.allSettled(targets.map((target) => target.stop()));
     }
   }
   return figures;
+}
+
+/** Posts in each HTTP process's organisation (the page reads the newest 10). */
+const HTTP_SEED_POSTS = 100;
+
+interface HttpWindow {
+  requests: number;
+  /** CPU µs per answered request (the API process, every thread). */
+  cpu: number;
+  rate: number;
+}
+
+/**
+ * Loads every target at once (`connections` loops each, without pause) for the warm-up and then
+ * `trialsPerRound` windows of `trialMs`, reading each process's CPU and answers at every window's
+ * edge. Bounded: each request times out (postsRequester), and the loops stop with the last window.
+ */
+async function sideBySideHttp(
+  targets: readonly HeraldTarget[],
+  config: TracingConfig,
+): Promise<{ windows: HttpWindow[][]; failures: number[]; firstFailure: string[] }> {
+  const pools = targets.map(
+    (target) =>
+      new Pool(target.wsUrls[0]!.replace(/^ws:/, 'http:').replace(/\/graphql$/, ''), {
+        connections: config.http.connections,
+      }),
+  );
+  const requesters = targets.map((target, i) =>
+    postsRequester(pools[i]!, target.token, target.orgId, HTTP_OPERATIONS.posts),
+  );
+  const answered = targets.map(() => 0);
+  const failures = targets.map(() => 0);
+  const firstFailure = targets.map(() => '');
+  let stopped = false;
+  const loops = requesters.flatMap((request, i) =>
+    Array.from({ length: config.http.connections }, async () => {
+      while (!stopped) {
+        try {
+          await request();
+          answered[i]!++;
+        } catch (error) {
+          failures[i]!++;
+          firstFailure[i] ||= (error as Error).message.split('\n')[0]!;
+          // A process that fails every request must not turn the loop into a spin.
+          await sleep(10);
+        }
+      }
+    }),
+  );
+  const windows: HttpWindow[][] = [];
+  try {
+    await sleep(config.http.warmupMs);
+    const edge = () => ({
+      at: performance.now(),
+      cpu: targets.map((target) => procSample(target.pids[0]!).cpuUs),
+      answered: [...answered],
+    });
+    let from = edge();
+    for (let k = 0; k < config.http.trialsPerRound; k++) {
+      await sleep(config.http.trialMs);
+      const to = edge();
+      const seconds = (to.at - from.at) / 1000;
+      windows.push(
+        targets.map((_, i) => {
+          const requests = to.answered[i]! - from.answered[i]!;
+          return {
+            requests,
+            cpu: requests > 0 ? (to.cpu[i]! - from.cpu[i]!) / requests : Number.NaN,
+            rate: requests / seconds,
+          };
+        }),
+      );
+      from = to;
+    }
+  } finally {
+    stopped = true;
+    await Promise.all(loops);
+    await Promise.all(pools.map((pool) => pool.close()));
+  }
+  return { windows, failures, firstFailure };
 }
 
 /**
@@ -372,14 +502,16 @@ async function webhooksPath(config: TracingConfig, sink: OtlpSink): Promise<Coll
 /** The scenario's table and notes (tracing.md in `--out`). */
 export function tracingMarkdown(result: TracingResult): string {
   const lines = [
-    `| path | tracing | CPU µs/unit (lowest) | against off | rate (same measurement) | against off | goal | exported to the sink | all CPU figures (round) |`,
+    `| path | tracing | CPU µs/unit | against off | rate | against off | goal | exported to the sink | every CPU figure (round) |`,
     '|---|---|---:|---:|---:|---:|---|---:|---|',
   ];
   for (const row of result.rows) {
     const label = PATH_LABELS[row.path];
     const title =
       row.path === 'fanout' ? `${label.title}, ${result.sockets.toLocaleString('en-US')} sockets` : label.title;
-    const best = row.lowest;
+    // HTTP: the windows' median, and each window against off's in the same window; else the lowest.
+    const shown = row.windowMedian ?? row.lowest;
+    const basis = row.windowMedian ? `median of ${row.windowMedian.windows}` : 'lowest';
     const goal =
       row.setting === 'off'
         ? 'baseline'
@@ -388,12 +520,12 @@ export function tracingMarkdown(result: TracingResult): string {
             ? `≤ +${RATIO_001_GOAL_PCT} %: not measured`
             : `≤ +${RATIO_001_GOAL_PCT} % ${row.vsOff.cpuPct <= RATIO_001_GOAL_PCT ? '✓ met' : '✗ not met'}`
           : 'reported';
-    const off = result.rows.find((one) => one.path === row.path && one.setting === 'off')?.lowest;
+    const pct = (value: number | null) => (value === null ? '–' : `${value >= 0 ? '+' : ''}${value.toFixed(1)} %`);
     lines.push(
-      `| ${title} | ${row.name} | ${best ? `${round(best.cpu, 1)} µs/${label.unit}` : '–'} | ${
-        row.setting === 'off' || !best || !off ? '–' : againstOff(best.cpu, off.cpu)
-      } | ${best ? `${Math.round(best.rate).toLocaleString('en-US')} ${label.rate}` : '–'} | ${
-        row.setting === 'off' || !best || !off ? '–' : againstOff(best.rate, off.rate)
+      `| ${title} | ${row.name} | ${shown ? `${round(shown.cpu, 1)} µs/${label.unit} (${basis})` : '–'} | ${
+        row.setting === 'off' ? '–' : pct(row.vsOff.cpuPct)
+      } | ${shown ? `${Math.round(shown.rate).toLocaleString('en-US')} ${label.rate}` : '–'} | ${
+        row.setting === 'off' ? '–' : pct(row.vsOff.ratePct)
       } | ${goal} | ${row.exported.exports} exports, ${round(row.exported.bytes / 1024, 1)} KiB | ${row.measurements
         .map((one) => `${round(one.cpu, 1)} (${one.round})`)
         .join(', ')} |`,

@@ -204,3 +204,48 @@ describe('untraced requests while another request holds the context storage on',
     }
   });
 });
+
+/** `herald_http_requests_total` of `route` on /metrics. */
+async function routeCount(route: 'compiled' | 'pipeline' | 'yoga'): Promise<number> {
+  const text = await (await fetch(`${api.baseUrl}/metrics`)).text();
+  const line = text.split('\n').find((one) => one.startsWith(`herald_http_requests_total{route="${route}"}`));
+  return Number(line?.split(' ')[1] ?? 0);
+}
+
+// A query the fast path runs by its compiled form carries its operation by hand (stretches, @herald/db's
+// pool from the checkout to the query) instead of holding the context storage: its spans nest all the same.
+// With a root field that does not read everything in one step (`me`), the storage carries it instead.
+describe.each(['fast, one chunk', 'fast, 3 chunks', 'fast, with `me` beside'] as const)('a posts query, %s', (path) => {
+  it('sampled by the caller: served compiled, its PostgreSQL spans are children of the request span', async () => {
+    await createPost(`page ${path}`);
+    const me = path === 'fast, with `me` beside' ? ' me { id }' : '';
+    const query = `query Posts($orgId: ID!) {${me} posts(orgId: $orgId, first: 10) { edges { node { id title } } } }`;
+    const json = JSON.stringify({ query, variables: { orgId: ORG } });
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
+    // The first sight of a document goes through Yoga, which registers it for the fast path.
+    expect((await send({ headers, parts: [json] })).status).toBe(200);
+    const traceId = randomBytes(16).toString('hex');
+    const callerSpan = randomBytes(8).toString('hex');
+    const compiledBefore = await routeCount('compiled');
+    const answer = await send({
+      headers: { ...headers, traceparent: `00-${traceId}-${callerSpan}-01` },
+      parts: path === 'fast, 3 chunks' ? [json.slice(0, 20), json.slice(20, 40), json.slice(40)] : [json],
+    });
+    expect(answer.status, answer.body).toBe(200);
+    expect(answer.body).toContain(`page ${path}`);
+    expect(await routeCount('compiled')).toBe(compiledBefore + 1);
+    const deadline = Date.now() + 10_000;
+    let spans = collector.spans.filter((s) => s.traceId === traceId);
+    while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
+      await new Promise((r) => setTimeout(r, 100));
+      spans = collector.spans.filter((s) => s.traceId === traceId);
+    }
+    const server = spans.find((s) => s.kind === 2 && s.parentSpanId === callerSpan);
+    expect(server?.name).toBe('query Posts');
+    const pgSpans = spans.filter((s) => s.attributes['db.system.name'] === 'postgresql');
+    // The checkout (pg-pool.connect) and the page's statement.
+    expect(pgSpans.map((s) => s.name)).toEqual(expect.arrayContaining(['pg-pool.connect']));
+    expect(pgSpans.some((s) => String(s.attributes['db.query.text'] ?? '').includes('"posts"'))).toBe(true);
+    expect(pgSpans.every((s) => s.parentSpanId === server?.spanId)).toBe(true);
+  });
+});

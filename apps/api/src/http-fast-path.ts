@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, RequestListener, ServerResponse } from 'node:http';
-import { bindToOperation } from '@herald/telemetry';
+import { bindToOperation, continueInStorage, currentStretch, inStretch } from '@herald/telemetry';
 import type { ExecutionResult, GraphQLError } from 'graphql';
 import {
   createGraphQLError,
@@ -120,10 +120,15 @@ export function createGraphQLFastPath(options: GraphQLFastPathOptions): RequestL
     pipelineRoute: options.requests.labels('pipeline'),
   };
 
+  // Yoga's pipeline runs a traced request in the context storage (request-tracing.ts: the fast path's own
+  // work carries its operation in stretches).
+  const yogaFor = (req: IncomingMessage, res: ServerResponse) => {
+    toYoga.inc();
+    continueInStorage(res, () => void yoga(req, res));
+  };
   return (req, res) => {
     if (!isEligible(req, path, maxRequestBodyBytes)) {
-      toYoga.inc();
-      void yoga(req, res);
+      yogaFor(req, res);
       return;
     }
     const startedAt = performance.now();
@@ -143,8 +148,7 @@ export function createGraphQLFastPath(options: GraphQLFastPathOptions): RequestL
         if (params === undefined) {
           // whatwg-node takes a non-empty, async-iterable `req.body` as the body of a consumed request.
           (req as IncomingMessage & { body?: unknown }).body = new ReadBody(body);
-          toYoga.inc();
-          void yoga(req, res);
+          yogaFor(req, res);
           return;
         }
         new FastExchange(shared, req, res, params, startedAt).run();
@@ -166,6 +170,14 @@ interface Shared {
 class FastExchange {
   readonly request: NodeRequestView;
   readonly log: RequestLog;
+  /**
+   * A traced request's operation, while this exchange carries it by hand: a query run by its compiled
+   * form whose statements all start in its resolvers' first step (`carriesOperation`), so that every
+   * traced call (its quota check, its queries: @herald/db's pool carries it from the checkout) starts in
+   * a stretch of it (`inStretch`). Anything else runs in the context storage (`continueInStorage`);
+   * untraced, undefined.
+   */
+  operation = currentStretch();
 
   constructor(
     readonly shared: Shared,
@@ -184,13 +196,31 @@ class FastExchange {
   }
 
   run(): void {
-    const { params } = this;
+    const { params, operation } = this;
     const accepted = this.shared.options.compiled.accepted(params.query, params.operationName);
-    const work =
-      accepted && findInvalidTextVariable(params.variables) === undefined
-        ? this.runAccepted(accepted)
-        : this.runThroughYoga();
+    const compiled = accepted !== undefined && findInvalidTextVariable(params.variables) === undefined;
+    let work: Promise<void>;
+    if (operation === undefined || (compiled && accepted.carriesOperation))
+      work = compiled ? this.runAccepted(accepted) : this.runThroughYoga();
+    else {
+      // A mutation stores its trace context after several steps, a nested field may read later, Yoga's
+      // pipeline is all promises: the context storage carries the operation through them.
+      this.operation = undefined;
+      work = continueInStorage(
+        this.res,
+        () => (compiled ? this.runAccepted(accepted) : this.runThroughYoga()),
+        operation,
+      );
+    }
     work.catch((error: unknown) => this.fail(error));
+  }
+
+  /** Yoga's pipeline for these parameters, in the context storage if this exchange carried an operation. */
+  throughYoga(): Promise<void> {
+    const { operation } = this;
+    if (operation === undefined) return this.runThroughYoga();
+    this.operation = undefined;
+    return continueInStorage(this.res, () => this.runThroughYoga(), operation);
   }
 
   /**
@@ -206,20 +236,28 @@ class FastExchange {
       // The built context holds these initial fields too (it spreads them): no copy back into them.
       context = await this.shared.options.context({ req, res, request, params } as never);
     } catch {
-      return this.runThroughYoga();
+      return this.throughYoga();
     }
+    const { operation } = this;
     // The tenant's operation quota, before anything runs (as useOperationQuota does on Yoga's pipeline).
-    const refused = await checkOperationQuota(context, accepted.document, params.operationName, params.variables);
+    const refused = await (operation === undefined
+      ? checkOperationQuota(context, accepted.document, params.operationName, params.variables)
+      : inStretch(operation, () =>
+          checkOperationQuota(context, accepted.document, params.operationName, params.variables),
+        ));
     if (refused) {
       releaseScopeCache(context);
       this.shared.compiledRoute.inc();
       return this.refuse(refused);
     }
     // Yoga's hooks do not run here: the request span takes the operation's name now (request-tracing.ts).
-    nameOperationSpan(accepted.document, params.operationName);
+    if (operation === undefined) nameOperationSpan(accepted.document, params.operationName);
+    else inStretch(operation, () => nameOperationSpan(accepted.document, params.operationName));
     let result: ExecutionResult;
     try {
-      result = await accepted.compiled.query(undefined, context, params.variables);
+      result = await (operation === undefined
+        ? accepted.compiled.query(undefined, context, params.variables)
+        : inStretch(operation, () => accepted.compiled.query(undefined, context, params.variables)));
       releaseScopeCache(context);
     } catch (error) {
       releaseScopeCache(context);
@@ -228,7 +266,7 @@ class FastExchange {
       return this.answer(this.unexpected(error));
     }
     // Variables that don't coerce: refused before any resolver ran (no `data`).
-    if (!('data' in result)) return this.runThroughYoga();
+    if (!('data' in result)) return this.throughYoga();
     this.shared.compiledRoute.inc();
     if (!result.errors?.length) {
       const body = accepted.compiled.stringify(result);
@@ -239,13 +277,17 @@ class FastExchange {
     const { yoga, compiled } = this.shared.options;
     compiled.finish(context, Object.assign(result, { stringify: accepted.compiled.stringify }));
     const enveloped = yoga.getEnveloped(context);
-    const processed = await enveloped.execute({
-      schema: enveloped.schema,
-      document: accepted.document,
-      contextValue: context,
-      variableValues: params.variables,
-      operationName: params.operationName ?? undefined,
-    });
+    const execute = () =>
+      enveloped.execute({
+        schema: enveloped.schema,
+        document: accepted.document,
+        contextValue: context,
+        variableValues: params.variables,
+        operationName: params.operationName ?? undefined,
+      });
+    // Yoga's execution hooks (error logging among them) run in the operation's context.
+    this.operation = undefined;
+    const processed = await continueInStorage(this.res, execute, operation);
     return this.answer(processed as ExecutionResult);
   }
 
@@ -324,11 +366,17 @@ class FastExchange {
       res.writeHead(status, headers);
       res.end(body);
     }
-    if (this.shared.logInfo) logRequestCompleted(this.log, 'POST', this.shared.options.path, status);
+    if (!this.shared.logInfo) return;
+    // The access log line carries the operation's trace ids.
+    const { operation } = this;
+    if (operation === undefined) logRequestCompleted(this.log, 'POST', this.shared.options.path, status);
+    else inStretch(operation, () => logRequestCompleted(this.log, 'POST', this.shared.options.path, status));
   }
 
   fail(error: unknown): void {
-    this.log.log.error({ err: error }, 'http fast path: could not answer');
+    const { operation } = this;
+    if (operation === undefined) this.log.log.error({ err: error }, 'http fast path: could not answer');
+    else inStretch(operation, () => this.log.log.error({ err: error }, 'http fast path: could not answer'));
     if (!this.res.headersSent) this.finish(500, { 'content-length': '0' }, '');
     else this.res.destroy();
   }

@@ -1,5 +1,5 @@
 import type { RequestListener, Server } from 'node:http';
-import { holdContext, isTracing, operationContext, startRootSpan, tracer } from '@herald/telemetry';
+import { holdContext, inStretch, isTracing, operationContext, startRootSpan, tracer } from '@herald/telemetry';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { type DocumentNode, getOperationAST } from 'graphql';
 
@@ -21,15 +21,21 @@ import { type DocumentNode, getOperationAST } from 'graphql';
  * runs in no context, so its queries meet no span and Node's async hooks stay off for it
  * (`operationContext`, `holdContext` in @herald/telemetry; bench/results/tracing).
  */
-export function traceGraphQLRequests(server: Server, path: string): void {
+export function traceGraphQLRequests(server: Server, path: string, options: { stretches: boolean }): void {
   if (!isTracing()) return;
   for (const listener of server.listeners('request') as RequestListener[]) {
     server.removeListener('request', listener);
-    server.on('request', tracedListener(listener, path));
+    server.on('request', tracedListener(listener, path, options.stretches));
   }
 }
 
-function tracedListener(listener: RequestListener, path: string): RequestListener {
+/**
+ * @param stretches the listener carries a traced request's operation itself (the HTTP fast path: its
+ *   queries run in stretches of it, and it hands the rest over to the context storage,
+ *   `continueInStorage`): the listener is called in a stretch of the operation (`inStretch`), and the
+ *   storage is not held for the request. Otherwise (Yoga) the storage is held until the response closes.
+ */
+function tracedListener(listener: RequestListener, path: string, stretches: boolean): RequestListener {
   const postName = `POST ${path}`;
   return (req, res) => {
     const url = req.url ?? '';
@@ -50,13 +56,17 @@ function tracedListener(listener: RequestListener, path: string): RequestListene
     if (!span || !active) return listener(req, res);
     // Attributes only for a span that records (none of this reaches the exporter otherwise).
     if (span.isRecording()) span.setAttributes({ 'http.request.method': req.method ?? '', 'url.path': path });
-    const release = holdContext();
+    const release = stretches ? undefined : holdContext();
     res.once('close', () => {
       span.setAttribute('http.response.status_code', res.statusCode);
       if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
       span.end();
-      release();
+      release?.();
     });
+    if (stretches) {
+      inStretch(active, () => listener(req, res));
+      return;
+    }
     // The request emitter is not bound (`context.bind(active, req)`): that puts eight methods on this one
     // IncomingMessage, a shape of its own, and node's stream code, optimised for the usual shape, is thrown
     // away and made again for every request after it (bench/results/tracing). The fast path binds its

@@ -188,7 +188,7 @@ export function createServer(deps: ServerDeps): HeraldServer {
       : yoga,
   );
   // With tracing on, requests to /graphql get their operation span first (request-tracing.ts).
-  traceGraphQLRequests(httpServer, GRAPHQL_PATH);
+  traceGraphQLRequests(httpServer, GRAPHQL_PATH, { stretches: config.http.fastPath });
   const webSockets = createWebSocketServer({
     httpServer,
     yoga,

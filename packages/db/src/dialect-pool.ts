@@ -1,3 +1,4 @@
+import { currentStretch, inStretch, isTracing } from '@herald/telemetry';
 import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely';
 import pg from 'pg';
 import { createStatementNames } from './prepared-statements.js';
@@ -19,7 +20,7 @@ export interface DialectPoolOptions {
  * were within noise; building pg's Query from the text (below) paid.
  */
 export function createDialectPool(pool: pg.Pool, options: DialectPoolOptions): PostgresPool {
-  if (options.queryTimeoutMs <= 0 && !options.preparedStatements) return pool;
+  if (options.queryTimeoutMs <= 0 && !options.preparedStatements && !isTracing()) return pool;
   const shared: Shared = {
     deadlines: options.queryTimeoutMs > 0 ? new QueryDeadlines(options.queryTimeoutMs) : undefined,
     nameOf: options.preparedStatements ? createStatementNames() : undefined,
@@ -33,8 +34,21 @@ export function createDialectPool(pool: pg.Pool, options: DialectPoolOptions): P
     }
     return connection;
   };
-  return { connect: () => pool.connect().then(wrap), end: () => pool.end() };
+  return {
+    connect: () => {
+      // A traced operation checking a connection out in its stretch (@herald/telemetry's `inStretch`: the
+      // HTTP fast path's queries) gives it to the connection's queries, which run after the checkout's
+      // await, out of that stretch. Kysely calls `connect` in the same synchronous run as `execute()`.
+      const operation = currentStretch();
+      if (operation === undefined) return pool.connect().then(wrap);
+      return pool.connect().then((client) => wrap(client).checkedOutBy(operation));
+    },
+    end: () => pool.end(),
+  };
 }
+
+/** The operation a connection was checked out by (@herald/telemetry's stretch). */
+type Operation = NonNullable<ReturnType<typeof currentStretch>>;
 
 interface Shared {
   deadlines: QueryDeadlines | undefined;
@@ -53,15 +67,29 @@ class PooledConnection implements PostgresPoolClient, DeadlineOwner {
    * answer, so later queries fail at once and `release` closes it (node-postgres opens a fresh one).
    */
   timedOut: Error | undefined;
+  /** The traced operation that checked this connection out in its stretch, until `release`. */
+  operation: Operation | undefined;
 
   constructor(
     readonly client: pg.PoolClient,
     readonly shared: Shared,
   ) {}
 
+  checkedOutBy(operation: Operation): this {
+    this.operation = operation;
+    return this;
+  }
+
   query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
   query<R>(cursor: PostgresCursor<R>): PostgresCursor<R>;
   query(text: string | PostgresCursor<unknown>, parameters?: ReadonlyArray<unknown>): unknown {
+    const { operation } = this;
+    // In the operation's stretch: the pg instrumentation's span for it is that operation's child.
+    if (operation !== undefined) return inStretch(operation, () => this.send(text, parameters));
+    return this.send(text, parameters);
+  }
+
+  send(text: string | PostgresCursor<unknown>, parameters: ReadonlyArray<unknown> | undefined): unknown {
     // A cursor (Kysely's `stream()`) passes through untouched, without a deadline, as it always did.
     if (typeof text !== 'string') return this.client.query(text as never);
     // Kysely hands over a fresh array of its own (PostgresConnection copies the parameters).
@@ -94,6 +122,7 @@ class PooledConnection implements PostgresPoolClient, DeadlineOwner {
   release(): void {
     const { timedOut } = this;
     this.timedOut = undefined;
+    this.operation = undefined;
     this.client.release(timedOut);
   }
 }

@@ -8,7 +8,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
-import { contextHeld, rootAlreadyChosen, setTracing } from './trace-context.js';
+import { contextHeld, currentStretch, inStretch, rootAlreadyChosen, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
 /**
@@ -143,7 +143,10 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     });
   const instrumentations = [pgInstrumentation, new ioredis.IORedisInstrumentation({ requireParentSpan: true })];
   registerInstrumentations({ tracerProvider: provider, instrumentations });
-  const gated = gateWrappedMethods(await patchAppModules(instrumentations), () => contextManager.on);
+  const gated = gateWrappedMethods(
+    await patchAppModules(instrumentations),
+    () => contextManager.on || currentStretch() !== undefined,
+  );
   if (gated === 0)
     fallbacks.push({
       path: 'tracing_instrumentation_gate',
@@ -212,12 +215,19 @@ function operationContextManager() {
     /** The root context of the API copy the SDK uses (ours may be another build: see trace-context.ts). */
     readonly #sdkRoot = this.active();
 
+    /** An operation's stretch (`inStretch`, trace-context.ts) first, then the storage's. */
+    override active(): Context {
+      return currentStretch() ?? super.active();
+    }
+
     override with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(
       context: Context,
       fn: F,
       thisArg?: ThisParameterType<F>,
       ...args: A
     ): ReturnType<F> {
+      // In a stretch, `with` is a stretch: synchronous, no storage.
+      if (currentStretch() !== undefined) return inStretch(context, () => fn.apply(thisArg, args));
       if (!this.#on) {
         // Off, the root context is already the active one everywhere.
         if (context === ROOT_CONTEXT || context === this.#sdkRoot) return fn.apply(thisArg, args);

@@ -142,16 +142,86 @@ export function holdContext(): () => void {
  * `listener` bound to the operation context active here (an emitter's listener that does the operation's
  * work, which would otherwise run in whatever context emitted its event), or `listener` itself where no
  * operation's context is active (none holds one, {@link holdContext}, or this is not one of them).
+ * In an operation's stretch ({@link inStretch}) the listener runs in a stretch of the same operation.
  * Bind listeners, not the emitter: `context.bind(ctx, emitter)` puts eight methods on that one object,
  * a shape of its own, and node's optimised code for the usual shape (streams, sockets) is thrown away
  * and made again for every object after it (bench/results/tracing).
  */
 export function bindToOperation<F extends (...args: never[]) => unknown>(listener: F): F {
+  if (stretch !== undefined) {
+    const operation = stretch;
+    return function (this: unknown, ...args: Parameters<F>) {
+      return inStretch(operation, () => Reflect.apply(listener, this, args));
+    } as F;
+  }
   // While another operation holds the storage on, an untraced request's listener is registered in the
   // root context: nothing to bind it to.
   return tracing && heldOperations > 0 && activeSpanContext() !== undefined
     ? context.bind(context.active(), listener)
     : listener;
+}
+
+/**
+ * The operation whose synchronous stretch is running ({@link inStretch}), if any. The context manager
+ * (start-tracing.ts) answers it as the active context, ahead of the storage.
+ */
+let stretch: Context | undefined;
+
+/**
+ * Runs the synchronous part of `work` as the operation `operation` (the active context until `work`
+ * returns), without the context storage: what `work` starts asynchronously runs in no context, unless
+ * it carries the operation along itself ({@link currentStretch}; @herald/db's pool gives it to the queries
+ * of a connection checked out in a stretch) or hands over to the storage ({@link continueInStorage}).
+ * Inside a stretch, `context.with` is a stretch too.
+ *
+ * For operations whose traced calls are made from code that can carry them: the HTTP fast path's
+ * queries. The storage, held for an operation's whole life, costs every request the process serves
+ * meanwhile (Node 20's async hooks run on every promise); a stretch costs nothing outside it
+ * (bench/results/tracing/low-ratio-costs.md).
+ */
+export function inStretch<T>(operation: Context, work: () => T): T {
+  const previous = stretch;
+  stretch = operation;
+  try {
+    return work();
+  } finally {
+    stretch = previous;
+  }
+}
+
+/** The operation whose stretch is running here ({@link inStretch}), to carry over an asynchronous step. */
+export function currentStretch(): Context | undefined {
+  return stretch;
+}
+
+/** What {@link continueInStorage} waits for: the operation's response. */
+export interface ClosingResponse {
+  readonly closed: boolean;
+  once(event: 'close', listener: () => void): unknown;
+}
+
+/**
+ * Runs `work` in the context storage as `operation` (by default the operation of the stretch running
+ * here), holding the storage until `response` closes: for work that cannot carry its operation by hand
+ * (Yoga's pipeline, a mutation that stores its trace context after several steps). Without an
+ * operation, just runs `work`.
+ */
+export function continueInStorage<T>(
+  response: ClosingResponse,
+  work: () => T,
+  operation: Context | undefined = stretch,
+): T {
+  if (operation === undefined) return work();
+  const outer = stretch;
+  const release = holdContext();
+  if (response.closed) release();
+  else response.once('close', release);
+  stretch = undefined;
+  try {
+    return context.with(operation, work);
+  } finally {
+    stretch = outer;
+  }
 }
 
 /** Whether an operation holds the context storage on ({@link holdContext}); for start-tracing.ts. */

@@ -1,7 +1,9 @@
+import { GraphQLInt, GraphQLObjectType, GraphQLSchema } from 'graphql';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { schema } from '../schema/index.js';
 import { startTestApi, type TestApi } from '../testing/test-api.js';
-import { createCompiledExecution } from './use-compiled-execution.js';
+import { createCompiledExecution, READS_IN_ONE_STEP } from './use-compiled-execution.js';
 
 let api: TestApi;
 let token: string;
@@ -52,4 +54,36 @@ it('remembers at most `maxAccepted` documents, forgetting the least recently use
   expect(compiled.accepted(b, undefined)).toBeUndefined();
   expect(compiled.accepted(a, undefined)).toBeDefined();
   expect(compiled.accepted(c, undefined)).toBeDefined();
+});
+
+it('lets a traced request carry its operation by hand only through queries of fields that read in one step', async () => {
+  const compiled = createCompiledExecution();
+  const oneStep = { extensions: { [READS_IN_ONE_STEP]: true } };
+  const small = new GraphQLSchema({
+    query: new GraphQLObjectType({
+      name: 'Query',
+      fields: { page: { type: GraphQLInt, ...oneStep }, later: { type: GraphQLInt } },
+    }),
+    mutation: new GraphQLObjectType({ name: 'Mutation', fields: { write: { type: GraphQLInt, ...oneStep } } }),
+  });
+  const yoga = createYoga({ schema: small, plugins: [compiled.plugin], logging: false });
+  const carries = async (query: string) => {
+    await yoga.fetch('http://yoga/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query }),
+    });
+    return compiled.accepted(query, undefined)?.carriesOperation;
+  };
+  expect(await carries('{ page }')).toBe(true);
+  expect(await carries('{ page __typename }')).toBe(true);
+  expect(await carries('{ page later }')).toBe(false);
+  expect(await carries('{ ... on Query { page } }')).toBe(false);
+  expect(await carries('mutation { write }')).toBe(false);
+});
+
+it('marks `posts` as reading in one step (its page statement joins the authors)', () => {
+  const fields = schema.getQueryType()?.getFields();
+  expect(fields?.posts?.extensions?.[READS_IN_ONE_STEP]).toBe(true);
+  expect(fields?.webhookEndpoints?.extensions?.[READS_IN_ONE_STEP]).toBeUndefined();
 });

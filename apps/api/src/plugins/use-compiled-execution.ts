@@ -13,6 +13,12 @@ export interface AcceptedQuery {
   document: DocumentNode;
   /** The operation's name, or undefined for an anonymous one (the document holds only it). */
   operationName: string | undefined;
+  /**
+   * Whether a traced request can carry its operation by hand while this runs (the HTTP fast path's
+   * stretches, request-tracing.ts): a query whose every root field reads all it returns in its resolver's
+   * first synchronous step ({@link READS_IN_ONE_STEP}), so every statement it sends starts in the stretch.
+   */
+  carriesOperation: boolean;
   compiled: CompiledQuery;
 }
 
@@ -68,12 +74,17 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
     return result instanceof Promise ? result.then(withStringify) : withStringify(result);
   });
 
-  const remember = (query: string, document: DocumentNode, compiled: CompiledQuery) => {
+  const remember = (schema: GraphQLSchema, query: string, document: DocumentNode, compiled: CompiledQuery) => {
     const operations = document.definitions.filter((definition) => definition.kind === 'OperationDefinition');
     if (operations.length !== 1) return;
     const operation = operations[0] as OperationDefinitionNode;
     if (operation.operation === 'subscription') return;
-    accepted.set(query, { document, operationName: operation.name?.value, compiled });
+    accepted.set(query, {
+      document,
+      operationName: operation.name?.value,
+      carriesOperation: operation.operation === 'query' && readsInOneStep(schema, operation),
+      compiled,
+    });
   };
 
   const plugin: Plugin = {
@@ -91,7 +102,7 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
       if (!compiled) return;
       setExecuteFn(execute);
       const query = context.params?.query;
-      if (typeof query === 'string' && !accepted.has(query)) remember(query, args.document, compiled);
+      if (typeof query === 'string' && !accepted.has(query)) remember(args.schema, query, args.document, compiled);
     },
   };
 
@@ -114,3 +125,21 @@ export function createCompiledExecution(options: { maxAccepted?: number } = {}) 
 }
 
 export type CompiledExecution = ReturnType<typeof createCompiledExecution>;
+
+/**
+ * The field extension a root query field carries when its resolver sends every statement of what it
+ * returns in its first synchronous step (nested fields resolved from those rows): `posts` (one statement,
+ * authors joined). A query made only of such fields runs its statements in the stretch of a traced
+ * request's operation, without the context storage (`carriesOperation`).
+ */
+export const READS_IN_ONE_STEP = 'heraldReadsInOneStep';
+
+function readsInOneStep(schema: GraphQLSchema, operation: OperationDefinitionNode): boolean {
+  const fields = schema.getQueryType()?.getFields();
+  if (!fields) return false;
+  return operation.selectionSet.selections.every(
+    (selection) =>
+      selection.kind === 'Field' &&
+      (selection.name.value === '__typename' || fields[selection.name.value]?.extensions?.[READS_IN_ONE_STEP] === true),
+  );
+}

@@ -205,12 +205,14 @@ describe('untraced requests while another request holds the context storage on',
   });
 });
 
-/** `herald_http_requests_total` of `route` on /metrics. */
-async function routeCount(route: 'compiled' | 'pipeline' | 'yoga'): Promise<number> {
+/** A counter's value on /metrics (`herald_http_requests_total{route="compiled"}`, say). */
+async function counter(series: string): Promise<number> {
   const text = await (await fetch(`${api.baseUrl}/metrics`)).text();
-  const line = text.split('\n').find((one) => one.startsWith(`herald_http_requests_total{route="${route}"}`));
+  const line = text.split('\n').find((one) => one.startsWith(`${series} `));
   return Number(line?.split(' ')[1] ?? 0);
 }
+const COMPILED = 'herald_http_requests_total{route="compiled"}';
+const STORAGE_TURNED_ON = 'herald_trace_context_storage_turned_on_total';
 
 // A query the fast path runs by its compiled form carries its operation by hand (stretches, @herald/db's
 // pool from the checkout to the query) instead of holding the context storage: its spans nest all the same.
@@ -226,14 +228,19 @@ describe.each(['fast, one chunk', 'fast, 3 chunks', 'fast, with `me` beside'] as
     expect((await send({ headers, parts: [json] })).status).toBe(200);
     const traceId = randomBytes(16).toString('hex');
     const callerSpan = randomBytes(8).toString('hex');
-    const compiledBefore = await routeCount('compiled');
+    const compiledBefore = await counter(COMPILED);
+    const storageBefore = await counter(STORAGE_TURNED_ON);
     const answer = await send({
       headers: { ...headers, traceparent: `00-${traceId}-${callerSpan}-01` },
       parts: path === 'fast, 3 chunks' ? [json.slice(0, 20), json.slice(20, 40), json.slice(40)] : [json],
     });
     expect(answer.status, answer.body).toBe(200);
     expect(answer.body).toContain(`page ${path}`);
-    expect(await routeCount('compiled')).toBe(compiledBefore + 1);
+    expect(await counter(COMPILED)).toBe(compiledBefore + 1);
+    // Carried by hand, the storage (Node's async hooks for every request) stays off; with `me` it is held.
+    const turnedOn = (await counter(STORAGE_TURNED_ON)) - storageBefore;
+    if (me) expect(turnedOn).toBeGreaterThan(0);
+    else expect(turnedOn).toBe(0);
     const deadline = Date.now() + 10_000;
     let spans = collector.spans.filter((s) => s.traceId === traceId);
     while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
@@ -247,5 +254,28 @@ describe.each(['fast, one chunk', 'fast, 3 chunks', 'fast, with `me` beside'] as
     expect(pgSpans.map((s) => s.name)).toEqual(expect.arrayContaining(['pg-pool.connect']));
     expect(pgSpans.some((s) => String(s.attributes['db.query.text'] ?? '').includes('"posts"'))).toBe(true);
     expect(pgSpans.every((s) => s.parentSpanId === server?.spanId)).toBe(true);
+  });
+});
+
+describe('a posts query answered with an error, sampled by the caller', () => {
+  it("writes its access log line with the request's trace id (after Yoga's hooks ran it in the storage)", async () => {
+    const query =
+      'query Page($orgId: ID!, $first: Int) { posts(orgId: $orgId, first: $first) { edges { node { id } } } }';
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
+    expect(
+      (await send({ headers, parts: [JSON.stringify({ query, variables: { orgId: ORG, first: 1 } })] })).status,
+    ).toBe(200);
+    const traceId = randomBytes(16).toString('hex');
+    const compiledBefore = await counter(COMPILED);
+    const answer = await send({
+      headers: { ...headers, traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` },
+      parts: [JSON.stringify({ query, variables: { orgId: ORG, first: 100_000 } })],
+    });
+    expect(answer.body).toContain('BAD_USER_INPUT');
+    expect(await counter(COMPILED)).toBe(compiledBefore + 1);
+    const deadline = Date.now() + 5_000;
+    const logged = () => api.stdout.find((line) => line.includes(traceId) && line.includes('request completed'));
+    while (!logged() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(logged(), api.stdout.slice(-3).join('\n')).toBeDefined();
   });
 });

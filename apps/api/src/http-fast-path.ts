@@ -178,6 +178,11 @@ class FastExchange {
    * untraced, undefined.
    */
   operation = currentStretch();
+  /**
+   * The traced request's operation for the log lines (their trace ids), whoever carries it: after a
+   * hand-over to the storage, code after an `await` of it runs outside it again.
+   */
+  readonly traced = this.operation;
 
   constructor(
     readonly shared: Shared,
@@ -312,7 +317,11 @@ class FastExchange {
   /** Yoga's own catch-all (server.js `handle`): mask, log, answer with the error. */
   unexpected(error: unknown): ExecutionResult {
     const masked = maskError(error, MASKED_MESSAGE, this.shared.options.errorDetails);
-    if (masked !== error) this.log.log.error({ err: error }, 'unexpected error');
+    if (masked !== error) {
+      const { traced } = this;
+      if (traced === undefined) this.log.log.error({ err: error }, 'unexpected error');
+      else inStretch(traced, () => this.log.log.error({ err: error }, 'unexpected error'));
+    }
     return { errors: [masked as never] };
   }
 
@@ -368,15 +377,15 @@ class FastExchange {
     }
     if (!this.shared.logInfo) return;
     // The access log line carries the operation's trace ids.
-    const { operation } = this;
-    if (operation === undefined) logRequestCompleted(this.log, 'POST', this.shared.options.path, status);
-    else inStretch(operation, () => logRequestCompleted(this.log, 'POST', this.shared.options.path, status));
+    const { traced } = this;
+    if (traced === undefined) logRequestCompleted(this.log, 'POST', this.shared.options.path, status);
+    else inStretch(traced, () => logRequestCompleted(this.log, 'POST', this.shared.options.path, status));
   }
 
   fail(error: unknown): void {
-    const { operation } = this;
-    if (operation === undefined) this.log.log.error({ err: error }, 'http fast path: could not answer');
-    else inStretch(operation, () => this.log.log.error({ err: error }, 'http fast path: could not answer'));
+    const { traced } = this;
+    if (traced === undefined) this.log.log.error({ err: error }, 'http fast path: could not answer');
+    else inStretch(traced, () => this.log.log.error({ err: error }, 'http fast path: could not answer'));
     if (!this.res.headersSent) this.finish(500, { 'content-length': '0' }, '');
     else this.res.destroy();
   }

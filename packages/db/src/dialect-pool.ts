@@ -32,6 +32,8 @@ export function createDialectPool(pool: pg.Pool, options: DialectPoolOptions): P
       connection = new PooledConnection(client, shared);
       connections.set(client, connection);
     }
+    // No operation but the one this checkout is made by (`checkedOutBy`), whatever a release missed.
+    connection.operation = undefined;
     return connection;
   };
   return {

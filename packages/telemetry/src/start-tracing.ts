@@ -176,6 +176,16 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
           counted = counts.dropped;
         },
       });
+      let turnedOn = 0;
+      new Counter({
+        name: 'herald_trace_context_storage_turned_on_total',
+        help: "Times the trace context storage (Node's async hooks, a cost to every request while on) was turned on for an operation that needed it",
+        registers: [registry],
+        collect() {
+          if (contextManager.turnedOn > turnedOn) this.inc(contextManager.turnedOn - turnedOn);
+          turnedOn = contextManager.turnedOn;
+        },
+      });
     },
     shutdown(timeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS) {
       stopping ??= Promise.race([
@@ -231,7 +241,7 @@ function operationContextManager() {
       if (!this.#on) {
         // Off, the root context is already the active one everywhere.
         if (context === ROOT_CONTEXT || context === this.#sdkRoot) return fn.apply(thisArg, args);
-        this.#on = true;
+        this.#turnOn();
         // Outside any held operation (a listener bound to a request that already ended, say): the context
         // holds for `fn`'s synchronous part only, unless `fn` took a hold (an export does).
         if (!contextHeld())
@@ -244,10 +254,34 @@ function operationContextManager() {
       return super.with(context, fn, thisArg, ...args);
     }
 
+    /**
+     * A function bound in a stretch runs in a stretch of `context` (the pg instrumentation binds a query's
+     * callback to the query's parent): without it, every call would turn the storage on for one tick.
+     */
+    override bind<T>(context: Context, target: T): T {
+      if (typeof target !== 'function' || currentStretch() === undefined) return super.bind(context, target);
+      const fn = target as (...args: unknown[]) => unknown;
+      return function (this: unknown, ...args: unknown[]) {
+        return inStretch(context, () => fn.apply(this, args));
+      } as T;
+    }
+
     /** `enterWith`, underneath: the storage is on from here. */
     override attach(context: Context): unknown {
-      this.#on = true;
+      this.#turnOn();
       return super.attach(context);
+    }
+
+    /** Times the storage was turned on (`herald_trace_context_storage_turned_on_total`). */
+    get turnedOn(): number {
+      return this.#turnedOn;
+    }
+
+    #turnedOn = 0;
+
+    #turnOn(): void {
+      if (!this.#on) this.#turnedOn++;
+      this.#on = true;
     }
 
     /** Whether the storage is on: off, the active context is the root one everywhere. */

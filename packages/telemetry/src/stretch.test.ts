@@ -7,6 +7,10 @@ interface Seen {
   withInStretch: { active: boolean; symbols: string[]; backToOperation: boolean };
   carried: boolean;
   activeAfter: boolean;
+  /** A callback bound in the stretch (as the pg instrumentation binds a query's), called later. */
+  boundCallback: { active: boolean; symbols: string[] };
+  /** `herald_trace_context_storage_turned_on_total` after the stretches, and after the hand-over. */
+  turnedOn: { afterStretches: number; afterHandOver: number };
   listener: boolean;
   inStorage: { active: boolean; symbols: string[] };
   heldUntilClose: string[];
@@ -24,7 +28,12 @@ function runStretches(): Seen {
     const { startTracing } = await import(${JSON.stringify(START)});
     const telemetry = await import(${JSON.stringify(TELEMETRY)});
     const { context, ROOT_CONTEXT, trace } = await import('@opentelemetry/api');
-    await startTracing({ serviceName: 'test' });
+    const { Registry } = await import('prom-client');
+    const tracing = await startTracing({ serviceName: 'test' });
+    const registry = new Registry();
+    tracing.registerMetrics(registry);
+    const turnedOn = async () =>
+      (await registry.getSingleMetric('herald_trace_context_storage_turned_on_total').get()).values[0]?.value ?? 0;
     const symbols = (promise) => Object.getOwnPropertySymbols(promise).map(String);
     const span = telemetry.tracer().startSpan('operation', {}, ROOT_CONTEXT);
     const operation = telemetry.operationContext(ROOT_CONTEXT, span);
@@ -44,10 +53,16 @@ function runStretches(): Seen {
       out.withInStretch.backToOperation = trace.getActiveSpan() === span;
       emitter.on('event', telemetry.bindToOperation(() => { out.listener = trace.getActiveSpan() === span; }));
       out.carried = telemetry.currentStretch() === operation;
+      const callback = context.bind(context.active(), () => {
+        out.boundCallback = { active: trace.getActiveSpan() === span, symbols: symbols(new Promise(() => {})) };
+      });
+      setTimeout(callback, 1);
     });
     out.activeAfter = trace.getActiveSpan() === undefined;
     await new Promise((resolve) => setImmediate(resolve));
     emitter.emit('event');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    out.turnedOn = { afterStretches: await turnedOn() };
     const response = new EventEmitter();
     response.closed = false;
     out.inStorage = await telemetry.inStretch(operation, () =>
@@ -57,6 +72,7 @@ function runStretches(): Seen {
       }),
     );
     out.heldUntilClose = symbols(new Promise(() => {}));
+    out.turnedOn.afterHandOver = await turnedOn();
     response.closed = true;
     response.emit('close');
     await new Promise((resolve) => setImmediate(resolve));
@@ -87,10 +103,16 @@ describe('an operation carried in stretches', () => {
     expect(seen.carried).toBe(true);
   });
 
+  it('runs a callback bound in it in a stretch again, never turning the storage on', () => {
+    expect(seen.boundCallback).toEqual({ active: true, symbols: [] });
+    expect(seen.turnedOn.afterStretches).toBe(0);
+  });
+
   it('hands over to the context storage, held until the response closes', () => {
     expect(seen.inStorage.active).toBe(true);
     expect(seen.inStorage.symbols.length).toBeGreaterThan(0);
     expect(seen.heldUntilClose.length).toBeGreaterThan(0);
     expect(seen.afterClose).toEqual([]);
+    expect(seen.turnedOn.afterHandOver).toBe(1);
   });
 });

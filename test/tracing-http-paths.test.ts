@@ -111,6 +111,17 @@ async function storedTraceparent(postId: string): Promise<string | null> {
   }
 }
 
+/** The spans of `traceId` the collector got, once a PostgreSQL one is among them (or after 10 s). */
+async function spansWithPostgres(traceId: string) {
+  const deadline = Date.now() + 10_000;
+  let spans = collector.spans.filter((s) => s.traceId === traceId);
+  while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
+    await new Promise((r) => setTimeout(r, 100));
+    spans = collector.spans.filter((s) => s.traceId === traceId);
+  }
+  return spans;
+}
+
 type Path =
   | 'fast, one chunk'
   | 'fast, 3 chunks'
@@ -162,12 +173,7 @@ describe.each(PATHS)('%s', (path) => {
       const stored = await storedTraceparent(postId);
       expect(stored).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-${flags}$`));
       if (flags === '01') {
-        const deadline = Date.now() + 10_000;
-        let spans = collector.spans.filter((s) => s.traceId === traceId);
-        while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
-          await new Promise((r) => setTimeout(r, 100));
-          spans = collector.spans.filter((s) => s.traceId === traceId);
-        }
+        const spans = await spansWithPostgres(traceId);
         const server = spans.find((s) => s.kind === 2 && s.parentSpanId === callerSpan);
         expect(server?.name).toBe('mutation Publish');
         const pgSpans = spans.filter((s) => s.attributes['db.system.name'] === 'postgresql');
@@ -241,12 +247,7 @@ describe.each(['fast, one chunk', 'fast, 3 chunks', 'fast, with `me` beside'] as
     const turnedOn = (await counter(STORAGE_TURNED_ON)) - storageBefore;
     if (me) expect(turnedOn).toBeGreaterThan(0);
     else expect(turnedOn).toBe(0);
-    const deadline = Date.now() + 10_000;
-    let spans = collector.spans.filter((s) => s.traceId === traceId);
-    while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
-      await new Promise((r) => setTimeout(r, 100));
-      spans = collector.spans.filter((s) => s.traceId === traceId);
-    }
+    const spans = await spansWithPostgres(traceId);
     const server = spans.find((s) => s.kind === 2 && s.parentSpanId === callerSpan);
     expect(server?.name).toBe('query Posts');
     const pgSpans = spans.filter((s) => s.attributes['db.system.name'] === 'postgresql');

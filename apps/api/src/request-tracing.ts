@@ -19,7 +19,8 @@ import { type DocumentNode, getOperationAST } from 'graphql';
  * With tracing on, the server's `request` listener is replaced by one that makes the span and calls it.
  * A request the sampler leaves out and that continues no caller's trace only pays for that decision: it
  * runs in no context, so its queries meet no span and Node's async hooks stay off for it
- * (`operationContext`, `holdContext` in @herald/telemetry; bench/results/tracing).
+ * (`operationContext`, `holdContext` in @herald/telemetry; bench/results/tracing). A traced request to the
+ * fast path holds no context storage either unless the fast path hands it over (`stretches` below).
  */
 export function traceGraphQLRequests(server: Server, path: string, options: { stretches: boolean }): void {
   if (!isTracing()) return;
@@ -63,15 +64,16 @@ function tracedListener(listener: RequestListener, path: string, stretches: bool
       span.end();
       release?.();
     });
+    // The request emitter is not bound (`context.bind(active, req)`): that puts eight methods on this one
+    // IncomingMessage, a shape of its own, and node's stream code, optimised for the usual shape, is thrown
+    // away and made again for every request after it (bench/results/tracing). The fast path binds its
+    // `end` listener instead (`bindToOperation`, which carries a stretch too); Yoga reads the body through
+    // promises, which carry the context. The response needs no binding: it is written from the request's
+    // own async chain.
     if (stretches) {
       inStretch(active, () => listener(req, res));
       return;
     }
-    // The request emitter is not bound (`context.bind(active, req)`): that puts eight methods on this one
-    // IncomingMessage, a shape of its own, and node's stream code, optimised for the usual shape, is thrown
-    // away and made again for every request after it (bench/results/tracing). The fast path binds its
-    // `end` listener instead (`bindToOperation`); Yoga reads the body through promises, which carry the
-    // context. The response needs no binding: it is written from the request's own async chain.
     context.with(active, () => listener(req, res));
   };
 }

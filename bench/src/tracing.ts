@@ -9,10 +9,11 @@
  *   (runDispatcher, bench/src/webhooks/): dispatcher CPU µs/delivery and deliveries/s.
  * Every Herald process of a setting (API and dispatcher alike) gets that setting's OTEL_* variables and
  * exports OTLP/protobuf to a sink in this process (tracing-settings.ts), which counts what each setting
- * sent. Fan-out and webhooks: the settings take turns (off, 0.01, 1.0, off, …) `repeats` times, and each
- * setting is reported by its lowest CPU per unit: on a shared machine load comes and goes between rounds,
- * and the least disturbed round is the closest to the cost. HTTP: the median of the side-by-side windows,
- * as bench/micro/tracing-micro.ts's `side-by-side` mode measures.
+ * sent. Fan-out and webhooks: the settings take turns (off, 0.01, 1.0, off, …) `repeats` times; HTTP: the
+ * three side by side, windows read at the same moments. Each setting is reported by the median of its
+ * measurements, and against off by the median of each measurement's ratio to off's beside it (the same
+ * window; the same round's turn): on a shared machine load comes and goes, and one lucky measurement moved
+ * the lowest-of-N figures used before by 15–25 %.
  */
 import { join } from 'node:path';
 import { Pool } from 'undici';
@@ -89,7 +90,7 @@ export interface TracingMeasurement {
   cpu: number;
   /** Requests or deliveries per second. */
   rate: number;
-  /** HTTP: off's CPU per unit and rate in the same side-by-side window. */
+  /** Off's CPU per unit and rate beside this one: HTTP's same side-by-side window (else see withOffBeside). */
   offCpu?: number;
   offRate?: number;
 }
@@ -102,12 +103,12 @@ export interface TracingRow {
   /** The measurement with the lowest CPU per unit (null: none succeeded). */
   lowest: TracingMeasurement | null;
   /**
-   * Against off's, in % (null for off or without figures): the lowest CPU and that measurement's rate
-   * (fan-out, webhooks), or the median of each side-by-side window's ratio to off (HTTP).
+   * Against off's, in % (null for off or without figures): the median of each measurement's ratio to
+   * off's beside it (HTTP: the same window; fan-out and webhooks: the same round's turn).
    */
   vsOff: { cpuPct: number | null; ratePct: number | null };
-  /** HTTP: the median CPU per unit and rate over the side-by-side windows (what the table gives). */
-  windowMedian?: { cpu: number; rate: number; windows: number };
+  /** The median CPU per unit and rate of the measurements (what the table gives). */
+  median?: { cpu: number; rate: number; count: number };
   /** What the sink received from this path's processes at this setting. */
   exported: SinkCount;
   /** Anything that went wrong (failed answers, wrong or missing deliveries, a run that did not finish). */
@@ -174,7 +175,7 @@ export async function runTracing(config: TracingConfig): Promise<TracingResult> 
   const fanout = config.fanout;
   notes.push(
     `Settings: off = no OTEL_* endpoint (the OpenTelemetry SDK is not loaded); on = \`OTEL_EXPORTER_OTLP_ENDPOINT\` at a sink in the bench process (node:http on 127.0.0.1, drains each export and answers 200 at once; OTLP/protobuf, the SDK's default batch processor), \`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG\` 0.01 or 1. Every Herald process of a setting gets them (the API, and the dispatcher with the API that publishes its backlog).`,
-    `Fan-out and webhooks: the settings take turns (off, 0.01, 1.0, off, …) in ${config.repeats} round${config.repeats === 1 ? '' : 's'}; each row gives the measurement with the lowest CPU per unit and the rate of that same measurement ("every CPU figure" lists them all, in order): on a shared machine other load comes and goes between them, and the least disturbed is the closest to the cost. "Against off" compares those lowest figures. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
+    `Each row gives the median of its measurements' CPU per unit and rate ("every CPU figure" lists them all, in order), and "against off" the median of each measurement's figure against off's beside it: for HTTP off's in the same window, for fan-out and webhooks off's turn of the same round (the settings take turns, off, 0.01, 1.0, off, …, in ${config.repeats} round${config.repeats === 1 ? '' : 's'}). On a shared machine other load comes and goes between turns; a single lucky or unlucky measurement moves a lowest-of-N comparison by 15–25 % here, a median of pairs much less. The JSON keeps each setting's lowest too. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
     ...(config.paths.includes('http')
       ? [
           `HTTP: \`posts(first: 10)\` with authors (the HTTP section's document), the three settings side by side: per round (${config.repeats}) one new API process each (PostgreSQL, ${HTTP_SEED_POSTS} posts, the API image's node flags), all loaded at once from this process, ${config.http.connections} keep-alive requests in flight each, warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} window${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms in which every process's CPU is read at the same moments; CPU = the API process's (every thread) ÷ its answered requests. Each row gives the median over the windows; "against off" is the median of each window's figure against off's in that same window: load from elsewhere falls on the three alike, so these ratios hold where rounds run one after another moved by ±25 %. Three servers and their load share the cores, so the CPU figures are higher than the HTTP section's: compare them with each other.`,
@@ -231,19 +232,38 @@ function rowsOf(
       exported: { exports: now.exports - was.exports, bytes: now.bytes - was.bytes },
       problems,
     };
-    if (path === 'http' && measurements.length > 0) {
-      row.windowMedian = {
+    if (measurements.length > 0) {
+      row.median = {
         cpu: median(measurements.map((one) => one.cpu)),
         rate: median(measurements.map((one) => one.rate)),
-        windows: measurements.length,
+        count: measurements.length,
       };
-      if (setting.id !== 'off') row.vsOff = pairedAgainstOff(measurements);
+      if (setting.id !== 'off')
+        row.vsOff = pairedAgainstOff(withOffBeside(measurements, figures.get('off')!.measurements));
     }
     return row;
   });
 }
 
-/** The median of each side-by-side window's CPU and rate against off's in that same window, in %. */
+/**
+ * Each measurement with off's beside it: HTTP's carry it already (the same window); fan-out's and the
+ * dispatcher's get off's k-th of the same round (the trial or run just before theirs, taking turns).
+ */
+function withOffBeside(
+  measurements: readonly TracingMeasurement[],
+  off: readonly TracingMeasurement[],
+): TracingMeasurement[] {
+  const seen = new Map<number, number>();
+  return measurements.map((one) => {
+    if (one.offCpu !== undefined) return one;
+    const k = seen.get(one.round) ?? 0;
+    seen.set(one.round, k + 1);
+    const twin = off.filter((candidate) => candidate.round === one.round)[k];
+    return twin ? { ...one, offCpu: twin.cpu, offRate: twin.rate } : one;
+  });
+}
+
+/** The median of each measurement's CPU and rate against off's beside it ({@link withOffBeside}), in %. */
 function pairedAgainstOff(measurements: readonly TracingMeasurement[]): TracingRow['vsOff'] {
   const ratio = (value: number, base: number | undefined) =>
     base !== undefined && base > 0 && Number.isFinite(value) ? value / base - 1 : Number.NaN;
@@ -509,9 +529,9 @@ export function tracingMarkdown(result: TracingResult): string {
     const label = PATH_LABELS[row.path];
     const title =
       row.path === 'fanout' ? `${label.title}, ${result.sockets.toLocaleString('en-US')} sockets` : label.title;
-    // HTTP: the windows' median, and each window against off's in the same window; else the lowest.
-    const shown = row.windowMedian ?? row.lowest;
-    const basis = row.windowMedian ? `median of ${row.windowMedian.windows}` : 'lowest';
+    // The measurements' median; "against off", the median of each one against off's beside it.
+    const shown = row.median;
+    const basis = row.median ? `median of ${row.median.count}` : '';
     const goal =
       row.setting === 'off'
         ? 'baseline'

@@ -244,6 +244,8 @@ class FastExchange {
       return this.throughYoga();
     }
     const { operation } = this;
+    // Here and below, `operation === undefined ? work : inStretch(operation, () => work)`: an untraced
+    // request (all of them with tracing off) makes no closure for a stretch it does not need.
     // The tenant's operation quota, before anything runs (as useOperationQuota does on Yoga's pipeline).
     const refused = await (operation === undefined
       ? checkOperationQuota(context, accepted.document, params.operationName, params.variables)

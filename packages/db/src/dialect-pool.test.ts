@@ -1,3 +1,4 @@
+import { currentStretch, inStretch } from '@herald/telemetry';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -85,6 +86,47 @@ describe('createDialectPool', () => {
       // Kysely keeps one connection of its own per object it gets: a new wrapper per checkout was one
       // more allocation per query on both sides.
       expect(second).toBe(first);
+    } finally {
+      await dialectPool.end();
+    }
+  });
+
+  // A traced operation's stretch (@herald/telemetry): the checkout made in it runs its queries in it, and
+  // the connection forgets it on release, so the next (untraced) checkout's queries run in none.
+  it('runs the queries of a checkout made in a stretch in that stretch, and forgets it on release', async () => {
+    const pool = new pg.Pool({ connectionString: inject('databaseUrl'), max: 1 });
+    const dialectPool = createDialectPool(pool, { queryTimeoutMs: 1_000, preparedStatements: true });
+    const operation = { name: 'a traced request' } as unknown as Parameters<typeof inStretch>[0];
+    const seen: unknown[] = [];
+    try {
+      const traced = await inStretch(operation, () => dialectPool.connect());
+      const client = (traced as unknown as { client: pg.PoolClient }).client;
+      const query = client.query.bind(client);
+      client.query = ((...args: never[]) => {
+        seen.push(currentStretch());
+        return (query as (...a: never[]) => unknown)(...args);
+      }) as never;
+      await traced.query('select $1::int as n', [1]);
+      traced.release();
+      const untraced = await dialectPool.connect();
+      await untraced.query('select $1::int as n', [2]);
+      untraced.release();
+      expect(seen).toEqual([operation, undefined]);
+    } finally {
+      await dialectPool.end();
+    }
+  });
+
+  it('rejects a checkout made in a stretch while PostgreSQL is unreachable, leaving no stretch behind', async () => {
+    const pool = new pg.Pool({
+      connectionString: 'postgres://postgres@127.0.0.1:1/none',
+      connectionTimeoutMillis: 2_000,
+    });
+    const dialectPool = createDialectPool(pool, { queryTimeoutMs: 1_000, preparedStatements: true });
+    const operation = { name: 'a traced request' } as unknown as Parameters<typeof inStretch>[0];
+    try {
+      await expect(inStretch(operation, () => dialectPool.connect())).rejects.toThrow(/ECONNREFUSED|connect/);
+      expect(currentStretch()).toBeUndefined();
     } finally {
       await dialectPool.end();
     }

@@ -5,3 +5,4 @@ export * from './log-output.js';
 export * from './parse-env.js';
 export * from './redis-url.js';
 export * from './shutdown-signals.js';
+export * from './source-maps.js';

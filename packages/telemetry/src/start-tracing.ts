@@ -8,6 +8,7 @@ import type { ExportResult } from '@opentelemetry/core';
 import type { InstrumentationBase } from '@opentelemetry/instrumentation';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Counter, type Registry } from 'prom-client';
+import { threadedOtlpExporter } from './export-thread.js';
 import { contextHeld, currentStretch, inStretch, rootAlreadyChosen, setTracing } from './trace-context.js';
 import { readTracingConfig } from './tracing-config.js';
 
@@ -98,15 +99,21 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     import('@opentelemetry/instrumentation-pg'),
     import('@opentelemetry/instrumentation-ioredis'),
   ]);
-  const { OTLPTraceExporter } =
-    config.protocol === 'http/json'
-      ? await import('@opentelemetry/exporter-trace-otlp-http')
-      : await import('@opentelemetry/exporter-trace-otlp-proto');
+  const [{ JsonTraceSerializer, ProtobufTraceSerializer }, { OTLPExporterError }] = await Promise.all([
+    import('@opentelemetry/otlp-transformer'),
+    import('@opentelemetry/otlp-exporter-base'),
+  ]);
 
   const maxQueueSize = positiveInteger(env.OTEL_BSP_MAX_QUEUE_SIZE) ?? DEFAULT_MAX_QUEUE_SIZE;
   const counts = { pending: 0, dropped: 0 };
-  // The exporter reads its endpoint, headers, timeout and compression from the OTEL_* variables itself.
-  const exporter = countingExporter(new OTLPTraceExporter(), counts);
+  // The exporter's thread reads its endpoint, headers, timeout and compression from the OTEL_* variables
+  // itself, as the SDK's OTLPTraceExporter does (export-thread.ts: why a thread).
+  const exporter = countingExporter(
+    config.protocol === 'http/json'
+      ? threadedOtlpExporter('http/json', JsonTraceSerializer, OTLPExporterError)
+      : threadedOtlpExporter('http/protobuf', ProtobufTraceSerializer, OTLPExporterError),
+    counts,
+  );
   const processor = boundedProcessor(
     new traceBase.BatchSpanProcessor(exporter, { maxQueueSize }),
     counts,
@@ -189,7 +196,9 @@ export async function startTracing(options: { serviceName: string; env?: NodeJS.
     },
     shutdown(timeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS) {
       stopping ??= Promise.race([
-        provider.shutdown().catch(() => {}),
+        // A last flush that failed (the collector refused it) rejects before the SDK stops the exporter:
+        // its thread is stopped here then.
+        provider.shutdown().catch(() => exporter.shutdown().catch(() => {})),
         new Promise<void>((resolve) => setTimeout(resolve, timeoutMs).unref()),
       ]).then(() => setTracing(false));
       return stopping;

@@ -56,7 +56,7 @@ await admin.connect();
 await admin.query(`create schema ${schemaName}`);
 const schemaUrl = new URL(base);
 schemaUrl.searchParams.set('options', `-c search_path=${schemaName}`);
-const tracing =
+const tracing: Record<string, string> =
   ratio === 'off'
     ? {}
     : {

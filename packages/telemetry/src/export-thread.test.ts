@@ -1,4 +1,8 @@
+import { Worker } from 'node:worker_threads';
+import type { ExportResult } from '@opentelemetry/core';
+import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { describe, expect, it } from 'vitest';
+import { threadedOtlpExporter } from './export-thread.js';
 import { runInFreshProcess, START, TELEMETRY } from './fresh-process.test-support.js';
 
 interface Seen {
@@ -69,5 +73,74 @@ describe('the span exporter’s thread', () => {
     expect(seen.received).toHaveLength(1);
     expect(seen.dropped).toBe(3);
     expect(seen.mainThreadClientRequests).toBe(0);
+  });
+});
+
+describe('the span exporter’s thread, when it dies or cannot start', () => {
+  /** A stand-in thread: answers every export at once, and exits when an export carries 13 spans. */
+  const STAND_IN = `
+    const { parentPort } = require('node:worker_threads');
+    parentPort.on('message', (message) => {
+      if (message.spans === 13) process.exit(1);
+      parentPort.postMessage({ id: message.id, code: 0 });
+    });
+  `;
+  const serializer = { serializeRequest: (spans: ReadableSpan[]) => new Uint8Array(spans.length + 1) };
+  const spans = (count: number) => Array.from({ length: count }, () => ({}) as ReadableSpan);
+  const exportOf = (exporter: SpanExporter, count: number) =>
+    new Promise<ExportResult>((resolve) => exporter.export(spans(count), resolve));
+
+  it('fails the export a dying thread held, refuses a second of a restart, then starts another', async () => {
+    const exporter = threadedOtlpExporter('http/json', serializer, Error, { source: STAND_IN });
+    try {
+      expect((await exportOf(exporter, 1)).code).toBe(0);
+      const lost = await exportOf(exporter, 13);
+      expect(lost.code).toBe(1);
+      expect(String(lost.error)).toContain('exited');
+      // No new thread within the first second after a death: failed at once.
+      const soon = await exportOf(exporter, 1);
+      expect(String(soon.error)).toContain('restarting');
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      expect((await exportOf(exporter, 1)).code).toBe(0);
+    } finally {
+      await exporter.shutdown();
+    }
+  });
+
+  it('fails an export, without throwing, when the OS refuses a thread; a later one starts it', async () => {
+    let refuse = true;
+    const exporter = threadedOtlpExporter('http/json', serializer, Error, {
+      source: STAND_IN,
+      spawn: (code, options) => {
+        if (refuse) throw new Error('ERR_WORKER_INIT_FAILED: EAGAIN');
+        return new Worker(code, options);
+      },
+    });
+    try {
+      const refused = await exportOf(exporter, 1);
+      expect(refused.code).toBe(1);
+      expect(String(refused.error)).toMatch(/could not start|restarting/);
+      refuse = false;
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      expect((await exportOf(exporter, 1)).code).toBe(0);
+    } finally {
+      await exporter.shutdown();
+    }
+  });
+
+  it('fails exports after shutdown at once, and starts no thread for them', async () => {
+    let started = 0;
+    const exporter = threadedOtlpExporter('http/json', serializer, Error, {
+      source: STAND_IN,
+      spawn: (code, options) => {
+        started += 1;
+        return new Worker(code, options);
+      },
+    });
+    expect((await exportOf(exporter, 1)).code).toBe(0);
+    await exporter.shutdown();
+    const after = await exportOf(exporter, 1);
+    expect(String(after.error)).toContain('shut down');
+    expect(started).toBe(1);
   });
 });

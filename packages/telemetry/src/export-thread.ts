@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 import type { ExportResult } from '@opentelemetry/core';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
 
@@ -60,6 +60,15 @@ interface Reply {
   status?: number;
 }
 
+interface Thread {
+  worker: Worker;
+  waiting: Map<number, (reply: Reply) => void>;
+  dead: boolean;
+}
+
+const RESTART_MIN_MS = 1_000;
+const RESTART_MAX_MS = 60_000;
+
 /** The SDK's export error class (`@opentelemetry/otlp-exporter-base`), so a failure reads as the SDK's own. */
 type ExportErrorClass = new (message: string, code?: number) => Error;
 
@@ -76,15 +85,25 @@ type ExportErrorClass = new (message: string, code?: number) => Error;
  *
  * The main thread serializes each batch (the SDK's serializer, pure computation) and hands the bytes over;
  * the worker sends them with the SDK's own delegate. The batch processor above bounds what waits, as
- * before; an export the worker cannot make (it failed to start, or exited) fails, and its spans are
- * counted as dropped like any failed export. The worker is unreferenced: it never keeps a process alive.
+ * before; an export the thread cannot make (it could not start, or it died) fails, and its spans are
+ * counted as dropped like any failed export; a thread that died is replaced by a later export, no sooner
+ * than a second after (doubling to a minute while they keep dying). The thread keeps a process alive only
+ * while a request waits on it.
  * It costs a process with tracing on one more thread and about 9 MB of resident memory.
  */
 export function threadedOtlpExporter(
   protocol: OtlpHttpProtocol,
   serializer: TraceSerializer,
   ExportError: ExportErrorClass,
+  testing: {
+    /** The thread's code instead of the OTLP delegate's. */
+    source?: string;
+    /** Makes the worker (by default `new Worker`): to make it fail. */
+    spawn?: (source: string, options: WorkerOptions) => Worker;
+  } = {},
 ): SpanExporter {
+  const source = testing.source ?? WORKER_SOURCE;
+  const spawn = testing.spawn ?? ((code: string, options: WorkerOptions) => new Worker(code, options));
   const resolve = createRequire(import.meta.url).resolve;
   const workerData = {
     protocol,
@@ -92,53 +111,82 @@ export function threadedOtlpExporter(
     nodeHttp: resolve('@opentelemetry/otlp-exporter-base/node-http'),
     transformer: resolve('@opentelemetry/otlp-transformer'),
   };
-  const waiting = new Map<number, (reply: Reply) => void>();
   let nextId = 0;
-  let worker: Worker | undefined;
-  let gone: string | undefined;
+  /** The running thread and the requests waiting on it: each thread's own, so a dead one fails only its own. */
+  let current: Thread | undefined;
+  let closed = false;
+  /** After a thread dies, no new one before this time (doubling from 1 s to a minute while they keep dying). */
+  let restartAt = 0;
+  let restartDelayMs = 0;
 
-  const failAll = (reason: string) => {
-    gone = reason;
-    worker = undefined;
-    for (const [id, settle] of waiting) settle({ id, code: 1, error: reason });
-    waiting.clear();
+  const died = (thread: Thread, reason: string) => {
+    if (thread.dead) return;
+    thread.dead = true;
+    if (current === thread) {
+      current = undefined;
+      restartDelayMs = Math.min(Math.max(2 * restartDelayMs, RESTART_MIN_MS), RESTART_MAX_MS);
+      restartAt = Date.now() + restartDelayMs;
+    }
+    for (const [id, settle] of thread.waiting) settle({ id, code: 1, error: reason });
+    thread.waiting.clear();
   };
-  const start = (): Worker => {
+  const start = (): Thread => {
     // No inherited flags: the worker needs no TypeScript loader or diagnostics of the app's. A small young
     // generation keeps the thread at about 9 MB of resident memory (a serialized batch is well under 1 MB);
-    // a thread that runs out of heap exits, and the next export starts another.
-    const started = new Worker(WORKER_SOURCE, {
+    // a thread that runs out of heap exits, and a later export starts another.
+    const worker = spawn(source, {
       eval: true,
       workerData,
       execArgv: [],
       resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 64 },
     });
-    started.on('message', (reply: Reply) => {
-      const settle = waiting.get(reply.id);
-      waiting.delete(reply.id);
+    const thread: Thread = { worker, waiting: new Map(), dead: false };
+    worker.on('message', (reply: Reply) => {
+      const settle = thread.waiting.get(reply.id);
+      thread.waiting.delete(reply.id);
+      if (thread.waiting.size === 0) worker.unref();
+      if (reply.code === 0) restartDelayMs = 0;
       settle?.(reply);
     });
-    started.on('error', (error) => failAll(`trace export thread failed: ${error.message}`));
-    started.on('exit', (code) => failAll(`trace export thread exited (${code})`));
-    started.unref();
-    return started;
+    worker.on('error', (error) => died(thread, `trace export thread failed: ${error.message}`));
+    worker.on('exit', (code) => died(thread, `trace export thread exited (${code})`));
+    worker.unref();
+    return thread;
   };
-  const ask = (message: Record<string, unknown>): Promise<Reply> =>
+  /** The running thread, or a new one; undefined with the reason when there is none to be had now. */
+  const running = (): Thread | string => {
+    if (closed) return 'the trace exporter is shut down';
+    if (current) return current;
+    if (Date.now() < restartAt) return 'trace export thread restarting';
+    try {
+      current = start();
+      return current;
+    } catch (error) {
+      // The OS can refuse a thread (ERR_WORKER_INIT_FAILED): this batch fails, a later one tries again.
+      restartDelayMs = Math.min(Math.max(2 * restartDelayMs, RESTART_MIN_MS), RESTART_MAX_MS);
+      restartAt = Date.now() + restartDelayMs;
+      return `trace export thread could not start: ${error instanceof Error ? error.message : String(error)}`;
+    }
+  };
+  /** Sends `message` to the thread and resolves with its reply; never rejects. */
+  const ask = (message: Record<string, unknown>, thread: Thread | string = running()): Promise<Reply> =>
     new Promise((settle) => {
-      // A thread that ended is started again on the next request: one broken export loses one batch.
-      if (!worker) {
-        gone = undefined;
-        worker = start();
-      }
       const id = nextId++;
-      waiting.set(id, settle);
-      worker.postMessage({ ...message, id });
+      if (typeof thread === 'string' || thread.dead) {
+        settle({ id, code: 1, error: typeof thread === 'string' ? thread : 'trace export thread exited' });
+        return;
+      }
+      // Referenced while a request waits on it (the caller waits for the answer), unreferenced otherwise.
+      if (thread.waiting.size === 0) thread.worker.ref();
+      thread.waiting.set(id, settle);
+      thread.worker.postMessage({ ...message, id });
     });
 
   // Started now, not at the first export: the thread's own objects (a worker, its ports and stdio streams)
   // are new shapes to node's event and stream code too, and met before the app's first requests they are
-  // part of what V8 optimises that code for, instead of a change to it mid-traffic.
-  worker = start();
+  // part of what V8 optimises that code for, instead of a change to it mid-traffic. If the OS refuses the
+  // thread, the first export tries again.
+  running();
 
   return {
     export(spans: ReadableSpan[], done: (result: ExportResult) => void) {
@@ -157,20 +205,21 @@ export function threadedOtlpExporter(
         done(
           reply.code === 0
             ? { code: 0 }
-            : { code: 1, error: new ExportError(reply.error ?? gone ?? 'export failed', reply.status) },
+            : { code: 1, error: new ExportError(reply.error ?? 'export failed', reply.status) },
         ),
       );
     },
     async forceFlush() {
-      if (worker) await ask({ kind: 'flush' });
+      if (current) await ask({ kind: 'flush' }, current);
     },
     async shutdown() {
-      const running = worker;
-      if (!running) return;
-      await ask({ kind: 'shutdown' });
-      running.removeAllListeners('exit');
-      await running.terminate();
-      worker = undefined;
+      closed = true;
+      const thread = current;
+      current = undefined;
+      if (!thread) return;
+      await ask({ kind: 'shutdown' }, thread);
+      await thread.worker.terminate();
+      died(thread, 'the trace exporter is shut down');
     },
   };
 }

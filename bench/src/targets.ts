@@ -246,7 +246,8 @@ export function startScriptRuntime(): { env: Record<string, string>; nodeFlags: 
  * The node flags the API's container image starts it with: the `CMD ["node", …, "dist/main.js"]` of
  * deploy/Dockerfile's `api` stage (`FROM … AS api`). Its `--max-semi-space-size=16` is what node picks by
  * itself on a machine with ~8 GiB or more, as raw and stock Yoga get here; in a container node would size
- * the young generation from the memory limit instead (docs/operations.md).
+ * the young generation from the memory limit instead (docs/operations.md). Its `--min-semi-space-size=16`
+ * gives the young generation that size from the start, where node grows it from 1 MB on demand.
  */
 export function imageRuntime(): { env: Record<string, string>; nodeFlags: string[] } {
   return { env: {}, nodeFlags: imageNodeFlags('api') };

@@ -103,6 +103,8 @@ describe('deploy/Dockerfile', () => {
     // then costs ~70 % more CPU (docs/operations.md). The production overlay's limit is what makes this matter.
     const command = execForm(effective(dockerfile, 'api', 'CMD') ?? '');
     expect(command).toContain('--max-semi-space-size=16');
+    // And at that size from the start, not grown at the first burst (often a fault, mid-incident).
+    expect(command).toContain('--min-semi-space-size=16');
     const deployment = parse(await readFile(join(REPO_ROOT, K8S_DEPLOYMENTS.api), 'utf8'));
     expect(deployment.spec.template.spec.containers[0].resources.limits.memory).toMatch(/^\d+(Mi|Gi)$/);
   });

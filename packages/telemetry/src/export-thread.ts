@@ -18,7 +18,8 @@ const CONTENT_TYPES: Record<OtlpHttpProtocol, string> = {
 /**
  * The worker's source (CommonJS, run with `eval`): the OpenTelemetry OTLP/HTTP export delegate, exactly as
  * the SDK's OTLPTraceExporter builds it (endpoint, headers, timeout, compression, retries and concurrency
- * limit from the `OTEL_EXPORTER_OTLP_*` variables), given requests the main thread already serialized.
+ * limit from the OTLP exporter variables, `OTEL_EXPORTER_OTLP_ENDPOINT` and the rest), given requests the
+ * main thread already serialized.
  * Source as a string, not a file: it runs the same from the TypeScript sources and from the apps' bundles.
  */
 const WORKER_SOURCE = `

@@ -6,7 +6,8 @@
  *   node --import tsx bench/micro/lease-micro.ts [events=3000] [cap=10] [batch=cap] [mode=backlog]
  *
  * - `backlog`: `events` are fanned out first (LIMIT 200 per statement); then a lane's cycle: record
- *   `batch` outcomes and take `batch` more in the same statement (hand-over), until all are recorded.
+ *   `batch` outcomes and take `batch` more in the same statement (hand-over), until all are recorded
+ *   (`RENEW_SLOTS=0`: without renewing the slot row, as between a lane's renewals).
  * - `steady`: what a dispatcher does at a steady rate: `batch` new events at a time are fanned out,
  *   and one record takes them (q-leased, as a lane does for work entries) while recording the last
  *   ones' outcomes, followed by a durability barrier (the entries are acknowledged after it).
@@ -30,6 +31,11 @@ const events = Number(process.argv[2] ?? 3000);
 const cap = Number(process.argv[3] ?? 10);
 const batch = Number(process.argv[4] ?? cap);
 const mode = process.argv[5] ?? 'backlog';
+/**
+ * `RENEW_SLOTS=0`: backlog records leave the lane's slot row alone unless they lower it, as a lane does
+ * between the renewals of its leases (every few seconds); by default every record renews it.
+ */
+const renewSlots = process.env.RENEW_SLOTS !== '0';
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const schema = `lease_micro_${process.pid}`;
 const admin = await createDatabase({ kind: 'postgres', url: base, poolMax: 1 });
@@ -99,7 +105,7 @@ async function backlog(): Promise<{ fanOut: () => Promise<void>; cycles: () => P
         explainAt(cycles);
         const result = await recordOutcomes(db, claimed.map(success), {
           disableAfterMs: 86_400_000,
-          handOver: { endpointId: 'we_micro', leaseMs: LEASE_MS, lease: LANE_LEASE, take: batch },
+          handOver: { endpointId: 'we_micro', leaseMs: LEASE_MS, lease: LANE_LEASE, take: batch, renewSlots },
         });
         done += claimed.length;
         claimed = result.handedOver;
@@ -213,7 +219,9 @@ try {
   await sql`select 1`.execute(db);
   const { rows: stat } = await sql<{ relname: string; n_tup_upd: string; n_tup_hot_upd: string }>`
     select relname, n_tup_upd, n_tup_hot_upd from pg_stat_user_tables
-    where relname in ('webhook_deliveries', 'webhook_outbox') and schemaname = ${schema}`.execute(admin.db);
+    where relname in ('webhook_deliveries', 'webhook_outbox', 'webhook_endpoint_slots') and schemaname = ${schema}`.execute(
+    admin.db,
+  );
   out.updates = Object.fromEntries(stat.map((row) => [row.relname, `${row.n_tup_hot_upd}/${row.n_tup_upd} HOT`]));
   console.log(JSON.stringify(out));
 } finally {

@@ -250,6 +250,39 @@ describe('endpoint lanes', () => {
     await stop();
   });
 
+  it('renew their slot registration in the records that renew their leases, and only read it in the records between', async () => {
+    let now = performance.now();
+    vi.spyOn(performance, 'now').mockImplementation(() => now);
+    const endpoint = scriptedEndpoint();
+    const records: Array<{ renew: number; renewSlots: boolean | undefined }> = [];
+    const original = endpoint.attempter.record.bind(endpoint.attempter);
+    endpoint.attempter.record = (...args: Parameters<BatchAttempter['record']>) => {
+      records.push({ renew: args[1]?.renew?.length ?? 0, renewSlots: args[1]?.renewSlots });
+      return original(...args);
+    };
+    const { push, stop } = startLanes(endpoint);
+    push(['d0']);
+    await vi.waitFor(() => expect(endpoint.running()).toEqual(['d0']));
+    push(['d1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8']);
+    await vi.waitFor(() => expect(endpoint.running()).toHaveLength(CAP));
+    endpoint.answer(endpoint.running());
+    await vi.waitFor(() => expect(records.length).toBeGreaterThan(0));
+    await vi.waitFor(() => expect(endpoint.running()).toHaveLength(CAP));
+    // Leases taken moments ago: the records renew nothing, and leave the registration alone.
+    expect(records.every((record) => record.renew === 0 && record.renewSlots === false)).toBe(true);
+    const fresh = records.length;
+    // Past half of the leases' fresh window (60 s leases, 10 s timeout: 25 s, so 12.5 s): the next record
+    // renews the leases of what the lane holds and the registration with them.
+    now += 13_000;
+    endpoint.answer(endpoint.running());
+    await vi.waitFor(() => expect(records.length).toBeGreaterThan(fresh));
+    expect(records[fresh]!.renew).toBeGreaterThan(0);
+    expect(records[fresh]!.renewSlots).toBe(true);
+    await stop();
+    // Never a renewal of the leases without the registration's.
+    expect(records.filter((record) => record.renew > 0).every((record) => record.renewSlots === true)).toBe(true);
+  });
+
   it('hold deliveries ahead in proportion to their own slots, not the cap: one slot of four holds at most 20', async () => {
     const endpoint = scriptedEndpoint(false, 1);
     const { push, stop } = startLanes(endpoint);

@@ -307,7 +307,8 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
     const winding = lane.winding;
     const release = winding ? lane.ready.splice(0) : [];
     const kept = [...lane.flight, ...lane.ready];
-    const renew = performance.now() - lane.renewedAt > freshForMs / 2 ? kept : [];
+    const stale = performance.now() - lane.renewedAt > freshForMs / 2;
+    const renew = stale ? kept : [];
     const entries = winding ? [] : lane.waiting.splice(0);
     // Outcomes recorded: look for more (other dispatchers' entries may have queued some); nothing
     // recorded: only while the last look found some.
@@ -330,6 +331,9 @@ export function createEndpointLanes(options: EndpointLanesOptions): EndpointLane
             slots: lane.slots,
             keep: kept.length,
             fifo: lane.fifo,
+            // The slot registration lives as long as the leases: renewed with them (at least as late as
+            // `renewedAt`, so it outlives every POST the lane may start), only read in between.
+            renewSlots: stale,
           },
           entries.length > 0,
         ),

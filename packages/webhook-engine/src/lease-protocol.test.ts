@@ -627,6 +627,58 @@ describe('slots', () => {
     expect(recorded.slots).toBe(1);
     expect(await grow(10)).toEqual({ slots: 3, others: 2 });
   });
+
+  it('are only read by a record between renewals: written when it lowers them or renews them, never otherwise', async () => {
+    const endpoint = await harness.createEndpoint('org-read-slots', receiver.url('/read-slots'));
+    await harness.publish('org-read-slots', 6);
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const lease = 'a:reader';
+    const claimed = await claimDeliveries(harness.db, {
+      queued: [],
+      chainEndpoints: [endpoint.id],
+      endpointCap: 3,
+      leaseMs: 60_000,
+      lease,
+    });
+    expect(claimed).toHaveLength(3);
+    const version = async () => {
+      const { rows } = await sql<{ xmin: string; slots: number; leased_until: Date }>`
+        select xmin::text, slots, leased_until from webhook_endpoint_slots
+        where endpoint_id = ${endpoint.id} and lease = ${lease}`.execute(harness.db);
+      return rows[0]!;
+    };
+    const record = (done: typeof claimed, keep: number, renewSlots: boolean) =>
+      recordOutcomes(
+        harness.db,
+        done.map((delivery) => outcome(delivery, { next: { status: 'SUCCEEDED' }, health: 'success' })),
+        {
+          disableAfterMs: DAY_MS,
+          handOver: { endpointId: endpoint.id, leaseMs: 60_000, lease, take: 0, slots: 3, keep, renewSlots },
+        },
+      );
+    const claimedRow = await version();
+    // Nothing to lower (three still held) and no renewal: the row keeps its version, the slots are reported.
+    const between = await record([], 3, false);
+    expect(between.slots).toBe(3);
+    expect(await version()).toEqual(claimedRow);
+    // One recorded, two still held: lowered to two, in a new version, and renewed with it.
+    const lowered = await record(claimed.slice(0, 1), 2, false);
+    expect(lowered.slots).toBe(2);
+    const loweredRow = await version();
+    expect(loweredRow.slots).toBe(2);
+    expect(loweredRow.xmin).not.toBe(claimedRow.xmin);
+    // A renewal writes the row though nothing is lowered, and moves its lease.
+    await sql`update webhook_endpoint_slots set leased_until = now() + interval '5 seconds'
+      where endpoint_id = ${endpoint.id} and lease = ${lease}`.execute(harness.db);
+    const renewed = await record([], 2, true);
+    expect(renewed.slots).toBe(2);
+    const renewedRow = await version();
+    expect(renewedRow.leased_until.getTime() - Date.now()).toBeGreaterThan(30_000);
+    // A registration that lapsed is lost either way: no slots for a lane that did not renew in time.
+    await sql`update webhook_endpoint_slots set leased_until = now() - interval '1 second'
+      where endpoint_id = ${endpoint.id} and lease = ${lease}`.execute(harness.db);
+    expect((await record([], 2, false)).slots).toBeNull();
+  });
 });
 
 describe('record and endpoint health', () => {

@@ -84,11 +84,14 @@
  * add up the other lanes' live rows under the endpoint's advisory lock, so the sum of all lanes'
  * slots never exceeds the cap; only they raise a lane's slots. Everything else only lowers them or
  * renews them: every record of a lane sets its row to at most what the lane still holds (in flight
- * or ahead, plus what the record took) and renews it with the lane's leases, so a lane that runs out
- * of work gives its slots back in the same statement, and a dead lane's row stops counting `lease`
- * after its last record, as its deliveries' a-leases do. A record without a hand-over (a batch, not
- * a lane) gives back one slot per outcome. Rows at 0 slots or past their lease are deleted by the next
- * claim (or step 3b) that finds work on the endpoint, those a minute past their lease also by retention.
+ * or ahead, plus what the record took), so a lane that runs out of work gives its slots back in the
+ * same statement; the records that renew the lane's leases (once they have aged) renew the row with
+ * them, and the records between write it only to lower it (otherwise they read it: no row version).
+ * A dead lane's row stops counting `lease` after its last renewal, as its deliveries' a-leases do.
+ * A lane starts POSTs only while those leases are fresh, so never past its row's. A record without
+ * a hand-over (a batch, not a lane) gives back one slot per outcome. Rows at 0 slots or past their
+ * lease are deleted by the next claim (or step 3b) that finds work on the endpoint, those a minute
+ * past their lease also by retention.
  * Claims lock only such rows, and skip any being changed (counting it): a record locks its deliveries
  * before its registration, so a claim that waited for a registration could deadlock with it.
  * Counting slots, not a-leased rows, keeps `lease_token` out of every index, so a claim or hand-over
@@ -685,7 +688,7 @@ export interface HandOver {
   /**
    * The lane's slots now. The registration is set to the least of its slots, this, and `keep` plus
    * the deliveries this record takes (a lane never needs more slots than it holds deliveries), and
-   * renewed (`leaseMs` from now). @default no bound besides those
+   * renewed (`leaseMs` from now) when lowered or with `renewSlots`. @default no bound besides those
    */
   slots?: number;
   /**
@@ -712,6 +715,12 @@ export interface HandOver {
    * to the first one that may not be taken (see "FIFO endpoints"). @default false
    */
   fifo?: boolean;
+  /**
+   * Renew the lane's slot registration (`leaseMs` from now). A lane renews it when it renews its
+   * leases, once they have aged; a record in between writes the registration only when it lowers the
+   * slots, and otherwise only reads them (no new row version). @default true
+   */
+  renewSlots?: boolean;
 }
 
 /**
@@ -721,8 +730,8 @@ export interface HandOver {
  * succeeded, or `take` is 0), the same statement takes the endpoint's next due deliveries under the
  * lane's a-lease, without an advisory lock: by default as many as the batch's a-leases that were
  * still live; a lane takes more (`take`) to hold them ahead. Taking deliveries takes no slot: the
- * lane's slot row is only lowered to what it holds, and renewed (see "Slots"). Step 3's claims
- * re-check each row they take, so neither overwrites the other.
+ * lane's slot row is only lowered to what it holds, and renewed with `renewSlots` (see "Slots").
+ * Step 3's claims re-check each row they take, so neither overwrites the other.
  */
 export async function recordOutcomes(
   db: Kysely<Database>,
@@ -974,13 +983,26 @@ export async function recordOutcomes(
     const holds = taking
       ? sql`${handOver.keep ?? 0}::int + (select count(1) from taken)::int`
       : sql`${handOver.keep ?? 0}::int`;
-    ctes.push(sql`slotted as (
-      update webhook_endpoint_slots slot
-      set slots = least(slot.slots, ${handOver.slots ?? null}::int, ${holds}),
-        leased_until = now() + ${ms(handOver.leaseMs)}
-      where slot.endpoint_id = ${handOver.endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
+    const mine = sql`slot.endpoint_id = ${handOver.endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()`;
+    const lowered = sql`least(slot.slots, ${handOver.slots ?? null}::int, ${holds})`;
+    const set = sql`set slots = ${lowered}, leased_until = now() + ${ms(handOver.leaseMs)}`;
+    ctes.push(
+      handOver.renewSlots === false
+        ? sql`slot_lowered as (
+      update webhook_endpoint_slots slot ${set}
+      where ${mine} and slot.slots > ${lowered}
       returning slot.slots
-    )`);
+    ), slotted as (
+      select slots from slot_lowered
+      union all
+      select slot.slots from webhook_endpoint_slots slot where ${mine} and not exists (select 1 from slot_lowered)
+    )`
+        : sql`slotted as (
+      update webhook_endpoint_slots slot ${set}
+      where ${mine}
+      returning slot.slots
+    )`,
+    );
   } else if (recording) {
     // A batch recorded without a hand-over gives back the slots its claims registered for it.
     ctes.push(sql`unslotted as (

@@ -486,7 +486,7 @@ async function webhookStages(databaseUrl: string, probes: WebhookProbe[]): Promi
        from webhook_outbox event
        join webhook_deliveries delivery on delivery.event_id = event.id
        cross join lateral (
-         select at from webhook_attempts where delivery_id = delivery.id order by at limit 1
+         select at from webhook_attempt_log where delivery_id = delivery.id order by at limit 1
        ) attempt
        where event.type = 'post.published' and event.body::json->'data'->>'id' = any($1)`,
       [probes.map((probe) => probe.postId)],

@@ -32,7 +32,7 @@ export async function countAttempts(databaseUrl: string): Promise<NonNullable<Di
   await client.connect();
   try {
     const { rows } = await client.query<{ error: string | null; n: number }>(
-      'select error, count(1)::int as n from webhook_attempts group by error',
+      'select error, count(1)::int as n from webhook_attempt_log group by error',
     );
     const failed: Record<string, number> = {};
     for (const row of rows) if (row.error !== null) failed[row.error] = row.n;
@@ -62,7 +62,7 @@ export async function explainDuplicates(
     }>(
       `select d.event_id, d.id, d.endpoint_id, d.status, d.attempt_count,
          (select json_agg(json_build_object('at', a.at, 'statusCode', a.status_code, 'durationMs', a.duration_ms,
-            'error', a.error) order by a.at) from webhook_attempts a where a.delivery_id = d.id) as attempts
+            'error', a.error) order by a.at) from webhook_attempt_log a where a.delivery_id = d.id) as attempts
        from webhook_deliveries d where d.event_id = any($1::text[]) order by d.event_id, d.id`,
       [eventIds],
     );

@@ -82,7 +82,7 @@ export async function steadyStages(
       from webhook_outbox event
       join webhook_deliveries delivery on delivery.event_id = event.id
       cross join lateral (
-        select at, duration_ms from webhook_attempts where delivery_id = delivery.id order by at limit 1
+        select at, duration_ms from webhook_attempt_log where delivery_id = delivery.id order by at limit 1
       ) attempt
       where event.type = 'post.published'
     `);

@@ -1,5 +1,6 @@
 import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
 import type {
+  WebhookAttemptLogView,
   WebhookAttemptsTable,
   WebhookDeliveriesTable,
   WebhookEndpointSecretsTable,
@@ -22,6 +23,7 @@ export interface Database {
   webhook_deliveries: WebhookDeliveriesTable;
   webhook_endpoint_slots: WebhookEndpointSlotsTable;
   webhook_attempts: WebhookAttemptsTable;
+  webhook_attempt_log: WebhookAttemptLogView;
   webhook_queue: WebhookQueueTable;
   organization_limits: OrganizationLimitsTable;
 }

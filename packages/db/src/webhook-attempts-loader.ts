@@ -1,5 +1,5 @@
 import DataLoader from 'dataloader';
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import type { Database } from './database.js';
 import type { WebhookAttempt } from './webhook-tables.js';
 
@@ -11,11 +11,12 @@ export type WebhookAttemptsLoader = DataLoader<string, WebhookAttempt[]>;
  */
 export function createWebhookAttemptsLoader(db: Kysely<Database>): WebhookAttemptsLoader {
   return new DataLoader(async (deliveryIds) => {
+    // Failed attempts in order, then the folded success (no id), which always comes last.
     const rows = await db
-      .selectFrom('webhook_attempts')
+      .selectFrom('webhook_attempt_log')
       .selectAll()
       .where('delivery_id', 'in', [...deliveryIds])
-      .orderBy('id')
+      .orderBy(sql`id nulls last`)
       .execute();
     const byDelivery = new Map<string, WebhookAttempt[]>();
     for (const row of rows) {

@@ -68,8 +68,8 @@ export async function getEndpointSuccessRates(
           order by seq desc
           limit ${lastAttempts}
         ) delivery
-        join webhook_attempts attempt on attempt.delivery_id = delivery.id
-        order by attempt.at desc, attempt.id desc
+        join webhook_attempt_log attempt on attempt.delivery_id = delivery.id
+        order by attempt.at desc, attempt.id desc nulls first
         limit ${lastAttempts}
       ) latest
     ) rate

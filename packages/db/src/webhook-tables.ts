@@ -102,6 +102,14 @@ export interface WebhookDeliveriesTable {
    * one from that sequence when replayed). Null for an unordered endpoint's.
    */
   fifo_seq: ColumnType<string | null, string | null | undefined, string | null>;
+  /**
+   * The successful attempt, kept on the row by the record that set SUCCEEDED (not in `webhook_attempts`);
+   * null otherwise. Read a delivery's attempts from `webhook_attempt_log`, which lists both.
+   */
+  succeeded_at: ColumnType<Date | null, never, Date | null>;
+  success_status_code: ColumnType<number | null, never, number | null>;
+  success_duration_ms: ColumnType<number | null, never, number | null>;
+  success_response_body: ColumnType<string | null, never, string | null>;
 }
 
 /**
@@ -116,7 +124,21 @@ export interface WebhookEndpointSlotsTable {
   leased_until: Date;
 }
 
-/** One HTTP attempt of a delivery. */
+/**
+ * Every attempt of a delivery, one list (a view): the rows of `webhook_attempts` and each delivery's
+ * folded success (`id` null: always its delivery's last attempt).
+ */
+export interface WebhookAttemptLogView {
+  id: string | null;
+  delivery_id: string;
+  at: Date;
+  status_code: number | null;
+  duration_ms: number;
+  error: string | null;
+  response_body: string | null;
+}
+
+/** One HTTP attempt of a delivery that failed, or was recorded after its lease was lost. */
 export interface WebhookAttemptsTable {
   id: Generated<string>;
   delivery_id: string;
@@ -139,4 +161,4 @@ export interface WebhookQueueTable {
 export type WebhookEndpoint = Selectable<WebhookEndpointsTable>;
 export type WebhookOutboxEvent = Selectable<WebhookOutboxTable>;
 export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
-export type WebhookAttempt = Selectable<WebhookAttemptsTable>;
+export type WebhookAttempt = WebhookAttemptLogView;

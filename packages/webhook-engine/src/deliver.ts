@@ -7,7 +7,7 @@ import { createGuardedLookup, parseWebhookUrl, RefusedUrlError, type UrlPolicy }
 const KEEP_ALIVE_TIMEOUT_MS = 30_000;
 /** How much of a response body is read (and thrown away) so the connection can be reused. */
 const MAX_RESPONSE_BODY_BYTES = 64 * 1024;
-/** How much of the receiver's answer is kept in the attempt's history (`webhook_attempts.response_body`). */
+/** How much of the receiver's answer is kept in the attempt's history (`response_body` in `webhook_attempt_log`). */
 export const KEPT_RESPONSE_BODY_BYTES = 1_024;
 /** Sent as `User-Agent`, so receivers can tell Herald's deliveries apart. */
 export const WEBHOOK_USER_AGENT = 'Herald-Webhooks/1.0 (+https://github.com/herald)';

@@ -37,7 +37,7 @@ async function attemptsOf(eventId: string) {
   const delivery = await deliveryOf(eventId);
   if (!delivery) return [];
   return harness.db
-    .selectFrom('webhook_attempts')
+    .selectFrom('webhook_attempt_log')
     .selectAll()
     .where('delivery_id', '=', delivery.id)
     .orderBy('id')
@@ -287,7 +287,7 @@ describe('tenancy and URL checks at delivery', () => {
         }
         expect(delivery?.status).toBe('DEAD');
         const attempts = await own.db
-          .selectFrom('webhook_attempts')
+          .selectFrom('webhook_attempt_log')
           .selectAll()
           .where('delivery_id', '=', delivery!.id)
           .execute();

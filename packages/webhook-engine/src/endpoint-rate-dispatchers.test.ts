@@ -41,7 +41,7 @@ async function rateLimitedEndpoint(path: string) {
 async function expectAllSucceededOnce(endpointId: string, count: number) {
   const { rows } = await sql<{ status: string; attempt_count: number; attempts: number }>`
     select delivery.status, delivery.attempt_count,
-      (select count(*)::int from webhook_attempts attempt where attempt.delivery_id = delivery.id) as attempts
+      (select count(*)::int from webhook_attempt_log attempt where attempt.delivery_id = delivery.id) as attempts
     from webhook_deliveries delivery where delivery.endpoint_id = ${endpointId}
   `.execute(world.harness.db);
   expect(rows).toHaveLength(count);

@@ -103,9 +103,9 @@ describe('re-encrypting the signing secrets under a new key', () => {
     // The endpoint whose secret was never opened cannot be signed for: a failed attempt, retried, never a crash.
     await waitFor('the unopenable secret to fail an attempt', async () => {
       const attempts = await world.harness.db
-        .selectFrom('webhook_attempts')
-        .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
-        .select('webhook_attempts.error')
+        .selectFrom('webhook_attempt_log')
+        .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempt_log.delivery_id')
+        .select('webhook_attempt_log.error')
         .where('webhook_deliveries.endpoint_id', '=', fresh.id)
         .execute();
       return attempts.some((attempt) =>

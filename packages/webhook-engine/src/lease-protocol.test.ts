@@ -2,6 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   createDatabase,
+  createWebhookAttemptsLoader,
   deleteWebhookEndpoint,
   findWebhookEndpointById,
   migrateToLatest,
@@ -49,7 +50,7 @@ afterAll(async () => {
 const deliveriesOf = (orgId: string) =>
   harness.db.selectFrom('webhook_deliveries').selectAll().where('org_id', '=', orgId).orderBy('seq').execute();
 const attemptIdsOf = (deliveryId: string) =>
-  harness.db.selectFrom('webhook_attempts').select('id').where('delivery_id', '=', deliveryId).execute();
+  harness.db.selectFrom('webhook_attempt_log').select('id').where('delivery_id', '=', deliveryId).execute();
 
 /** A new endpoint of `orgId` with `events` published and fanned out: the endpoint and its queued deliveries. */
 async function endpointWithDeliveries(orgId: string, events = 1) {
@@ -390,7 +391,7 @@ describe('claim', () => {
     expect(row!.next_attempt_at!.getTime()).toBeLessThanOrEqual(Date.now() + 1_000);
     // The attempt itself is history all the same.
     const attempts = await harness.db
-      .selectFrom('webhook_attempts')
+      .selectFrom('webhook_attempt_log')
       .selectAll()
       .where('delivery_id', '=', row!.id)
       .execute();
@@ -399,6 +400,99 @@ describe('claim', () => {
     expect(
       (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).map((d) => d.deliveryId),
     ).toContain(row!.id);
+  });
+});
+
+describe('attempts', () => {
+  const succeeded = (delivery: { id: string; endpointId: string; lease: string }, at: Date, body: string) =>
+    outcome(delivery, {
+      at,
+      statusCode: 200,
+      durationMs: 7,
+      error: null,
+      responseBody: body,
+      next: { status: 'SUCCEEDED' },
+      health: 'success',
+    });
+  const rowsIn = async (table: 'webhook_attempts', deliveryId: string) =>
+    harness.db.selectFrom(table).select('id').where('delivery_id', '=', deliveryId).execute();
+
+  it('keep a success on its delivery row, list it after the failures, and move it into the attempts when it is replayed', async () => {
+    const { queued } = await endpointWithDeliveries('org-folded');
+    const [first] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    const failedAt = new Date(Date.now() - 60_000);
+    await recordOutcomes(harness.db, [outcome(first!, { at: failedAt, next: { status: 'PENDING', retryInMs: 0 } })], {
+      disableAfterMs: DAY_MS,
+    });
+    const [again] = await claimDeliveries(harness.db, {
+      queued: (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).filter(
+        (item) => item.deliveryId === first!.id,
+      ),
+      endpointCap: 10,
+      leaseMs: 60_000,
+    });
+    expect(again!.id).toBe(first!.id);
+    const okAt = new Date(Date.now() - 30_000);
+    const recorded = await recordOutcomes(harness.db, [succeeded(again!, okAt, 'ok ✓')], { disableAfterMs: DAY_MS });
+    expect(recorded.recorded.has(first!.id)).toBe(true);
+
+    // The failure is a row of webhook_attempts; the success is on the delivery, in the same record.
+    expect(await rowsIn('webhook_attempts', first!.id)).toHaveLength(1);
+    const [row] = await deliveriesOf('org-folded');
+    expect(row).toMatchObject({
+      status: 'SUCCEEDED',
+      attempt_count: 2,
+      success_status_code: 200,
+      success_duration_ms: 7,
+      success_response_body: 'ok ✓',
+    });
+    expect(row!.succeeded_at!.getTime()).toBe(okAt.getTime());
+    // Readers see both, in order (the API's loader).
+    const history = async () =>
+      (await createWebhookAttemptsLoader(harness.db).load(first!.id)).map((attempt) => [
+        attempt.at.getTime(),
+        attempt.status_code,
+        attempt.error,
+      ]);
+    expect(await history()).toEqual([
+      [failedAt.getTime(), 500, 'HTTP 500'],
+      [okAt.getTime(), 200, null],
+    ]);
+
+    // A replay moves the success into webhook_attempts (twice in a row, nothing is doubled).
+    await Promise.all([replayWebhookDelivery(harness.db, first!.id), replayWebhookDelivery(harness.db, first!.id)]);
+    expect(await rowsIn('webhook_attempts', first!.id)).toHaveLength(2);
+    const [replayed] = await deliveriesOf('org-folded');
+    expect(replayed).toMatchObject({ status: 'PENDING', succeeded_at: null, success_response_body: null });
+    expect(await history()).toEqual([
+      [failedAt.getTime(), 500, 'HTTP 500'],
+      [okAt.getTime(), 200, null],
+    ]);
+    // Delivered again: three attempts, the new success last.
+    const [third] = await claimDeliveries(harness.db, {
+      queued: (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).filter(
+        (item) => item.deliveryId === first!.id,
+      ),
+      endpointCap: 10,
+      leaseMs: 60_000,
+    });
+    const lastAt = new Date();
+    await recordOutcomes(harness.db, [succeeded(third!, lastAt, 'again')], { disableAfterMs: DAY_MS });
+    expect((await history()).map(([at]) => at)).toEqual([failedAt.getTime(), okAt.getTime(), lastAt.getTime()]);
+  });
+
+  it('keep a success recorded after its lease was lost as an attempt row, and leave the delivery as the replay made it', async () => {
+    const { queued } = await endpointWithDeliveries('org-late-success');
+    const [claimed] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+    await replayWebhookDelivery(harness.db, claimed!.id);
+    const result = await recordOutcomes(harness.db, [succeeded(claimed!, new Date(), 'late')], {
+      disableAfterMs: DAY_MS,
+    });
+    expect(result.recorded.size).toBe(0);
+    expect(await rowsIn('webhook_attempts', claimed!.id)).toHaveLength(1);
+    const [row] = await deliveriesOf('org-late-success');
+    expect(row).toMatchObject({ status: 'PENDING', succeeded_at: null });
+    expect(await createWebhookAttemptsLoader(harness.db).load(claimed!.id)).toHaveLength(1);
   });
 });
 
@@ -735,7 +829,7 @@ describe('record and endpoint health', () => {
       lastError: 'HTTP 410',
     });
     const [attempt] = await harness.db
-      .selectFrom('webhook_attempts')
+      .selectFrom('webhook_attempt_log')
       .selectAll()
       .where('delivery_id', '=', claimed!.id)
       .execute();
@@ -903,7 +997,7 @@ describe('retention', () => {
     const left = await deliveriesOf('org-ret');
     expect(left.map((row) => row.id).sort()).toEqual([oldDead!.id, recentOk!.id, oldPending!.id].sort());
     const attempts = await harness.db
-      .selectFrom('webhook_attempts')
+      .selectFrom('webhook_attempt_log')
       .select('delivery_id')
       .where('delivery_id', '=', oldOk!.id)
       .execute();
@@ -1255,9 +1349,9 @@ describe('continuous lanes', () => {
     );
     expect(receiver.requestsTo('/renew').map((request) => request.headers['x-webhook-id'])).toHaveLength(events.length);
     const attempts = await harness.db
-      .selectFrom('webhook_attempts')
-      .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempts.delivery_id')
-      .select('webhook_attempts.id')
+      .selectFrom('webhook_attempt_log')
+      .innerJoin('webhook_deliveries', 'webhook_deliveries.id', 'webhook_attempt_log.delivery_id')
+      .select('webhook_attempt_log.id')
       .where('webhook_deliveries.org_id', '=', 'org-renew')
       .execute();
     expect(attempts).toHaveLength(events.length);

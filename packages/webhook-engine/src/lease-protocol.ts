@@ -114,6 +114,12 @@
  * rows go (lease cleared: the due scan, or a claim's chain, hands them out again) and records what
  * is in flight; a failing, paused or disabled endpoint thus goes through step 3 again.
  *
+ * Attempts. A record that sets a delivery SUCCEEDED keeps the successful attempt on the delivery row
+ * (`succeeded_at`, `success_*`, in the same row version); every other attempt, and a success recorded
+ * after its lease was lost, is a row of `webhook_attempts`. That spares a first-attempt success a row
+ * version and two index entries (the migration `webhook-success-folded`). Readers list both through
+ * the view `webhook_attempt_log`; a replay moves the folded success into `webhook_attempts` first.
+ *
  * Throttles. An endpoint's rate limit (endpoint-rate.ts) and its organisation's attempts in flight
  * across dispatchers (org-permits.ts) are checked by the lane right before each POST, like the slots.
  * A lane held back by either starts nothing and keeps what it holds: its records go on renewing the
@@ -774,6 +780,8 @@ export async function recordOutcomes(
   const taking = handOver !== undefined && handOver.take !== 0 && (handOver.take !== undefined || recording);
   const halting = handOver?.url !== undefined;
   const none = sql``;
+  /** A success's column on its delivery row: the attempt's value when this record sets SUCCEEDED. */
+  const folded = (column: string) => sql`case when input.next_status = 'SUCCEEDED' then ${sql.raw(column)} end`;
   const ctes: RawBuilder<unknown>[] = [];
   if (recording) {
     ctes.push(sql`input as (
@@ -787,10 +795,6 @@ export async function recordOutcomes(
         ${outcomes.map((o) => (o.next.status === 'PENDING' ? o.next.retryInMs : null))}::double precision[]
       ) as input(id, lease, at, status_code, duration_ms, error, response_body, next_status, retry_ms)
       limit ${outcomes.length}
-    ), attempt as (
-      insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
-      select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
-      from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
     ), live as (
       -- The batch's deliveries still held under their claim (sizes a batch's default hand-over).
       select delivery.id from input join webhook_deliveries delivery on delivery.id = input.id
@@ -800,11 +804,19 @@ export async function recordOutcomes(
       set status = input.next_status,
         attempt_count = delivery.attempt_count + 1,
         next_attempt_at = now() + input.retry_ms * interval '1 millisecond',
-        lease_token = null, leased_until = null, updated_at = now()
+        lease_token = null, leased_until = null, updated_at = now(),
+        succeeded_at = ${folded('input.at')}, success_status_code = ${folded('input.status_code')},
+        success_duration_ms = ${folded('input.duration_ms')}, success_response_body = ${folded('input.response_body')}
       from input
       where delivery.id = input.id and delivery.lease_token = input.lease
       returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
         delivery.org_id, delivery.attempt_count, input.error
+    ), attempt as (
+      -- Every attempt but a success the record above kept on its delivery (see "Attempts").
+      insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
+      select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
+      from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
+        and not exists (select 1 from updated where updated.id = input.id and updated.status = 'SUCCEEDED')
     )`);
   }
   if (recording && allSucceeded) {

@@ -15,6 +15,7 @@ import * as outboxTraceContext from './2026-11-28T17-10_outbox-trace-context.js'
 import * as webhookFifoEndpoints from './2026-11-28T17-20_webhook-fifo-endpoints.js';
 import * as webhookEndpointFilter from './2026-11-28T17-30_webhook-endpoint-filter.js';
 import * as webhookThrottles from './2026-11-28T17-40_webhook-throttles.js';
+import * as webhookSuccessFolded from './2026-11-30T15-00_webhook-success-folded.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -38,6 +39,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-28T17-20_webhook-fifo-endpoints': webhookFifoEndpoints,
   '2026-11-28T17-30_webhook-endpoint-filter': webhookEndpointFilter,
   '2026-11-28T17-40_webhook-throttles': webhookThrottles,
+  '2026-11-30T15-00_webhook-success-folded': webhookSuccessFolded,
 };
 
 export const migrationProvider: MigrationProvider = {

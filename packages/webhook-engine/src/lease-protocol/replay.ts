@@ -35,21 +35,55 @@ export function replayedLinePlace(row = 'webhook_deliveries') {
  */
 export async function replayWebhookDelivery(db: Kysely<Database>, id: string): Promise<WebhookDelivery | undefined> {
   const place = replayedLinePlace();
-  return db
-    .updateTable('webhook_deliveries')
-    .set({
-      status: 'PENDING',
-      next_attempt_at: place.nextAttemptAt,
-      fifo_seq: place.fifoSeq,
-      horizon_from: sql<Date>`now()`,
-      updated_at: sql<Date>`now()`,
-      lease_token: null,
-      leased_until: null,
-      dead_letter_streamed_at: null,
-    })
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirst();
+  return (
+    db
+      // The row locked first: a replay racing this one waits, then sees the success already moved.
+      .with('target', (db) =>
+        db
+          .selectFrom('webhook_deliveries')
+          .select(['id', 'succeeded_at', 'success_status_code', 'success_duration_ms', 'success_response_body'])
+          .where('id', '=', id)
+          .forUpdate(),
+      )
+      // A success kept on the row (lease-protocol.ts, "Attempts") joins the attempts it is the last of.
+      .with('moved', (db) =>
+        db
+          .insertInto('webhook_attempts')
+          .columns(['delivery_id', 'at', 'status_code', 'duration_ms', 'error', 'response_body'])
+          .expression(
+            db
+              .selectFrom('target')
+              .select([
+                'id',
+                sql<Date>`succeeded_at`.as('at'),
+                'success_status_code',
+                sql<number>`coalesce(success_duration_ms, 0)`.as('duration_ms'),
+                sql<null>`null`.as('error'),
+                'success_response_body',
+              ])
+              .where('succeeded_at', 'is not', null),
+          ),
+      )
+      .updateTable('webhook_deliveries')
+      .set({
+        status: 'PENDING',
+        next_attempt_at: place.nextAttemptAt,
+        fifo_seq: place.fifoSeq,
+        horizon_from: sql<Date>`now()`,
+        updated_at: sql<Date>`now()`,
+        lease_token: null,
+        leased_until: null,
+        dead_letter_streamed_at: null,
+        succeeded_at: null,
+        success_status_code: null,
+        success_duration_ms: null,
+        success_response_body: null,
+      })
+      .where('id', '=', id)
+      .where('id', 'in', (db) => db.selectFrom('target').select('id'))
+      .returningAll()
+      .executeTakeFirst()
+  );
 }
 
 /** Which dead letters {@link replayDeadLetters} replays. */

@@ -812,11 +812,13 @@ export async function recordOutcomes(
       returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
         delivery.org_id, delivery.attempt_count, input.error
     ), attempt as (
-      -- Every attempt but a success the record above kept on its delivery (see "Attempts").
+      -- Every attempt but a success the record above kept on its delivery (see "Attempts"). Written so
+      -- that such a success costs one probe of a hashed list and no look-up of its delivery.
       insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
       select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
-      from input where exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
-        and not exists (select 1 from updated where updated.id = input.id and updated.status = 'SUCCEEDED')
+      from input
+      where (input.next_status <> 'SUCCEEDED' or input.id not in (select updated.id from updated))
+        and exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
     )`);
   }
   if (recording && allSucceeded) {

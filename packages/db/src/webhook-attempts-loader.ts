@@ -11,11 +11,12 @@ export type WebhookAttemptsLoader = DataLoader<string, WebhookAttempt[]>;
  */
 export function createWebhookAttemptsLoader(db: Kysely<Database>): WebhookAttemptsLoader {
   return new DataLoader(async (deliveryIds) => {
-    // Failed attempts in order, then the folded success (no id), which always comes last.
+    // In the order they were made (a success kept on its delivery has no id).
     const rows = await db
       .selectFrom('webhook_attempt_log')
       .selectAll()
       .where('delivery_id', 'in', [...deliveryIds])
+      .orderBy('at')
       .orderBy(sql`id nulls last`)
       .execute();
     const byDelivery = new Map<string, WebhookAttempt[]>();

@@ -34,7 +34,10 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ openMi
     });
   }
 
-  /** A delivery of a fresh event with attempts of these statuses, oldest first. */
+  /**
+   * A delivery of a fresh event with attempts of these statuses, oldest first. A SUCCEEDED delivery's last
+   * attempt is kept on its row, as the webhook engine's record does (`succeeded_at`, `success_*`).
+   */
   async function deliveryWithAttempts(endpointId: string, statuses: number[], status = 'DEAD') {
     counter += 1;
     const eventId = `evt_h${counter}`;
@@ -46,11 +49,17 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ openMi
       db,
     );
     for (const [index, statusCode] of statuses.entries()) {
+      const at = new Date(Date.now() - 60_000 + counter * 100 + index);
+      if (status === 'SUCCEEDED' && index === statuses.length - 1) {
+        await sql`update webhook_deliveries set succeeded_at = ${at}, success_status_code = ${statusCode},
+          success_duration_ms = 1 where id = ${`del_h${counter}`}`.execute(db);
+        continue;
+      }
       await db
         .insertInto('webhook_attempts')
         .values({
           delivery_id: `del_h${counter}`,
-          at: new Date(Date.now() - 60_000 + counter * 100 + index),
+          at,
           status_code: statusCode,
           duration_ms: 1,
           error: null,
@@ -91,6 +100,8 @@ describe.each(backends)('endpoint health and delivery tools on $name', ({ openMi
       { attempts: 0, succeeded: 0 },
       { attempts: 0, succeeded: 0 },
     ]);
+    // The latest two: the success kept on its delivery, and the 503 before it.
     expect(await getEndpointSuccessRates(db, [mixed.id], 2)).toEqual([{ attempts: 2, succeeded: 1 }]);
+    expect(await getEndpointSuccessRates(db, [mixed.id], 1)).toEqual([{ attempts: 1, succeeded: 1 }]);
   });
 });

@@ -68,7 +68,13 @@ export async function getEndpointSuccessRates(
           order by seq desc
           limit ${lastAttempts}
         ) delivery
-        join webhook_attempt_log attempt on attempt.delivery_id = delivery.id
+        -- Per delivery, by its id in both of the view's parts (\`offset 0\` keeps the planner from
+        -- flattening this into a hash join over both whole tables).
+        cross join lateral (
+          select log.at, log.id, log.status_code from webhook_attempt_log log
+          where log.delivery_id = delivery.id
+          offset 0
+        ) attempt
         order by attempt.at desc, attempt.id desc nulls first
         limit ${lastAttempts}
       ) latest

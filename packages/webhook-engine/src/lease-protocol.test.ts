@@ -459,8 +459,25 @@ describe('attempts', () => {
       [okAt.getTime(), 200, null],
     ]);
 
-    // A replay moves the success into webhook_attempts (twice in a row, nothing is doubled).
-    await Promise.all([replayWebhookDelivery(harness.db, first!.id), replayWebhookDelivery(harness.db, first!.id)]);
+    // A replay moves the success into webhook_attempts. Two at once (both waiting on the row held by
+    // another transaction): the second finds it moved, and nothing is doubled.
+    let replays: Promise<unknown> | undefined;
+    await harness.db.transaction().execute(async (trx) => {
+      await sql`select id from webhook_deliveries where id = ${first!.id} for update`.execute(trx);
+      replays = Promise.all([
+        replayWebhookDelivery(harness.db, first!.id),
+        replayWebhookDelivery(harness.db, first!.id),
+      ]);
+      await until(
+        async () => {
+          const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+            where wait_event_type = 'Lock' and query like '%webhook_deliveries%'`.execute(harness.db);
+          return rows[0]!.n;
+        },
+        (waiting) => waiting >= 2,
+      );
+    });
+    await replays;
     expect(await rowsIn('webhook_attempts', first!.id)).toHaveLength(2);
     const [replayed] = await deliveriesOf('org-folded');
     expect(replayed).toMatchObject({ status: 'PENDING', succeeded_at: null, success_response_body: null });
@@ -480,6 +497,26 @@ describe('attempts', () => {
     await recordOutcomes(harness.db, [succeeded(third!, lastAt, 'again')], { disableAfterMs: DAY_MS });
     expect((await history()).map(([at]) => at)).toEqual([failedAt.getTime(), okAt.getTime(), lastAt.getTime()]);
   });
+
+  it.each([
+    ['the failure first', false],
+    ['the success first', true],
+  ])(
+    'keep both outcomes of one delivery recorded in one batch (%s), the one the record applied and the other',
+    async (_, successFirst) => {
+      const orgId = `org-twice-${successFirst}`;
+      const { queued } = await endpointWithDeliveries(orgId);
+      const [claimed] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
+      const at = Date.now();
+      const failure = outcome(claimed!, { at: new Date(at - 1_000), next: { status: 'PENDING', retryInMs: 60_000 } });
+      const success = succeeded(claimed!, new Date(at), 'ok');
+      await recordOutcomes(harness.db, successFirst ? [success, failure] : [failure, success], {
+        disableAfterMs: DAY_MS,
+      });
+      const log = await createWebhookAttemptsLoader(harness.db).load(claimed!.id);
+      expect(log.map((attempt) => attempt.status_code)).toEqual([500, 200]);
+    },
+  );
 
   it('keep a success recorded after its lease was lost as an attempt row, and leave the delivery as the replay made it', async () => {
     const { queued } = await endpointWithDeliveries('org-late-success');

@@ -39,7 +39,7 @@
  *    become SKIPPED. A dispatcher whose attempt finished claims the endpoint's next due deliveries
  *    the same way ("chaining"), q-leased and free ones included, without a round through the stream:
  *    one lane per endpoint per dispatcher does this, so a busy endpoint's slots stay busy.
- * 4. record ({@link recordOutcomes}), one statement per batch: inserts every attempt, and sets each
+ * 4. record ({@link recordOutcomes}), one statement per batch: records every attempt, and sets each
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
  *    updates endpoint health (failure streak, pause, disable) and writes the operational events
@@ -786,14 +786,14 @@ export async function recordOutcomes(
   if (recording) {
     ctes.push(sql`input as (
       select input.id, input.lease, input.at, input.status_code, input.duration_ms, input.error,
-        input.response_body, input.next_status, input.retry_ms
+        input.response_body, input.next_status, input.retry_ms, input.n
       from unnest(
         ${outcomes.map((o) => o.deliveryId)}::text[], ${outcomes.map((o) => o.lease)}::text[],
         ${outcomes.map((o) => o.at.toISOString())}::timestamptz[], ${outcomes.map((o) => o.statusCode)}::int[],
         ${outcomes.map((o) => o.durationMs)}::int[], ${outcomes.map((o) => o.error)}::text[],
         ${outcomes.map((o) => o.responseBody)}::text[], ${outcomes.map((o) => o.next.status)}::text[],
         ${outcomes.map((o) => (o.next.status === 'PENDING' ? o.next.retryInMs : null))}::double precision[]
-      ) as input(id, lease, at, status_code, duration_ms, error, response_body, next_status, retry_ms)
+      ) with ordinality as input(id, lease, at, status_code, duration_ms, error, response_body, next_status, retry_ms, n)
       limit ${outcomes.length}
     ), live as (
       -- The batch's deliveries still held under their claim (sizes a batch's default hand-over).
@@ -810,14 +810,15 @@ export async function recordOutcomes(
       from input
       where delivery.id = input.id and delivery.lease_token = input.lease
       returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
-        delivery.org_id, delivery.attempt_count, input.error
+        delivery.org_id, delivery.attempt_count, input.error, input.n
     ), attempt as (
-      -- Every attempt but a success the record above kept on its delivery (see "Attempts"). Written so
-      -- that such a success costs one probe of a hashed list and no look-up of its delivery.
+      -- Every attempt but a success the record above kept on its delivery (see "Attempts"), told apart by
+      -- its input row (two outcomes of one delivery in a batch: the update uses one). Written so that
+      -- such a success costs one probe of a hashed list and no look-up of its delivery.
       insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
       select input.id, input.at, input.status_code, input.duration_ms, input.error, input.response_body
       from input
-      where (input.next_status <> 'SUCCEEDED' or input.id not in (select updated.id from updated))
+      where (input.next_status <> 'SUCCEEDED' or input.n not in (select updated.n from updated))
         and exists (select 1 from webhook_deliveries delivery where delivery.id = input.id)
     )`);
   }

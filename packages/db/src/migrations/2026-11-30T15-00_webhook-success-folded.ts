@@ -36,6 +36,10 @@ export async function up(db: Kysely<any>): Promise<void> {
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
+  // The successes kept on their deliveries go back to being attempt rows.
+  await sql`insert into webhook_attempts (delivery_id, at, status_code, duration_ms, error, response_body)
+    select id, succeeded_at, success_status_code, coalesce(success_duration_ms, 0), null, success_response_body
+    from webhook_deliveries where succeeded_at is not null`.execute(db);
   await sql`drop view webhook_attempt_log`.execute(db);
   await db.schema
     .alterTable('webhook_deliveries')

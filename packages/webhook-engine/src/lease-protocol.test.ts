@@ -418,16 +418,15 @@ describe('attempts', () => {
     harness.db.selectFrom(table).select('id').where('delivery_id', '=', deliveryId).execute();
 
   it('keep a success on its delivery row, list it after the failures, and move it into the attempts when it is replayed', async () => {
-    const { queued } = await endpointWithDeliveries('org-folded');
+    const { endpoint, queued } = await endpointWithDeliveries('org-folded');
     const [first] = await claimDeliveries(harness.db, { queued, endpointCap: 10, leaseMs: 60_000 });
     const failedAt = new Date(Date.now() - 60_000);
     await recordOutcomes(harness.db, [outcome(first!, { at: failedAt, next: { status: 'PENDING', retryInMs: 0 } })], {
       disableAfterMs: DAY_MS,
     });
     const [again] = await claimDeliveries(harness.db, {
-      queued: (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).filter(
-        (item) => item.deliveryId === first!.id,
-      ),
+      queued: [],
+      chainEndpoints: [endpoint.id],
       endpointCap: 10,
       leaseMs: 60_000,
     });
@@ -470,8 +469,9 @@ describe('attempts', () => {
       ]);
       await until(
         async () => {
+          // Both replays waiting for a lock (behind this transaction, or the second behind the first).
           const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-            where wait_event_type = 'Lock' and query like '%webhook_deliveries%'`.execute(harness.db);
+            where wait_event_type = 'Lock' and query like '%"moved"%'`.execute(harness.db);
           return rows[0]!.n;
         },
         (waiting) => waiting >= 2,
@@ -487,9 +487,8 @@ describe('attempts', () => {
     ]);
     // Delivered again: three attempts, the new success last.
     const [third] = await claimDeliveries(harness.db, {
-      queued: (await queueDueDeliveries(harness.db, { limit: 1_000, queueLeaseMs: 60_000 })).filter(
-        (item) => item.deliveryId === first!.id,
-      ),
+      queued: [],
+      chainEndpoints: [endpoint.id],
       endpointCap: 10,
       leaseMs: 60_000,
     });

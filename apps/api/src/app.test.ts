@@ -1,4 +1,4 @@
-import { holdPort, openSockets, openTimers, settledSockets } from '@herald/testing';
+import { holdPort, openSockets, openTimers, settledSockets, settledTimers } from '@herald/testing';
 import { describe, expect, inject, it } from 'vitest';
 import { startTestApi } from './testing/test-api.js';
 
@@ -28,7 +28,7 @@ describe('createApp lifecycle', () => {
     await expect(api.app.listen()).rejects.toMatchObject({ code: 'EADDRINUSE' });
 
     expect(await settledSockets(baseline)).toBeLessThanOrEqual(baseline);
-    expect(openTimers()).toBeLessThanOrEqual(timers);
+    expect(await settledTimers(timers)).toBeLessThanOrEqual(timers);
     await expect(api.app.database.ping()).rejects.toThrow();
     expect(api.app.pubsub.readiness()).toEqual({ ready: false, reason: 'redis unreachable' });
     expect(api.app.httpServer.listening).toBe(false);

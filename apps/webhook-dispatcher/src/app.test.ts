@@ -5,6 +5,7 @@ import {
   openSockets,
   openTimers,
   settledSockets,
+  settledTimers,
   TEST_ENCRYPTION_KEYS,
 } from '@herald/testing';
 import { pino } from 'pino';
@@ -62,7 +63,7 @@ describe('startDispatcherApp', () => {
     await expect(startDispatcherApp(config, logger)).rejects.toMatchObject({ code: 'EADDRINUSE' });
     expect(fatal).toEqual([`cannot listen on 127.0.0.1:${config.http.port}`]);
     expect(await settledSockets(sockets)).toBeLessThanOrEqual(sockets);
-    expect(openTimers()).toBeLessThanOrEqual(timers);
+    expect(await settledTimers(timers)).toBeLessThanOrEqual(timers);
   });
 
   it('a part that fails while it is made, between two starts, is logged once and leaves nothing open', async () => {
@@ -79,7 +80,7 @@ describe('startDispatcherApp', () => {
     await expect(startDispatcherApp(config, logger, { onPartAdded })).rejects.toBe(broken);
     expect(fatal).toEqual(['webhook dispatcher could not start']);
     expect(await settledSockets(sockets)).toBeLessThanOrEqual(sockets);
-    expect(openTimers()).toBeLessThanOrEqual(timers);
+    expect(await settledTimers(timers)).toBeLessThanOrEqual(timers);
   });
 
   it('names the dispatcher part and its reason in readiness once stopped', async () => {

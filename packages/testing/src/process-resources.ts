@@ -23,6 +23,18 @@ export async function settledSockets(expected: number): Promise<number> {
   return openSockets();
 }
 
+/**
+ * Timers cleared by a close that is still finishing (a client's reconnect or idle timer) leave the list a
+ * few loop turns later: waits (bounded, 2 s) until at most `expected`. The wait's own timer has fired
+ * whenever the count is read.
+ */
+export async function settledTimers(expected: number): Promise<number> {
+  for (let turn = 0; turn < 200 && openTimers() > expected; turn++) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return openTimers();
+}
+
 /** Holds a port on 127.0.0.1 until the test file ends (its `afterAll`), for a listen that must fail. */
 export async function holdPort(): Promise<number> {
   const taken = createServer();

@@ -251,11 +251,11 @@ export async function fanOutOutbox(
     status: string | null;
   }>`
     with event as (
+      -- The next batch, oldest first, locked: a function with its own planner settings, so that the batch
+      -- is read through the undispatched index in order even before the outbox has statistics (see the
+      -- migration "webhook-outbox-next-batch"). The array keeps the update's plan to primary-key look-ups.
       update webhook_outbox set dispatched_at = now()
-      where id in (
-        select id from webhook_outbox where dispatched_at is null order by seq limit ${options.limit}
-        for update skip locked
-      )
+      where id = any(array(select herald_webhook_outbox_next_batch(${options.limit})))
       returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id, traceparent
     ), created as (
       insert into webhook_deliveries

@@ -251,12 +251,11 @@ export async function fanOutOutbox(
     status: string | null;
   }>`
     with event as (
-      -- The next batch, oldest first, locked: a function with its own planner settings, so that the batch
-      -- is read through the undispatched index in order even before the outbox has statistics (see the
-      -- migration "webhook-outbox-next-batch"). The array keeps the update's plan to primary-key look-ups.
-      update webhook_outbox set dispatched_at = now()
-      where id = any(array(select herald_webhook_outbox_next_batch(${options.limit})))
-      returning id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id, traceparent
+      -- The next batch marked dispatched, oldest first, rows other dispatchers hold skipped: a function
+      -- with its own planner settings, so that it walks the undispatched index in order and looks rows up by
+      -- primary key whatever the outbox's statistics say (see the migration "webhook-outbox-dispatch-next").
+      select id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id, traceparent
+      from herald_webhook_outbox_dispatch_next(${options.limit})
     ), created as (
       insert into webhook_deliveries
         (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until, fifo_seq)

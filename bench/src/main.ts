@@ -124,6 +124,7 @@ const WORD_FLAGS = [
   'webhook-steady-compare-notify',
   'webhook-steady-only',
   'webhook-two',
+  'webhook-fifo',
 ];
 
 /** Every flag `pnpm bench` reads; anything else is refused (a typo would otherwise run the defaults). */
@@ -268,6 +269,7 @@ function readWordFlags(args: Args) {
     tracingPaths: listFlag(args, 'tracing-paths', TRACING_PATHS, TRACING_PATHS.join(',')),
     noisyStormPriority: choiceFlag(args, 'noisy-storm-priority', STORM_PRIORITIES, 'nice'),
     webhookTwo: choiceFlag(args, 'webhook-two', ['true', 'false'], 'true'),
+    webhookFifo: choiceFlag(args, 'webhook-fifo', ['true', 'false'], 'true'),
     webhookSteadyOnly: choiceFlag(args, 'webhook-steady-only', ['true', 'false'], 'false'),
     webhookSteadyCompareNotify: choiceFlag(args, 'webhook-steady-compare-notify', ['true', 'first', 'false'], 'false'),
   };
@@ -322,6 +324,7 @@ async function main() {
     tracingPaths,
     noisyStormPriority,
     webhookTwo,
+    webhookFifo,
     webhookSteadyOnly,
     webhookSteadyCompareNotify,
   } = readWordFlags(args);
@@ -583,6 +586,7 @@ async function main() {
       dispatcherEvents: num('webhook-events', quick ? 1000 : 10000),
       dispatcherTimeoutMs: num('webhook-timeout-ms', 60_000),
       twoDispatchers: webhookTwo === 'true',
+      fifo: webhookFifo === 'true',
       warmUpEvents: num('webhook-warm-up', quick ? 1000 : 5000),
       endpoints: num('webhook-endpoints', 8),
       steadyCompareNotify: webhookSteadyCompareNotify === 'first' ? 'first' : webhookSteadyCompareNotify === 'true',

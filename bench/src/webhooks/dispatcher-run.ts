@@ -24,7 +24,7 @@ import {
 import { startHeraldTarget } from '../targets.js';
 import type { ReceiverStats } from '../webhook-receiver.js';
 import { DISPATCHER_MAIN, type IpcChild, QUERY_COUNTER, redisCommand } from './children.js';
-import { countAttempts, explainDuplicates, waitForIdleEngine } from './engine-db.js';
+import { countAttempts, explainDuplicates, outboxPostOrder, waitForIdleEngine } from './engine-db.js';
 import { type DispatcherRun, type SteadyLatency, WARM_FRACTION, type WebhookConfig } from './results.js';
 import { percentiles, publishSteadily, type SteadyPublish, steadyStages } from './steady.js';
 
@@ -42,6 +42,8 @@ export async function runDispatcher(
   steadyNotify = false,
   /** Backlog mode: warm the dispatchers with this many events first (see {@link WebhookConfig.warmUpEvents}). */
   warmUpEvents = 0,
+  /** The endpoints' ordering; FIFO runs also check that the receiver saw the events in commit order. */
+  ordering: 'UNORDERED' | 'FIFO' = 'UNORDERED',
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
     return { status: 'not available yet', reason: `${DISPATCHER_MAIN} does not exist in this tree` };
@@ -73,14 +75,14 @@ export async function runDispatcher(
       const path = endpointCount === 1 ? '/hook' : `/hook/${i}`;
       const created = await herald.graphql(
         'mutation Endpoint($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { id } secret } }',
-        { input: { orgId: herald.orgId, url: `${origin}${path}`, eventTypes: ['post.published'] } },
+        { input: { orgId: herald.orgId, url: `${origin}${path}`, eventTypes: ['post.published'], ordering } },
       );
       secrets[path] = created.createWebhookEndpoint.secret;
     }
+    // Tracked: when each post first arrived (the steady trial's latency; a FIFO run's order).
+    const track = mode === 'steady' || ordering === 'FIFO';
     await receiver.ask(
-      endpointCount === 1
-        ? { type: 'reset', secret: secrets['/hook'], track: mode === 'steady' }
-        : { type: 'reset', secrets, track: mode === 'steady' },
+      endpointCount === 1 ? { type: 'reset', secret: secrets['/hook'], track } : { type: 'reset', secrets, track },
     );
 
     const steadyRate = config.steadyEventsPerSec ?? 1000;
@@ -364,11 +366,22 @@ export async function runDispatcher(
         ),
       };
     }
+    let order: DispatcherRun['order'];
+    if (ordering === 'FIFO') {
+      const { arrivals } = await receiver.ask<{ arrivals: Array<[string, number]> }>({ type: 'arrivals' });
+      const committed = await outboxPostOrder(herald.env.DATABASE_URL!);
+      // Arrivals keep first-arrival order; each post must come where the commit order puts it.
+      const misplaced = arrivals.filter(([postId], index) => committed[index] !== postId).length;
+      order = { checked: arrivals.length, misplaced };
+    }
     return {
-      status: stats.verified >= expected ? 'ok' : 'incomplete',
+      status: stats.verified >= expected && (order?.misplaced ?? 0) === 0 ? 'ok' : 'incomplete',
+      ...(order ? { order } : {}),
       ...(stats.verified < expected
         ? { reason: `${stats.verified} of ${expected} delivered before giving up; ${output.slice(-3).join(' ')}` }
-        : {}),
+        : order && order.misplaced > 0
+          ? { reason: `${order.misplaced} of ${order.checked} events arrived out of commit order` }
+          : {}),
       events: expected,
       verified: stats.verified,
       invalid: stats.invalid,

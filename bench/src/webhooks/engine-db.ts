@@ -82,3 +82,18 @@ export async function explainDuplicates(
     await client.end().catch(() => {});
   }
 }
+
+/** The posts of the run's `post.published` events in commit order (the outbox's `seq`): a FIFO endpoint's order. */
+export async function outboxPostOrder(databaseUrl: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ post_id: string }>(
+      `select body::json -> 'data' ->> 'id' as post_id from webhook_outbox
+       where type = 'post.published' order by seq`,
+    );
+    return rows.map((row) => row.post_id);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}

@@ -17,6 +17,8 @@ export interface WebhookConfig {
   dispatcherTimeoutMs: number;
   /** Also drain the backlog with two dispatcher processes. @default true */
   twoDispatchers?: boolean;
+  /** Also drain the backlog to a FIFO endpoint (one dispatcher) and check its order. @default true */
+  fifo?: boolean;
   /**
    * Also drain the backlog with one warm dispatcher: it first delivers this many events, is then
    * stopped (SIGSTOP) while the backlog is published and continued (SIGCONT). 0 skips it. @default 5000
@@ -112,6 +114,11 @@ export interface DispatcherRun {
   endpointCap?: number;
   /** Latency trial only: publish → receiver, ms. */
   latency?: SteadyLatency;
+  /**
+   * FIFO runs: events whose first arrival was checked against the commit order, and how many arrived at
+   * another place than that order gives them (a misplaced event makes the run incomplete).
+   */
+  order?: { checked: number; misplaced: number };
   samples?: string[];
   /**
    * With duplicates: the first few, each with the receiver's arrivals (time, client port, signing
@@ -205,6 +212,8 @@ export interface WebhookResult {
   beside: { dispatcher: BesideRatio | null; warm: BesideRatio | null };
   /** The same backlog drained by two dispatcher processes. */
   twoDispatchers: DispatcherRun | null;
+  /** The same backlog to one FIFO endpoint, one dispatcher from a new process, its order checked. */
+  fifoDispatcher?: DispatcherRun | null;
   /** Dispatcher deliveries/s over the raw loop's median; null when the dispatcher didn't run. */
   ratio: number | null;
   /** Dispatcher deliveries/s over the raw durable loop's median. */

@@ -136,6 +136,11 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     const afterWarm = warmDispatcher ? lastDurable() : undefined;
     const twoDispatchers =
       config.twoDispatchers === false || only ? null : await runDispatcher(config, receiver, origin, 2);
+    // The same backlog to a FIFO endpoint: one POST in flight at a time, in commit order.
+    const fifoDispatcher =
+      config.fifo === false || only
+        ? null
+        : await runDispatcher(config, receiver, origin, 1, 'backlog', 1, config.dispatcherEvents, false, 0, 'FIFO');
     // Several endpoints: the same number of deliveries, twice over (events × endpoints).
     const multiEvents = Math.max(1, Math.round((config.dispatcherEvents * 2) / endpoints));
     const multiOne = multi ? await runDispatcher(config, receiver, origin, 1, 'backlog', endpoints, multiEvents) : null;
@@ -245,6 +250,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
         warm: besideRatio(warmDispatcher?.deliveriesPerSec, afterDispatcher, afterWarm),
       },
       twoDispatchers,
+      fifoDispatcher,
       steady,
       steadyNotify,
       ratio:

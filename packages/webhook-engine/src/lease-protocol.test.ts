@@ -212,7 +212,7 @@ describe('prepared statements', () => {
         prepared.db,
       );
       const has = (fragment: string) => rows.some((row) => row.statement.includes(fragment));
-      expect(has('insert into webhook_deliveries')).toBe(true);
+      expect(has('from herald_webhook_fan_out(')).toBe(true);
       expect(has('pg_advisory_xact_lock')).toBe(true);
       expect(has('), claimed as (')).toBe(true);
       expect(has('insert into webhook_attempts')).toBe(true);

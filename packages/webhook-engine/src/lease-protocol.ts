@@ -237,7 +237,12 @@ export interface FanOutResult {
   traceparents: string[];
 }
 
-/** Step 1: outbox events become their deliveries, in one statement. */
+/**
+ * Step 1: outbox events become their deliveries, in one statement: the function `herald_webhook_fan_out`,
+ * whose SQL is in the migration "webhook-fan-out-function" (a function, for planner settings that keep
+ * the batch's read bounded whatever the outbox's statistics; changing how events match endpoints is a new
+ * migration that replaces it).
+ */
 export async function fanOutOutbox(
   db: Kysely<Database>,
   options: { limit: number; queueLeaseMs: number },
@@ -250,47 +255,8 @@ export async function fanOutOutbox(
     endpoint_id: string | null;
     status: string | null;
   }>`
-    with event as (
-      -- The next batch marked dispatched, oldest first, rows other dispatchers hold skipped: a function
-      -- with its own planner settings, so that it walks the undispatched index in order and looks rows up by
-      -- primary key whatever the outbox's statistics say (see the migration "webhook-outbox-dispatch-next").
-      select id, seq, org_id, type, body, target_endpoint_id, exclude_endpoint_id, traceparent
-      from herald_webhook_outbox_dispatch_next(${options.limit})
-    ), created as (
-      insert into webhook_deliveries
-        (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at, lease_token, leased_until, fifo_seq)
-      select ${WEBHOOK_DELIVERY_ID_PREFIX} || replace(gen_random_uuid()::text, '-', ''),
-        event.id, endpoint.id, event.org_id, event.type,
-        case when enabled then 'PENDING' else 'SKIPPED' end,
-        -- A FIFO endpoint's delivery waits in its line (no due time; see "FIFO endpoints").
-        case when enabled and endpoint.ordering <> 'FIFO' then now() end,
-        case when enabled then ${lease} end,
-        case when enabled then now() + ${ms(options.queueLeaseMs)} end,
-        case when enabled and endpoint.ordering = 'FIFO' then event.seq end
-      from event
-      join webhook_endpoints endpoint on endpoint.org_id = event.org_id
-      cross join lateral (select endpoint.status = 'ENABLED' and endpoint.deleted_at is null as enabled) state
-      where case
-        when event.target_endpoint_id is not null then endpoint.id = event.target_endpoint_id
-        else event.type = any(endpoint.event_types) and endpoint.id is distinct from event.exclude_endpoint_id
-          and endpoint.deleted_at is null
-          and case when endpoint.filter is null then true else event.body::jsonb @> endpoint.filter end
-      end
-      order by event.seq, endpoint.seq
-      on conflict (event_id, endpoint_id) do nothing
-      returning id, endpoint_id, status
-    )
-    -- The events' count and trace contexts in a row of their own, then one row per delivery: carried on
-    -- every delivery's row, the trace contexts were parsed once per row (a batch's worth each time).
-    -- Sampled ones only: the flags' low hex digit is odd.
-    select counted.events, counted.traceparents, null::text as id, null::text as endpoint_id, null::text as status,
-      set_config('synchronous_commit', 'off', true) as async_commit
-    from (select count(1)::int as events,
-        array_agg(traceparent) filter (where right(traceparent, 1) in ('1', '3', '5', '7', '9', 'b', 'd', 'f'))
-          as traceparents
-      from event) counted
-    union all
-    select null, null, created.id::text, created.endpoint_id::text, created.status::text, null from created
+    select events, traceparents, id, endpoint_id, status
+    from herald_webhook_fan_out(${options.limit}, ${lease}, ${options.queueLeaseMs}, ${WEBHOOK_DELIVERY_ID_PREFIX})
   `.execute(db);
   const queued: QueuedDelivery[] = [];
   let skipped = 0;

@@ -16,7 +16,7 @@ import * as webhookFifoEndpoints from './2026-11-28T17-20_webhook-fifo-endpoints
 import * as webhookEndpointFilter from './2026-11-28T17-30_webhook-endpoint-filter.js';
 import * as webhookThrottles from './2026-11-28T17-40_webhook-throttles.js';
 import * as webhookSuccessFolded from './2026-11-30T15-00_webhook-success-folded.js';
-import * as webhookOutboxDispatchNext from './2026-11-30T18-00_webhook-outbox-dispatch-next.js';
+import * as webhookFanOutFunction from './2026-11-30T18-00_webhook-fan-out-function.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -41,7 +41,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-28T17-30_webhook-endpoint-filter': webhookEndpointFilter,
   '2026-11-28T17-40_webhook-throttles': webhookThrottles,
   '2026-11-30T15-00_webhook-success-folded': webhookSuccessFolded,
-  '2026-11-30T18-00_webhook-outbox-dispatch-next': webhookOutboxDispatchNext,
+  '2026-11-30T18-00_webhook-fan-out-function': webhookFanOutFunction,
 };
 
 export const migrationProvider: MigrationProvider = {

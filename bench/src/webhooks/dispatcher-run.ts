@@ -42,7 +42,7 @@ export async function runDispatcher(
   steadyNotify = false,
   /** Backlog mode: warm the dispatchers with this many events first (see {@link WebhookConfig.warmUpEvents}). */
   warmUpEvents = 0,
-  /** The endpoints' ordering; FIFO runs also check that the receiver saw the events in commit order. */
+  /** The endpoints' ordering; FIFO runs also check that the receiver saw the events in outbox (`seq`) order. */
   ordering: 'UNORDERED' | 'FIFO' = 'UNORDERED',
 ): Promise<DispatcherRun> {
   if (!existsSync(`${ROOT}${DISPATCHER_MAIN}`)) {
@@ -370,9 +370,11 @@ export async function runDispatcher(
     if (ordering === 'FIFO') {
       const { arrivals } = await receiver.ask<{ arrivals: Array<[string, number]> }>({ type: 'arrivals' });
       const committed = await outboxPostOrder(herald.env.DATABASE_URL!);
-      // Arrivals keep first-arrival order; each post must come where the commit order puts it.
-      const misplaced = arrivals.filter(([postId], index) => committed[index] !== postId).length;
-      order = { checked: arrivals.length, misplaced };
+      // Arrivals keep first-arrival order; each event of the outbox must come at the place its sequence
+      // number gives it (the whole backlog was committed before the dispatcher started). Checked over the
+      // outbox's events, so a missing arrival counts as misplaced too.
+      const misplaced = committed.filter((postId, index) => arrivals[index]?.[0] !== postId).length;
+      order = { checked: committed.length, misplaced };
     }
     return {
       status: stats.verified >= expected && (order?.misplaced ?? 0) === 0 ? 'ok' : 'incomplete',
@@ -380,7 +382,7 @@ export async function runDispatcher(
       ...(stats.verified < expected
         ? { reason: `${stats.verified} of ${expected} delivered before giving up; ${output.slice(-3).join(' ')}` }
         : order && order.misplaced > 0
-          ? { reason: `${order.misplaced} of ${order.checked} events arrived out of commit order` }
+          ? { reason: `${order.misplaced} of ${order.checked} events arrived out of outbox order` }
           : {}),
       events: expected,
       verified: stats.verified,

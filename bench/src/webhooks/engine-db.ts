@@ -83,7 +83,7 @@ export async function explainDuplicates(
   }
 }
 
-/** The posts of the run's `post.published` events in commit order (the outbox's `seq`): a FIFO endpoint's order. */
+/** The posts of the run's `post.published` events in the outbox's `seq` order: a FIFO endpoint's order. */
 export async function outboxPostOrder(databaseUrl: string): Promise<string[]> {
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();

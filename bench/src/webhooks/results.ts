@@ -115,8 +115,8 @@ export interface DispatcherRun {
   /** Latency trial only: publish → receiver, ms. */
   latency?: SteadyLatency;
   /**
-   * FIFO runs: events whose first arrival was checked against the commit order, and how many arrived at
-   * another place than that order gives them (a misplaced event makes the run incomplete).
+   * FIFO runs: the outbox's events, checked against the receiver's first arrivals in `seq` order, and how
+   * many arrived at another place than that order gives them, or not at all (one makes the run incomplete).
    */
   order?: { checked: number; misplaced: number };
   samples?: string[];

@@ -128,7 +128,7 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   if (fifo) {
     lines.push(
       fifo.status === 'ok' || fifo.status === 'incomplete'
-        ? `- one FIFO endpoint (one dispatcher from a new process, the same backlog, one POST in flight at a time): ${num(fifo.deliveriesPerSec)} deliveries/s = ${num((fifo.deliveriesPerSec ?? 0) / Math.max(1, d.deliveriesPerSec ?? 0), 2)}× the unordered endpoint above; ${fifo.status}: ${num(fifo.verified)}/${num(fifo.events)} verified, ${num(fifo.duplicate)} duplicate, ${num(fifo.order?.misplaced)} of ${num(fifo.order?.checked)} events out of outbox order (first arrivals against `seq`); ${num(fifo.cpuUsPerDelivery)} µs dispatcher CPU, ${num(fifo.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(fifo.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(fifo.machine)}${fifo.reason ? `; ${fifo.reason}` : ''}`
+        ? `- one FIFO endpoint (one dispatcher from a new process, the same backlog, one POST in flight at a time): ${num(fifo.deliveriesPerSec)} deliveries/s = ${num((fifo.deliveriesPerSec ?? 0) / Math.max(1, d.deliveriesPerSec ?? 0), 2)}× the unordered endpoint above; ${fifo.status}: ${num(fifo.verified)}/${num(fifo.events)} verified, ${num(fifo.duplicate)} duplicate, ${num(fifo.order?.misplaced)} of ${num(fifo.order?.checked)} events out of outbox order (first arrivals against seq); ${num(fifo.cpuUsPerDelivery)} µs dispatcher CPU, ${num(fifo.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(fifo.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(fifo.machine)}${fifo.reason ? `; ${fifo.reason}` : ''}`
         : `- one FIFO endpoint: $fifo.status$fifo.reason ?? ''`,
     );
   }

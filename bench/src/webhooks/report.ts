@@ -129,14 +129,14 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
     lines.push(
       fifo.status === 'ok' || fifo.status === 'incomplete'
         ? `- one FIFO endpoint (one dispatcher from a new process, the same backlog, one POST in flight at a time): ${num(fifo.deliveriesPerSec)} deliveries/s = ${num((fifo.deliveriesPerSec ?? 0) / Math.max(1, d.deliveriesPerSec ?? 0), 2)}× the unordered endpoint above; ${fifo.status}: ${num(fifo.verified)}/${num(fifo.events)} verified, ${num(fifo.duplicate)} duplicate, ${num(fifo.order?.misplaced)} of ${num(fifo.order?.checked)} events out of outbox order (first arrivals against seq); ${num(fifo.cpuUsPerDelivery)} µs dispatcher CPU, ${num(fifo.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(fifo.queriesPerDelivery, 3)} round trips per delivery; ${machineRunText(fifo.machine)}${fifo.reason ? `; ${fifo.reason}` : ''}`
-        : `- one FIFO endpoint: $fifo.status$fifo.reason ?? ''`,
+        : `- one FIFO endpoint: ${fifo.status} ${fifo.reason ?? ''}`,
     );
   }
   const steady = w.steady;
   if (steady?.latency) {
     const l = steady.latency;
     lines.push(
-      `- steady $num(l.eventsPerSec)events/s for ${num(l.published)} events (${num(l.publishedPerSec)}/s achieved, ${num(l.publishFailed)} publish calls failed), one dispatcher: publishPost's commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms, max ${num(l.fromCommit.maxMs, 1)} ms (target p50 ≤ 50, p99 ≤ 250); from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms; ${num(steady.verified)}/${num(steady.events)} verified, ${num(steady.duplicate)} duplicate; ${num(steady.cpuUsPerDelivery)} µs dispatcher CPU, ${num(steady.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(steady.queriesPerDelivery, 3)} round trips per delivery`,
+      `- steady ${num(l.eventsPerSec)} events/s for ${num(l.published)} events (${num(l.publishedPerSec)}/s achieved, ${num(l.publishFailed)} publish calls failed), one dispatcher: publishPost's commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms, max ${num(l.fromCommit.maxMs, 1)} ms (target p50 ≤ 50, p99 ≤ 250); from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms; ${num(steady.verified)}/${num(steady.events)} verified, ${num(steady.duplicate)} duplicate; ${num(steady.cpuUsPerDelivery)} µs dispatcher CPU, ${num(steady.pgCpuUsPerDelivery)} µs PostgreSQL CPU, ${num(steady.queriesPerDelivery, 3)} round trips per delivery`,
     );
     if (l.bySecond) {
       const b = l.bySecond;

@@ -1,4 +1,4 @@
-import { createDatabase, type HeraldDatabase } from '@herald/db';
+import type { HeraldDatabase } from '@herald/db';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { claimDeliveries, fanOutOutbox, recordOutcomes } from './lease-protocol.js';
@@ -20,13 +20,10 @@ let single: HeraldDatabase;
 
 beforeAll(async () => {
   harness = await createDispatcherHarness(inject('databaseUrl'), inject('redisUrl'));
-  single = await createDatabase({ kind: 'postgres', url: harness.schema.url, poolMax: 1 });
+  single = await harness.openSingleConnection();
 });
 
-afterAll(async () => {
-  await single?.close();
-  await harness?.close();
-});
+afterAll(() => harness?.close());
 
 interface Writes {
   inserted: number;

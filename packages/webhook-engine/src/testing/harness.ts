@@ -55,6 +55,11 @@ export interface DispatcherHarness {
     options?: { throttlesRedisUrl?: string | null; consumerName?: string },
   ): Promise<StartedDispatcher>;
   createEndpoint(orgId: string, url: string): Promise<{ id: string; secret: string }>;
+  /**
+   * A database of its own on this harness's schema with one connection (closed by `close`): its session
+   * settings hold, and its statistics can be flushed on demand (`pg_stat_force_next_flush`) before a reading.
+   */
+  openSingleConnection(): Promise<HeraldDatabase>;
   /** Writes `count` post.published events for `orgId` to the outbox, as publishPost does. */
   publish(orgId: string, count?: number): Promise<string[]>;
   close(): Promise<void>;
@@ -79,6 +84,7 @@ export async function createDispatcherHarness(
   const queues: WebhookQueue[] = [];
   const dispatchers: Dispatcher[] = [];
   const throttleClients: RedisClient[] = [];
+  const singles: HeraldDatabase[] = [];
   const newQueue = () => {
     const queue = createRedisStreamQueue({ redisUrl, keys, logger });
     queues.push(queue);
@@ -155,8 +161,14 @@ export async function createDispatcherHarness(
       }
       return ids;
     },
+    async openSingleConnection() {
+      const single = await createDatabase({ kind: 'postgres', url: schema.url, poolMax: 1 });
+      singles.push(single);
+      return single;
+    },
     async close() {
       await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
+      await Promise.all(singles.map((single) => single.close()));
       await Promise.all(queues.map((queue) => queue.close()));
       for (const client of throttleClients) client.disconnect();
       // One key per DEL: on Redis Cluster the two streams may live on different nodes.

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { Webhook as SvixWebhook } from 'svix';
+import nacl from 'tweetnacl';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   STANDARD_WEBHOOK_ID_HEADER,
@@ -194,7 +195,15 @@ describe('verifyWebhook, Standard Webhooks scheme', () => {
 });
 
 describe('asymmetric v1a (ed25519) signatures, for endpoints that ask for them', () => {
-  /** An independent check through WebCrypto, importing the raw public key. */
+  /** What a v1a entry signs: `<webhook-id>.<webhook-timestamp>.<raw body>`. */
+  function signedContent(delivery: Received) {
+    return Buffer.concat([
+      Buffer.from(`${delivery.headers['webhook-id']}.${delivery.headers['webhook-timestamp']}.`),
+      delivery.rawBody,
+    ]);
+  }
+
+  /** A check through WebCrypto, importing the raw public key (OpenSSL underneath, like the signer). */
   async function webCryptoVerifies(publicKey: string, delivery: Received, entry: string): Promise<boolean> {
     const key = await crypto.subtle.importKey(
       'raw',
@@ -203,11 +212,17 @@ describe('asymmetric v1a (ed25519) signatures, for endpoints that ask for them',
       false,
       ['verify'],
     );
-    const content = Buffer.concat([
-      Buffer.from(`${delivery.headers['webhook-id']}.${delivery.headers['webhook-timestamp']}.`),
-      delivery.rawBody,
-    ]);
-    return crypto.subtle.verify({ name: 'Ed25519' }, key, Buffer.from(entry.slice('v1a,'.length), 'base64'), content);
+    const signature = Buffer.from(entry.slice('v1a,'.length), 'base64');
+    return crypto.subtle.verify({ name: 'Ed25519' }, key, signature, signedContent(delivery));
+  }
+
+  /** An independent check: TweetNaCl's own Ed25519 and SHA-512 in JavaScript, nothing of OpenSSL. */
+  function tweetNaClVerifies(publicKey: string, delivery: Received, entry: string): boolean {
+    return nacl.sign.detached.verify(
+      signedContent(delivery),
+      Buffer.from(entry.slice('v1a,'.length), 'base64'),
+      Buffer.from(publicKey.slice('whpk_'.length), 'base64'),
+    );
   }
 
   it('signs with the whsk_ key, so a receiver holding only the whpk_ public key verifies; no X-Webhook-Signature', async () => {
@@ -219,6 +234,16 @@ describe('asymmetric v1a (ed25519) signatures, for endpoints that ask for them',
     expect(entry).toMatch(/^v1a,[A-Za-z0-9+/]{86}==$/);
     expect(delivery.headers[WEBHOOK_SIGNATURE_HEADER.toLowerCase()]).toBeUndefined();
     expect(await webCryptoVerifies(pair.publicKey, delivery, entry)).toBe(true);
+    expect(tweetNaClVerifies(pair.publicKey, delivery, entry)).toBe(true);
+    // The same check refuses another key and a changed body.
+    expect(tweetNaClVerifies(generateWebhookSigningKeyPair().publicKey, delivery, entry)).toBe(false);
+    expect(
+      tweetNaClVerifies(
+        pair.publicKey,
+        { ...delivery, rawBody: Buffer.concat([delivery.rawBody, Buffer.from(' ')]) },
+        entry,
+      ),
+    ).toBe(false);
     expect(
       verifyWebhook({ rawBody: delivery.rawBody, headers: delivery.headers, publicKeys: [pair.publicKey] }),
     ).toEqual(delivery.event);

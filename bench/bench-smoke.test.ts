@@ -173,7 +173,7 @@ describe('besideRatio', () => {
 });
 
 describe('bench smoke: webhooks (engine section)', () => {
-  it('raw loop, raw durable loop, one cold, one warm and two dispatchers (one endpoint and two), the scheduler pass: every delivery verified, none lost', async () => {
+  it('raw loop, raw durable loop, one cold, one warm and two dispatchers (one endpoint and two), a FIFO endpoint in outbox order, the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
       databaseUrl: inject('databaseUrl'),
       redisUrl: inject('redisUrl'),
@@ -239,6 +239,14 @@ describe('bench smoke: webhooks (engine section)', () => {
     }
     expect(result.schedulerPass?.pendingRetries).toBe(1_000);
     expect(Number.isFinite(result.schedulerPass?.passMs.median)).toBe(true);
+    // The FIFO run (on by default): the same backlog to one FIFO endpoint, each event at its outbox place.
+    expect(result.fifoDispatcher).toMatchObject({
+      status: 'ok',
+      events: 20,
+      verified: 20,
+      duplicate: 0,
+      order: { checked: 20, misplaced: 0 },
+    });
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('two dispatchers over one');
@@ -247,6 +255,8 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain("publishPost's commit → receiver");
     expect(markdown).toContain('2 endpoints on the same receiver');
     expect(markdown).toContain('its trials just before and after the run');
+    expect(markdown).toContain('one FIFO endpoint (one dispatcher from a new process');
+    expect(markdown).toContain('0 of 20 events out of outbox order');
   }, 240_000);
 });
 

@@ -111,7 +111,7 @@ describe('FIFO endpoints with a stuck head', () => {
     failing.add(head!);
     rest.push(...(await world.harness.publish(orgId, 4)));
     // Retries give up after 3 s: the head goes DEAD within a few attempts.
-    await world.harness.startDispatcher({ retryHorizonMs: 3_000 });
+    const dying = await world.harness.startDispatcher({ retryHorizonMs: 3_000 });
 
     // The unordered endpoint gets every event while the FIFO head is still failing.
     await world.receiver.waitFor(() => world.receiver.requestsTo(unorderedPath).length === 5, 20_000);
@@ -133,7 +133,10 @@ describe('FIFO endpoints with a stuck head', () => {
     expect(seen.slice(0, lastOfHead + 1).every((id) => id === head)).toBe(true);
     expect(seen.slice(lastOfHead + 1)).toEqual(rest);
 
-    // A new stuck head, then a replay of the dead one: the replay waits behind it, at the back.
+    // A new stuck head, then a replay of the dead one: the replay waits behind it, at the back. From here
+    // a dispatcher that retries for a minute, so the new head cannot go DEAD however slow the machine is.
+    await dying.stop();
+    await world.harness.startDispatcher({ retryHorizonMs: 60_000 });
     const [second] = await world.harness.publish(orgId, 1);
     failing.add(second!);
     await world.receiver.waitFor(() =>

@@ -18,6 +18,7 @@ import { type Kysely, sql } from 'kysely';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { createEmbeddedDispatcher } from './embedded.js';
+import { replayWebhookDelivery } from './lease-protocol/replay.js';
 import { replayDeadLetters } from './lease-protocol.js';
 import { dispatcherWorld } from './testing/dispatcher-world.js';
 import { FAST_SETTINGS } from './testing/harness.js';
@@ -181,6 +182,54 @@ describe('two dispatchers on one FIFO endpoint', () => {
       (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
     );
     expectInOrder(world.receiver.requestsTo(path).map(eventIdOf), events);
+  });
+});
+
+describe('two dispatchers on one FIFO endpoint, with retries and a replay', () => {
+  it('hold the line behind each failing head until its success, and send a replay after the line, before later events', async () => {
+    const orgId = 'org-fifo-two-retry';
+    const path = '/fifo-two-retry';
+    const endpointId = await fifoEndpoint(orgId, path);
+    let events: string[] = [];
+    // Two heads along the line fail their first two attempts; everything else succeeds (after a moment,
+    // so both dispatchers hold work at once).
+    const failingAt = [10, 30];
+    world.receiver.behave((request) => {
+      const id = eventIdOf(request);
+      const failing = failingAt.some((index) => events[index] === id);
+      const tries = world.receiver.requestsTo(path).filter((seen) => eventIdOf(seen) === id).length;
+      return failing && tries <= 2 ? { status: 500, delayMs: 2 } : { status: 200, delayMs: 2 };
+    }, path);
+    // Published before the dispatchers start, so the receiver knows which events are the failing heads.
+    events = await world.harness.publish(orgId, 60);
+    await Promise.all([world.harness.startDispatcher(), world.harness.startDispatcher()]);
+    await until(
+      () => statusesOf(world.harness.db, endpointId, events),
+      (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+    );
+    const seen = world.receiver.requestsTo(path).map(eventIdOf);
+    expectInOrder(seen, events);
+    for (const index of failingAt) {
+      // Three attempts of the head, and the event after it only after the third (its success).
+      expect(seen.filter((id) => id === events[index]).length).toBe(3);
+      expect(seen.indexOf(events[index + 1]!)).toBeGreaterThan(seen.lastIndexOf(events[index]!));
+    }
+
+    // A replay of an early success goes to the back of the line: after what waits, before what comes later.
+    const { id: replayedDelivery } = await world.harness.db
+      .selectFrom('webhook_deliveries')
+      .select('id')
+      .where('endpoint_id', '=', endpointId)
+      .where('event_id', '=', events[5]!)
+      .executeTakeFirstOrThrow();
+    const before = seen.length;
+    expect(await replayWebhookDelivery(world.harness.db, replayedDelivery)).toBeDefined();
+    const later = await world.harness.publish(orgId, 20);
+    await until(
+      () => statusesOf(world.harness.db, endpointId, [events[5]!, ...later]),
+      (statuses) => statuses.every((status) => status === 'SUCCEEDED'),
+    );
+    expectInOrder(world.receiver.requestsTo(path).map(eventIdOf).slice(before), [events[5]!, ...later]);
   });
 });
 

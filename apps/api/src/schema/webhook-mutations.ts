@@ -11,6 +11,7 @@ import {
   listActiveWebhookSecrets,
   listWebhookEndpointsByOrg,
   rotateWebhookSecret,
+  SecretUnreadableError,
   setWebhookEndpointRateLimit,
 } from '@herald/db';
 import {
@@ -150,9 +151,7 @@ builder.mutationFields((t) => ({
       }
       const endpoint = await findOwnEndpoint(context, String(args.id));
       if (!endpoint) throw new NotFoundError('Webhook endpoint');
-      const [newest] = await listActiveWebhookSecrets(context.db, endpoint.id, keyringOf(context));
-      const signatureScheme: SignatureScheme =
-        args.signatureScheme ?? (newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256');
+      const signatureScheme: SignatureScheme = args.signatureScheme ?? (await currentScheme(context, endpoint.id));
       const { stored, shown } = newSigningCredential(signatureScheme);
       await rotateWebhookSecret(context.db, {
         endpointId: endpoint.id,
@@ -289,6 +288,27 @@ builder.mutationFields((t) => ({
     },
   }),
 }));
+
+/**
+ * The scheme an endpoint signs with now: its newest secret's kind, read by opening it. A secret this
+ * server cannot open (sealed under a key its HERALD_ENCRYPTION_KEYS lacks, a keyring that differs from the
+ * dispatchers') is the operator's to fix: logged for them with the key id, and refused to the caller as
+ * BAD_USER_INPUT naming the way on (say the scheme), never a 500.
+ */
+async function currentScheme(context: Context, endpointId: string): Promise<SignatureScheme> {
+  let newest: string | undefined;
+  try {
+    [newest] = await listActiveWebhookSecrets(context.db, endpointId, keyringOf(context));
+  } catch (error) {
+    if (!(error instanceof SecretUnreadableError)) throw error;
+    context.log.error({ endpointId, keyId: error.keyId, reason: error.reason }, error.message);
+    throw new BadUserInputError(
+      "this server cannot read the endpoint's current signing secret to tell its scheme: pass signatureScheme",
+      'signatureScheme',
+    );
+  }
+  return newest && isWebhookSigningKey(newest) ? 'ED25519' : 'HMAC_SHA256';
+}
 
 /** The keyring that seals signing secrets; createApp resolves it (configured, or embedded mode's generated one). */
 function keyringOf(context: Context): EncryptionKeyring {

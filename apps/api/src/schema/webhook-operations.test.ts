@@ -1,6 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { listActiveWebhookSecrets } from '@herald/db';
+import { listActiveWebhookSecrets, sealSecret } from '@herald/db';
 import { TEST_KEYRING } from '@herald/testing';
 import { verifyWebhook } from '@herald/webhooks';
 import { sql } from 'kysely';
@@ -508,5 +509,49 @@ describe('an endpoint that asks for ED25519 (v1a) signatures', () => {
     expect(rotated.body.data.rotateWebhookSecret).toMatchObject({ signatureScheme: 'ED25519' });
     expect(rotated.body.data.rotateWebhookSecret.secret).toMatch(/^whpk_/);
     expect(rotated.body.data.rotateWebhookSecret.secret).not.toBe(publicKey);
+  });
+});
+
+describe('rotating a secret this server cannot open', () => {
+  it('is refused with BAD_USER_INPUT naming signatureScheme, not a 500; with the scheme given it rotates', async () => {
+    const created = await api.graphql(
+      CREATE,
+      { input: { orgId: 'org-ops-a', url: receiver.url('/sealed-elsewhere'), eventTypes: ['post.published'] } },
+      alice,
+    );
+    const endpointId = created.body.data.createWebhookEndpoint.endpoint.id as string;
+    // Sealed under a key this server's HERALD_ENCRYPTION_KEYS does not hold (a dispatcher's newer keyring).
+    const elsewhere = sealSecret(
+      [{ id: 'elsewhere', key: randomBytes(32) }],
+      endpointId,
+      'whsec_c2VhbGVkIGVsc2V3aGVyZQ==',
+    );
+    await api.app.database.db
+      .updateTable('webhook_endpoint_secrets')
+      .set({ sealed_secret: elsewhere })
+      .where('endpoint_id', '=', endpointId)
+      .execute();
+    const ROTATE =
+      'mutation($id: ID!, $scheme: WebhookSignatureScheme) { rotateWebhookSecret(id: $id, signatureScheme: $scheme) { secret signatureScheme } }';
+
+    const refused = await api.graphql(ROTATE, { id: endpointId }, alice);
+    expect(refused.status).toBe(200);
+    expect(refused.body.data).toBeNull();
+    expect(refused.body.errors?.[0]).toMatchObject({
+      message: expect.stringContaining('pass signatureScheme'),
+      extensions: { code: 'BAD_USER_INPUT', field: 'signatureScheme' },
+    });
+    // Nothing was changed: the sealed secret still signs, with no expiry.
+    const kept = await api.app.database.db
+      .selectFrom('webhook_endpoint_secrets')
+      .select(['sealed_secret', 'expires_at'])
+      .where('endpoint_id', '=', endpointId)
+      .execute();
+    expect(kept).toEqual([{ sealed_secret: elsewhere, expires_at: null }]);
+
+    const rotated = await api.graphql(ROTATE, { id: endpointId, scheme: 'HMAC_SHA256' }, alice);
+    expect(rotated.body.errors).toBeUndefined();
+    expect(rotated.body.data.rotateWebhookSecret).toMatchObject({ signatureScheme: 'HMAC_SHA256' });
+    expect(rotated.body.data.rotateWebhookSecret.secret).toMatch(/^whsec_/);
   });
 });

@@ -62,6 +62,8 @@ export interface DispatcherHarness {
   openSingleConnection(): Promise<HeraldDatabase>;
   /** Writes `count` post.published events for `orgId` to the outbox, as publishPost does. */
   publish(orgId: string, count?: number): Promise<string[]>;
+  /** Stops every dispatcher started so far (a test's own settings then hold alone). */
+  stopDispatchers(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -165,6 +167,9 @@ export async function createDispatcherHarness(
       const single = await createDatabase({ kind: 'postgres', url: schema.url, poolMax: 1 });
       singles.push(single);
       return single;
+    },
+    async stopDispatchers() {
+      await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
     },
     async close() {
       await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));

@@ -9,9 +9,9 @@ import { startTestReceiver } from './testing/test-receiver.js';
 // `pnpm secrets rotate-key` while deliveries flow: the operator has deployed a keyring with a new
 // first key (the old one after it) to every process, then re-encrypts. Every delivery still arrives
 // signed with its endpoint's secret, a user's rotation made meanwhile is kept, and every row ends
-// under the new key.
+// under the new key: a dispatcher deployed afterwards with the old key retired signs for every endpoint.
 
-const ENDPOINTS = 8;
+const ENDPOINTS = 16;
 const EVENTS = 12;
 const NEW_KEY = { id: 'k-new', key: Buffer.alloc(32, 0x4e) };
 const DEPLOYED = [NEW_KEY, ...TEST_KEYRING] as const;
@@ -81,6 +81,25 @@ describe('re-encrypting the signing secrets under a new key', () => {
       return unsettled.length === 0;
     });
     await dispatcher.stop();
+
+    // The last step of the procedure: the old key leaves the keyring. A dispatcher started with the new
+    // key alone opens every endpoint's secrets (the rotated endpoint's new and still-valid old one).
+    const retired = await world.harness.startDispatcher({ timeoutMs: 10_000 }, [NEW_KEY]);
+    const [lastEvent] = await world.harness.publish(orgId);
+    const lastRequest = (i: number) =>
+      world.receiver.requestsTo(`/keys/${i}`).find((request) => JSON.parse(request.body).id === lastEvent);
+    await world.receiver.waitFor(() => endpoints.every((_, i) => lastRequest(i) !== undefined), 60_000);
+    for (const [i, endpoint] of endpoints.entries()) {
+      const request = lastRequest(i)!;
+      const secrets = i === 0 ? [rotated] : [endpoint.secret];
+      expect(verifyWebhook({ rawBody: request.body, headers: request.headers, secrets }), `endpoint ${i}`).toBeTruthy();
+    }
+    // Still in the rotation's grace period: the rotated endpoint's delivery is signed with its old secret too.
+    const rotatedRequest = lastRequest(0)!;
+    expect(
+      verifyWebhook({ rawBody: rotatedRequest.body, headers: rotatedRequest.headers, secrets: [endpoints[0]!.secret] }),
+    ).toBeTruthy();
+    await retired.stop();
   });
 
   it('signs from memory: a secret opened once is not decrypted again per delivery', async () => {

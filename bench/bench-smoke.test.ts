@@ -173,7 +173,7 @@ describe('besideRatio', () => {
 });
 
 describe('bench smoke: webhooks (engine section)', () => {
-  it('raw loop, raw durable loop, one cold, one warm and two dispatchers (one endpoint and two), a FIFO endpoint in outbox order, the scheduler pass: every delivery verified, none lost', async () => {
+  it('raw loop, raw durable loop, one cold dispatcher twice, one warm and two dispatchers (one endpoint and two), a FIFO endpoint in outbox order, the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
       databaseUrl: inject('databaseUrl'),
       redisUrl: inject('redisUrl'),
@@ -187,6 +187,7 @@ describe('bench smoke: webhooks (engine section)', () => {
       steadyMs: 400,
       endpoints: 2,
       warmUpEvents: 10,
+      newProcessRuns: 2,
       log: () => {},
     });
     expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
@@ -207,19 +208,26 @@ describe('bench smoke: webhooks (engine section)', () => {
     ]) {
       if (run?.duplicates) console.error('webhook duplicates:', JSON.stringify(run.duplicates, null, 1));
     }
-    for (const run of [result.dispatcher, result.warmDispatcher, result.twoDispatchers]) {
+    expect(result.newProcessRepeats).toHaveLength(1);
+    for (const run of [
+      result.dispatcher,
+      result.newProcessRepeats[0]?.run,
+      result.warmDispatcher,
+      result.twoDispatchers,
+    ]) {
       expect(run).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
     }
     // The warm run counts only the backlog: its warm-up's 10 deliveries were reset at the receiver.
     expect(result.warmUpEvents).toBe(10);
-    // A durable trial before the first dispatcher run, one between it and the warm run, one after that:
-    // each run's "beside" ratio is over the mean of the two around it.
+    // A durable trial before the first dispatcher run, one after it and after its second run (a new process
+    // again), one after the warm run: each run's "beside" ratio is over the mean of the two around it.
     const durable = result.durableLoop!.trials.map((trial) => trial.deliveriesPerSec);
-    expect(durable).toHaveLength(3);
+    expect(durable).toHaveLength(4);
     expect(result.beside.dispatcher?.trials).toEqual([durable[0], durable[1]]);
-    expect(result.beside.warm?.trials).toEqual([durable[1], durable[2]]);
+    expect(result.newProcessRepeats[0]?.beside?.trials).toEqual([durable[1], durable[2]]);
+    expect(result.beside.warm?.trials).toEqual([durable[2], durable[3]]);
     expect(result.beside.warm?.ratio).toBeCloseTo(
-      result.warmDispatcher!.deliveriesPerSec! / ((durable[1]! + durable[2]!) / 2),
+      result.warmDispatcher!.deliveriesPerSec! / ((durable[2]! + durable[3]!) / 2),
       2,
     );
     expect(result.dispatcher.machine?.usPerDelivery).toBeGreaterThan(0);
@@ -257,6 +265,8 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain('its trials just before and after the run');
     expect(markdown).toContain('one FIFO endpoint (one dispatcher from a new process');
     expect(markdown).toContain('0 of 20 events out of outbox order');
+    expect(markdown).toContain('one dispatcher from a new process, 2 runs');
+    expect(markdown).toContain('2 of 2 ok (every event verified once)');
   }, 240_000);
 });
 

@@ -94,6 +94,40 @@ export function besideText(beside: BesideRatio | null | undefined): string {
   return ` (median of its trials), ${num(beside.ratio, 2)}× its trials just before and after the run (${num(beside.trials[0])} and ${num(beside.trials[1])}/s)`;
 }
 
+/**
+ * "- one dispatcher from a new process, 3 runs: …": each figure of every run (the first is the one above),
+ * then their median; null with a single run.
+ */
+export function newProcessRunsLine(w: WebhookResult): string | null {
+  const repeats = w.newProcessRepeats ?? [];
+  if (repeats.length === 0) return null;
+  const runs = [w.dispatcher, ...repeats.map((repeat) => repeat.run)];
+  const durable = w.durableLoop?.deliveriesPerSec.median;
+  const each = (values: Array<number | undefined>, digits = 0, unit = '') => {
+    const measured = values.filter((value): value is number => value !== undefined && Number.isFinite(value));
+    const median = measured.length > 0 ? spread(measured).median : undefined;
+    return `${values.map((value) => num(value, digits)).join(' / ')}${unit} (median ${num(median, digits)}${unit})`;
+  };
+  const rates = runs.map((run) => run.deliveriesPerSec);
+  return `- one dispatcher from a new process, ${runs.length} runs (each its own process, the same backlog; the first is the run above): ${each(rates)} deliveries/s; ${each(
+    rates.map((rate) => (rate !== undefined && durable ? rate / durable : undefined)),
+    2,
+    '×',
+  )} the raw durable loop's median; ${each([w.beside?.dispatcher?.ratio, ...repeats.map((repeat) => repeat.beside?.ratio)], 2, '×')} its trials just before and after each run; per delivery ${each(
+    runs.map((run) => run.cpuUsPerDelivery),
+    0,
+    ' µs',
+  )} dispatcher CPU, ${each(
+    runs.map((run) => run.pgCpuUsPerDelivery),
+    0,
+    ' µs',
+  )} PostgreSQL CPU, whole machine ${each(
+    runs.map((run) => run.machine?.usPerDelivery),
+    0,
+    ' µs',
+  )}; ${runs.filter((run) => run.status === 'ok').length} of ${runs.length} ok (every event verified once)`;
+}
+
 /** Lines under the webhook table: the engine ratios (one and two dispatchers against the raw durable loop) and the scheduler pass. */
 export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   const d = w.dispatcher;
@@ -107,6 +141,8 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
   lines.push(
     `- one dispatcher ${warmText(d)} = ${num(w.warmDurableRatio, 2)}× the raw durable loop (whose trials are warm too)`,
   );
+  const runs = newProcessRunsLine(w);
+  if (runs) lines.push(runs);
   const warm = w.warmDispatcher;
   if (warm) {
     lines.push(

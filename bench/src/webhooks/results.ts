@@ -206,9 +206,10 @@ export interface WebhookResult {
   dispatcher: DispatcherRun;
   /**
    * The runs of one dispatcher from a new process after `dispatcher` ({@link WebhookConfig.newProcessRuns} − 1;
-   * empty by default), each over the raw durable trials just before and after it.
+   * empty by default), each over the raw durable trials just before and after it. Absent in results.json files
+   * written before the option existed (`--render` of an older run).
    */
-  newProcessRepeats: Array<{ run: DispatcherRun; beside: BesideRatio | null }>;
+  newProcessRepeats?: Array<{ run: DispatcherRun; beside: BesideRatio | null }>;
   /** The same backlog drained by one warm dispatcher process (null: skipped). */
   warmDispatcher: DispatcherRun | null;
   /** Events the warm dispatcher delivered before the backlog. */

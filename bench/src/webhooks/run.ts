@@ -128,7 +128,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     if (!only && before > 0) await durableTrial();
     const afterDispatcher = lastDurable();
     // The same run again in new processes, each followed by a durable trial (its "after", the next one's "before").
-    const newProcessRepeats: WebhookResult['newProcessRepeats'] = [];
+    const newProcessRepeats: NonNullable<WebhookResult['newProcessRepeats']> = [];
     for (let repeat = 1; repeat < (only ? 1 : (config.newProcessRuns ?? 1)); repeat++) {
       const prior = lastDurable();
       const run = await runDispatcher(config, receiver, origin, 1);

@@ -87,6 +87,9 @@ export async function createDispatcherHarness(
   const dispatchers: Dispatcher[] = [];
   const throttleClients: RedisClient[] = [];
   const singles: HeraldDatabase[] = [];
+  const stopDispatchers = async () => {
+    await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
+  };
   const newQueue = () => {
     const queue = createRedisStreamQueue({ redisUrl, keys, logger });
     queues.push(queue);
@@ -168,11 +171,9 @@ export async function createDispatcherHarness(
       singles.push(single);
       return single;
     },
-    async stopDispatchers() {
-      await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
-    },
+    stopDispatchers,
     async close() {
-      await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
+      await stopDispatchers();
       await Promise.all(singles.map((single) => single.close()));
       await Promise.all(queues.map((queue) => queue.close()));
       for (const client of throttleClients) client.disconnect();

@@ -9,6 +9,8 @@
  * The first round includes the dispatcher's start and its warm-up (connections, prepared statements,
  * V8 compiling the hot path on its background threads): a small backlog measures mostly that. Later
  * rounds (the backlog inserted while the dispatcher idles, then the relay woken) measure a warm one.
+ * `threadsUs` splits the process's CPU per delivery by thread: the event loop first, then the others
+ * (V8's workers: optimising compiles and GC; libuv's pool); a new process's extra CPU shows there.
  *
  * Real PostgreSQL and Redis (DATABASE_URL / REDIS_URL, the local servers by default), a throw-away
  * schema and Redis prefix.
@@ -26,7 +28,7 @@
 
 import { fork } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { webhookRedisKeys } from '@herald/contracts';
 import { createDatabase, insertWebhookEndpoint, migrateToLatest } from '@herald/db';
@@ -200,15 +202,28 @@ if (process.argv[2] === 'receiver') {
       return cpu;
     };
     const deliveries = EVENTS * ENDPOINTS;
+    /** CPU µs per thread of this process (main = the event loop; the rest: V8's and libuv's pools). */
+    const threadCpu = (): Map<string, number> => {
+      const cpu = new Map<string, number>();
+      for (const tid of readdirSync('/proc/self/task')) {
+        try {
+          const fields = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+          cpu.set(tid, (Number(fields[11]) + Number(fields[12])) * 10_000);
+        } catch {}
+      }
+      return cpu;
+    };
     for (let round = 1; round <= ROUNDS; round++) {
       const done = expectRound(deliveries);
       let pg0 = new Map<number, number>();
       let cpu0 = process.cpuUsage();
+      let threads0 = new Map<string, number>();
       let t0 = 0;
       await fillOutbox(async () => {
         statements?.clear();
         pg0 = await backendCpu();
         cpu0 = process.cpuUsage();
+        threads0 = threadCpu();
         t0 = performance.now();
       });
       for (const dispatcher of dispatchers) {
@@ -217,6 +232,7 @@ if (process.argv[2] === 'receiver') {
       }
       const requests = await done;
       const cpu = process.cpuUsage(cpu0);
+      const threads1 = threadCpu();
       const seconds = (performance.now() - t0) / 1_000;
       const pg1 = await backendCpu();
       let pgUs = 0;
@@ -236,6 +252,12 @@ if (process.argv[2] === 'receiver') {
           userUs: Number((cpu.user / deliveries).toFixed(1)),
           sysUs: Number((cpu.system / deliveries).toFixed(1)),
           pgUs: Number((pgUs / deliveries).toFixed(1)),
+          // Per thread (10 ms ticks, so ±1 tick): the event loop, then the others with any CPU in the round.
+          threadsUs: [...threads1]
+            .map(([tid, us]) => [tid, (us - (threads0.get(tid) ?? 0)) / deliveries] as const)
+            .filter(([tid, us]) => us > 0 || tid === String(process.pid))
+            .sort((a, b) => (a[0] === String(process.pid) ? -1 : b[0] === String(process.pid) ? 1 : b[1] - a[1]))
+            .map(([, us]) => Number(us.toFixed(1))),
           endpoints: ENDPOINTS,
           cap: CAP,
           tracing: tracingRatio ?? 'off',

@@ -197,3 +197,103 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, openMigrated
     },
   );
 });
+
+// An organisation with an ordered (FIFO) endpoint gets its events in `seq` order, so its events must be
+// numbered in the order they commit: a publish waits for the organisation's publish that drew an earlier
+// number and has not committed yet. PostgreSQL only: it takes two connections.
+describe('publishPostWithWebhook numbers events in commit order for an organisation with a FIFO endpoint', () => {
+  let database: HeraldDatabase;
+  let schema: TestSchema | undefined;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    ({ database, schema, db } = await backends.find((backend) => backend.name === 'PostgreSQL')!.openMigrated());
+    await upsertUser(db, { id: 'orderer', name: 'O' });
+    for (const [orgId, ordering] of [
+      ['org-fifo', 'FIFO'],
+      ['org-unordered', 'UNORDERED'],
+    ] as const) {
+      await insertWebhookEndpoint(db, {
+        orgId,
+        url: 'https://receiver.example/hook',
+        eventTypes: ['post.published'],
+        secret: 'whsec_test',
+        keyring: TEST_KEYRING,
+        ordering,
+      });
+    }
+  });
+
+  afterAll(async () => {
+    await database.close();
+    await schema?.drop();
+  });
+
+  const seqOf = async (eventId: string | undefined) =>
+    Number(
+      (
+        await db
+          .selectFrom('webhook_outbox')
+          .select('seq')
+          .where('id', '=', eventId ?? '')
+          .executeTakeFirstOrThrow()
+      ).seq,
+    );
+  /** Transactions waiting for the ordering lock of `org-fifo` in this schema. */
+  const waitingForOrderLock = async () =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from pg_locks
+          where locktype = 'advisory' and not granted and objsubid = 1
+            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:org-fifo', 0)`.execute(
+          db,
+        )
+      ).rows[0]!.n,
+    );
+
+  /**
+   * Publishes `first` in a transaction held open until `then` has run, then commits it. Returns what
+   * `then` returned, and the order in which the first commit and the second publish finished.
+   */
+  async function overlapping(orgId: string, then: (finished: string[]) => Promise<void>) {
+    const first = await insertPost(db, { orgId, authorId: 'orderer', title: 'first', tags: [] });
+    const finished: string[] = [];
+    let firstEventId: string | undefined;
+    await db.transaction().execute(async (trx) => {
+      firstEventId = (await publishPostWithWebhook(trx, first.id, [orgId]))?.eventId;
+      await then(finished);
+    });
+    finished.push('first committed');
+    return { firstEventId, finished };
+  }
+
+  it('a publish waits for the uncommitted one that drew an earlier number, and commits after it', async () => {
+    const second = await insertPost(db, { orgId: 'org-fifo', authorId: 'orderer', title: 'second', tags: [] });
+    let publishing: Promise<string | undefined> | undefined;
+    const { firstEventId, finished } = await overlapping('org-fifo', async (finished) => {
+      publishing = publishPostWithWebhook(db, second.id, ['org-fifo']).then((publication) => {
+        finished.push('second published');
+        return publication?.eventId;
+      });
+      const deadline = Date.now() + 10_000;
+      while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(await waitingForOrderLock()).toBe(1);
+      expect(finished).toEqual([]);
+    });
+    const secondEventId = await publishing;
+    expect(finished).toEqual(['first committed', 'second published']);
+    expect(await seqOf(secondEventId)).toBeGreaterThan(await seqOf(firstEventId));
+  });
+
+  it('an organisation without a FIFO endpoint publishes without waiting for its uncommitted publish', async () => {
+    const second = await insertPost(db, { orgId: 'org-unordered', authorId: 'orderer', title: 'second', tags: [] });
+    const { finished } = await overlapping('org-unordered', async (finished) => {
+      const publication = await publishPostWithWebhook(db, second.id, ['org-unordered']);
+      expect(publication?.published).toBe(true);
+      finished.push('second published');
+    });
+    expect(finished).toEqual(['second published', 'first committed']);
+  });
+});

@@ -1,5 +1,5 @@
 import { newEventId, OUTBOX_NOTIFY_CHANNEL, POST_PUBLISHED_EVENT } from '@herald/contracts';
-import { type Database, POST_COLUMNS, type Post, type PublishResult, readRows } from '@herald/db';
+import { type Database, orgOrderLock, POST_COLUMNS, type Post, type PublishResult, readRows } from '@herald/db';
 import type { Kysely } from 'kysely';
 
 /** `data` of a `post.published` webhook: the post as the API shows it (docs/webhooks.md). */
@@ -70,6 +70,8 @@ function publishStatement(notify: boolean, historied: boolean): string {
           where e.org_id = p.org_id and e.deleted_at is null and $5::text = any(e.event_types)
         ) then now() end
       from published p join users u on u.id = p.author_id
+      -- Numbered in commit order when the organisation has a FIFO endpoint: its lock, then seq.
+      cross join lateral ${orgOrderLock('p.org_id')} ordered
       cross join lateral (
         select exists (
           select from webhook_outbox h

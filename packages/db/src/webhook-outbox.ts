@@ -18,6 +18,31 @@ export interface NewOutboxEvent {
 }
 
 /**
+ * A FROM item (use it `cross join lateral`) that takes the organisation's ordering lock when it has an
+ * ordered (FIFO) endpoint, and yields one row either way. The events of such an organisation must be
+ * numbered in the order they commit, since a FIFO endpoint gets them in `seq` order: an insert that
+ * draws its `seq` behind this item, in a transaction that commits next, holds the lock (a transaction-
+ * scoped advisory lock) from before its number is drawn until its commit is visible, so a later
+ * number is never visible first. Organisations without a FIFO endpoint take nothing: one probe of
+ * `webhook_endpoints_org_fifo_idx`, and their writers never wait for each other.
+ * @param orgIdExpression SQL for the organisation's id, e.g. a column of the row being inserted
+ */
+export function orgOrderLock(orgIdExpression: string): string {
+  return `(select count(pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-org-order:' || fifo.org_id, 0))) as locked
+    from (select f.org_id from webhook_endpoints f
+      where f.org_id = ${orgIdExpression} and f.ordering = 'FIFO' and f.deleted_at is null limit 1) fifo)`;
+}
+
+/**
+ * {@link orgOrderLock} as a statement of its own, for a transaction that records an event of `orgId`
+ * next: a no-op for an organisation without a FIFO endpoint.
+ */
+export async function takeOrgOrderLock(db: Kysely<Database>, orgId: string): Promise<void> {
+  await sql`select ordered.locked from (select ${orgId}::text as org_id) event
+    cross join lateral ${sql.raw(orgOrderLock('event.org_id'))} ordered`.execute(db);
+}
+
+/**
  * Records an event in the outbox. Call it with the transaction that makes the change the event
  * announces: the event exists exactly when the change committed, so no event is lost.
  * @throws InvalidWebhookEventError when the body does not match its type's schema in the event
@@ -25,6 +50,8 @@ export interface NewOutboxEvent {
  */
 export async function insertOutboxEvent(db: Kysely<Database>, event: NewOutboxEvent): Promise<void> {
   assertValidWebhookEvent(event);
+  // In commit order for an organisation with a FIFO endpoint: held from here to the commit.
+  await takeOrgOrderLock(db, event.orgId);
   await db
     .insertInto('webhook_outbox')
     .values({

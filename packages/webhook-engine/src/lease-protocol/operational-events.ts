@@ -1,5 +1,11 @@
 import { newEventId, WEBHOOK_DELIVERY_DEAD_EVENT, WEBHOOK_ENDPOINT_DISABLED_EVENT } from '@herald/contracts';
-import { assertValidWebhookEvent, type Database, InvalidWebhookEventError, type WebhookEndpoint } from '@herald/db';
+import {
+  assertValidWebhookEvent,
+  type Database,
+  InvalidWebhookEventError,
+  takeOrgOrderLock,
+  type WebhookEndpoint,
+} from '@herald/db';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 
 /*
@@ -110,6 +116,8 @@ export async function disableWebhookEndpoint(
       input.onInvalidEvent(error);
       return endpoint;
     }
+    // The organisation's ordering lock when it has a FIFO endpoint, held to the commit (see orgOrderLock).
+    await takeOrgOrderLock(trx, endpoint.org_id);
     await trx
       .insertInto('webhook_outbox')
       .values({

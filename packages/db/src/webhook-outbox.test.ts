@@ -1,0 +1,106 @@
+import { newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
+import { TEST_KEYRING } from '@herald/testing';
+import { type Kysely, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { HeraldDatabase } from './create-database.js';
+import type { Database } from './database.js';
+import { testBackends } from './testing.js';
+import { insertWebhookEndpoint } from './webhook-endpoints.js';
+import { insertOutboxEvent, takeOrgOrderLock } from './webhook-outbox.js';
+
+// The organisation's ordering lock: taken by whatever records an event of an organisation with an
+// ordered (FIFO) endpoint, held to the commit, so its events are numbered in the order they commit.
+// PostgreSQL only: waiting takes two connections.
+
+const postgres = testBackends(() => inject('databaseUrl')).find((backend) => backend.name === 'PostgreSQL')!;
+
+describe('the organisation ordering lock', () => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    ({ database, db } = await postgres.openMigrated());
+    for (const [orgId, ordering] of [
+      ['org-ordered', 'FIFO'],
+      ['org-free', 'UNORDERED'],
+    ] as const) {
+      await insertWebhookEndpoint(db, {
+        orgId,
+        url: 'https://example.com/hook',
+        eventTypes: ['post.published'],
+        secret: 'whsec_order',
+        keyring: TEST_KEYRING,
+        ordering,
+      });
+    }
+  });
+
+  afterAll(() => database.close());
+
+  const waiting = async (orgId: string) =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from pg_locks
+          where locktype = 'advisory' and not granted and objsubid = 1
+            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:' || ${orgId}, 0)`.execute(
+          db,
+        )
+      ).rows[0]!.n,
+    );
+
+  /** `record` in a transaction of its own, started while another transaction holds `orgId`'s lock (if any). */
+  async function whileHeld(orgId: string, record: (trx: Kysely<Database>) => Promise<void>) {
+    const order: string[] = [];
+    let recording: Promise<void> | undefined;
+    let waited = 0;
+    await db.transaction().execute(async (holder) => {
+      await takeOrgOrderLock(holder, orgId);
+      recording = db
+        .transaction()
+        .execute(record)
+        .then(() => {
+          order.push('recorded');
+        });
+      const deadline = Date.now() + 2_000;
+      for (;;) {
+        waited = await waiting(orgId);
+        if (waited > 0 || order.length > 0 || Date.now() > deadline) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    });
+    order.push('holder committed');
+    await recording;
+    return { order, waited };
+  }
+
+  const testEvent = (orgId: string) => {
+    const id = newEventId();
+    return {
+      id,
+      orgId,
+      type: WEBHOOK_TEST_EVENT,
+      body: JSON.stringify({
+        id,
+        type: WEBHOOK_TEST_EVENT,
+        created: new Date().toISOString(),
+        data: { endpointId: 'we_order', message: 'order' },
+      }),
+    };
+  };
+
+  it('makes insertOutboxEvent wait for the holder when the organisation has a FIFO endpoint', async () => {
+    const event = testEvent('org-ordered');
+    expect(await whileHeld('org-ordered', (trx) => insertOutboxEvent(trx, event))).toEqual({
+      order: ['holder committed', 'recorded'],
+      waited: 1,
+    });
+    expect(await db.selectFrom('webhook_outbox').select('id').where('id', '=', event.id).execute()).toHaveLength(1);
+  });
+
+  it('takes nothing for an organisation without one: its writers never wait for each other', async () => {
+    expect(await whileHeld('org-free', (trx) => insertOutboxEvent(trx, testEvent('org-free')))).toEqual({
+      order: ['recorded', 'holder committed'],
+      waited: 0,
+    });
+  });
+});

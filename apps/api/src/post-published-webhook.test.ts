@@ -1,10 +1,13 @@
+import { newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import {
   type Database,
   deleteWebhookEndpoint,
   findPostById,
   type HeraldDatabase,
+  insertOutboxEvent,
   insertPost,
   insertWebhookEndpoint,
+  takeOrgOrderLock,
   upsertUser,
 } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
@@ -250,50 +253,95 @@ describe('publishPostWithWebhook numbers events in commit order for an organisat
         )
       ).rows[0]!.n,
     );
+  /** Resolves once a transaction waits for `org-fifo`'s ordering lock (fails after 10 s). */
+  const untilWaiting = async () => {
+    const deadline = Date.now() + 10_000;
+    while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(await waitingForOrderLock()).toBe(1);
+  };
+  const draft = async (orgId: string, title: string) =>
+    (await insertPost(db, { orgId, authorId: 'orderer', title, tags: [] })).id;
 
-  /**
-   * Publishes `first` in a transaction held open until `then` has run, then commits it. Returns what
-   * `then` returned, and the order in which the first commit and the second publish finished.
-   */
-  async function overlapping(orgId: string, then: (finished: string[]) => Promise<void>) {
-    const first = await insertPost(db, { orgId, authorId: 'orderer', title: 'first', tags: [] });
-    const finished: string[] = [];
+  it('a publish waits for the uncommitted one that drew an earlier number, and is numbered after it', async () => {
+    const [first, second] = [await draft('org-fifo', 'first'), await draft('org-fifo', 'second')];
     let firstEventId: string | undefined;
-    await db.transaction().execute(async (trx) => {
-      firstEventId = (await publishPostWithWebhook(trx, first.id, [orgId]))?.eventId;
-      await then(finished);
-    });
-    finished.push('first committed');
-    return { firstEventId, finished };
-  }
-
-  it('a publish waits for the uncommitted one that drew an earlier number, and commits after it', async () => {
-    const second = await insertPost(db, { orgId: 'org-fifo', authorId: 'orderer', title: 'second', tags: [] });
+    let secondDone = false;
     let publishing: Promise<string | undefined> | undefined;
-    const { firstEventId, finished } = await overlapping('org-fifo', async (finished) => {
-      publishing = publishPostWithWebhook(db, second.id, ['org-fifo']).then((publication) => {
-        finished.push('second published');
+    await db.transaction().execute(async (trx) => {
+      firstEventId = (await publishPostWithWebhook(trx, first, ['org-fifo']))?.eventId;
+      publishing = publishPostWithWebhook(db, second, ['org-fifo']).then((publication) => {
+        secondDone = true;
         return publication?.eventId;
       });
-      const deadline = Date.now() + 10_000;
-      while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      expect(await waitingForOrderLock()).toBe(1);
-      expect(finished).toEqual([]);
+      await untilWaiting();
+      expect(secondDone).toBe(false);
     });
     const secondEventId = await publishing;
-    expect(finished).toEqual(['first committed', 'second published']);
     expect(await seqOf(secondEventId)).toBeGreaterThan(await seqOf(firstEventId));
   });
 
-  it('an organisation without a FIFO endpoint publishes without waiting for its uncommitted publish', async () => {
-    const second = await insertPost(db, { orgId: 'org-unordered', authorId: 'orderer', title: 'second', tags: [] });
-    const { finished } = await overlapping('org-unordered', async (finished) => {
-      const publication = await publishPostWithWebhook(db, second.id, ['org-unordered']);
-      expect(publication?.published).toBe(true);
-      finished.push('second published');
+  it('draws its number only once it holds the lock: what the holder records meanwhile is numbered first', async () => {
+    const post = await draft('org-fifo', 'behind the holder');
+    let publishing: Promise<string | undefined> | undefined;
+    const holderEventId = newEventId();
+    await db.transaction().execute(async (holder) => {
+      await takeOrgOrderLock(holder, 'org-fifo');
+      publishing = publishPostWithWebhook(db, post, ['org-fifo']).then((publication) => publication?.eventId);
+      await untilWaiting();
+      // Written after the publish started waiting: were the publish's number drawn before its wait,
+      // this one would get the later number, and commit first.
+      await insertOutboxEvent(holder, {
+        id: holderEventId,
+        orgId: 'org-fifo',
+        type: WEBHOOK_TEST_EVENT,
+        body: JSON.stringify({
+          id: holderEventId,
+          type: WEBHOOK_TEST_EVENT,
+          created: new Date().toISOString(),
+          data: { endpointId: 'we_holder', message: 'recorded by the holder' },
+        }),
+      });
     });
-    expect(finished).toEqual(['second published', 'first committed']);
+    expect(await seqOf(await publishing)).toBeGreaterThan(await seqOf(holderEventId));
+  });
+
+  it("an operator's disable waits for the lock too, and its webhook.endpoint.disabled is numbered after the holder's", async () => {
+    const target = await insertWebhookEndpoint(db, {
+      orgId: 'org-fifo',
+      url: 'https://receiver.example/other',
+      eventTypes: ['post.published'],
+      secret: 'whsec_test',
+      keyring: TEST_KEYRING,
+    });
+    const post = await draft('org-fifo', 'published by the holder');
+    let holderEventId: string | undefined;
+    let disabling: Promise<unknown> | undefined;
+    let disabled = false;
+    await db.transaction().execute(async (holder) => {
+      holderEventId = (await publishPostWithWebhook(holder, post, ['org-fifo']))?.eventId;
+      disabling = disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-fifo'], reason: 'by hand' }).then(() => {
+        disabled = true;
+      });
+      await untilWaiting();
+      expect(disabled).toBe(false);
+    });
+    await disabling;
+    const event = await db
+      .selectFrom('webhook_outbox')
+      .select('seq')
+      .where('exclude_endpoint_id', '=', target.id)
+      .executeTakeFirstOrThrow();
+    expect(Number(event.seq)).toBeGreaterThan(await seqOf(holderEventId));
+  });
+
+  it('an organisation without a FIFO endpoint publishes without waiting for its uncommitted publish', async () => {
+    const [first, second] = [await draft('org-unordered', 'first'), await draft('org-unordered', 'second')];
+    await db.transaction().execute(async (trx) => {
+      expect((await publishPostWithWebhook(trx, first, ['org-unordered']))?.published).toBe(true);
+      // Answered while the first is still open: nothing waited.
+      expect((await publishPostWithWebhook(db, second, ['org-unordered']))?.published).toBe(true);
+    });
   });
 });

@@ -1,5 +1,5 @@
 import { newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
-import { TEST_KEYRING } from '@herald/testing';
+import { TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
@@ -17,9 +17,10 @@ const postgres = testBackends(() => inject('databaseUrl')).find((backend) => bac
 describe('the organisation ordering lock', () => {
   let database: HeraldDatabase;
   let db: Kysely<Database>;
+  let schema: TestSchema | undefined;
 
   beforeAll(async () => {
-    ({ database, db } = await postgres.openMigrated());
+    ({ database, db, schema } = await postgres.openMigrated());
     for (const [orgId, ordering] of [
       ['org-ordered', 'FIFO'],
       ['org-free', 'UNORDERED'],
@@ -35,7 +36,10 @@ describe('the organisation ordering lock', () => {
     }
   });
 
-  afterAll(() => database.close());
+  afterAll(async () => {
+    await database.close();
+    await schema?.drop();
+  });
 
   const waiting = async (orgId: string) =>
     Number(
@@ -61,7 +65,7 @@ describe('the organisation ordering lock', () => {
         .then(() => {
           order.push('recorded');
         });
-      const deadline = Date.now() + 2_000;
+      const deadline = Date.now() + 10_000;
       for (;;) {
         waited = await waiting(orgId);
         if (waited > 0 || order.length > 0 || Date.now() > deadline) break;

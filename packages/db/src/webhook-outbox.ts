@@ -44,7 +44,10 @@ export async function takeOrgOrderLock(db: Kysely<Database>, orgId: string): Pro
 
 /**
  * Records an event in the outbox. Call it with the transaction that makes the change the event
- * announces: the event exists exactly when the change committed, so no event is lost.
+ * announces: the event exists exactly when the change committed, so no event is lost. For an
+ * organisation with a FIFO endpoint it first takes the organisation's ordering lock ({@link orgOrderLock}),
+ * held to the commit: record it after the transaction's row locks, and record one organisation's events
+ * per transaction (two transactions that took two organisations' locks in opposite orders would deadlock).
  * @throws InvalidWebhookEventError when the body does not match its type's schema in the event
  *   catalog; thrown before any statement, so the transaction is still usable without the event
  */

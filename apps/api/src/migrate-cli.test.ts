@@ -16,8 +16,10 @@ const API_DIR = fileURLToPath(new URL('..', import.meta.url));
 const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 /** The last schema before secrets were sealed. */
 const BEFORE_SEALING = '2026-11-27T07-30_webhook-hot-path-without-foreign-keys';
-const K1 = `k1:${Buffer.alloc(32, 0x31).toString('base64')}`;
-const OTHER_K1 = `k1:${Buffer.alloc(32, 0x32).toString('base64')}`;
+/** A keyring of two keys, newest first: the first seals. */
+const KEYRING = `k2:${Buffer.alloc(32, 0x32).toString('base64')},k1:${Buffer.alloc(32, 0x31).toString('base64')}`;
+/** Another key under the id `k2`. */
+const OTHER_K2 = `k2:${Buffer.alloc(32, 0x33).toString('base64')}`;
 const LEGACY = [
   ['we_migrate_hmac', `whsec_${Buffer.alloc(32, 0xc1).toString('base64')}`],
   ['we_migrate_key', `whsk_${Buffer.alloc(32, 0xc2).toString('base64')}`],
@@ -46,7 +48,15 @@ async function migrate(
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
     stderr += chunk;
   });
-  const [code] = await once(child, 'exit');
+  // Bounded: a CLI that hangs fails the test instead of outliving it.
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  let code: unknown;
+  try {
+    [code] = await once(child, 'exit');
+  } finally {
+    clearTimeout(timer);
+    child.kill('SIGKILL');
+  }
   return { code: code as number | null, stdout, stderr };
 }
 
@@ -71,12 +81,12 @@ describe('pnpm migrate on a database that holds plain-text signing secrets', () 
   });
 
   it('seals them under the first key, and they open to the same secrets; a second run seals nothing', async () => {
-    const first = await migrate(schema, K1);
+    const first = await migrate(schema, KEYRING);
     expect(first.stderr).toBe('');
     expect(first.code).toBe(0);
     expect(first.stdout).toContain('Success: 2026-11-28T13-30_webhook-secrets-sealed\n');
     expect(first.stdout).toContain(
-      `sealed ${LEGACY.length} webhook signing secrets stored in plain text under key "k1"`,
+      `sealed ${LEGACY.length} webhook signing secrets stored in plain text under key "k2"`,
     );
 
     const database = await createDatabase({ kind: 'postgres', url: schema.url });
@@ -86,9 +96,9 @@ describe('pnpm migrate on a database that holds plain-text signing secrets', () 
       expect(rows).toHaveLength(LEGACY.length);
       for (const row of rows) {
         expect(row.secret).toBeNull();
-        expect(envelopeKeyId(row.sealed_secret ?? '')).toBe('k1');
+        expect(envelopeKeyId(row.sealed_secret ?? '')).toBe('k2');
       }
-      const keyring = [{ id: 'k1', key: Buffer.from(K1.slice(3), 'base64') }] as const;
+      const keyring = [{ id: 'k2', key: Buffer.alloc(32, 0x32) }] as const;
       for (const [endpointId, secret] of LEGACY) {
         expect(await listActiveWebhookSecrets(database.db, endpointId, keyring)).toEqual([secret]);
       }
@@ -98,18 +108,20 @@ describe('pnpm migrate on a database that holds plain-text signing secrets', () 
     const dump = await dumpSchema(inject('databaseUrl'), schema.schema);
     for (const [, secret] of LEGACY) expect(dump).not.toContain(secret.slice(secret.indexOf('_') + 1));
 
-    const again = await migrate(schema, K1);
+    const again = await migrate(schema, KEYRING);
     expect(again.code).toBe(0);
     expect(again.stdout).toBe('database is up to date\nwebhook signing secrets: none in plain text\n');
   });
 
   it('refuses a keyring that holds another key under the id in use: one line naming the variable, exit 1', async () => {
-    const refused = await migrate(schema, OTHER_K1);
+    // Sealed under k2 first (nothing to do if the test above ran), then another key under that id.
+    expect((await migrate(schema, KEYRING)).code).toBe(0);
+    const refused = await migrate(schema, OTHER_K2);
     expect(refused.code).toBe(1);
     const lines = refused.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(
-      /^herald: the signing secret of endpoint we_migrate_\w+ does not open with key "k1" of HERALD_ENCRYPTION_KEYS/,
+      /^herald: the signing secret of endpoint we_migrate_\w+ does not open with key "k2" of HERALD_ENCRYPTION_KEYS/,
     );
   });
 });

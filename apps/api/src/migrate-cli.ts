@@ -10,9 +10,9 @@ import { loadOrCreateDevEncryptionKeys } from './dev-credentials.js';
 import { loadApiConfig } from './env.js';
 
 // `pnpm migrate`: brings the configured database (DATABASE_URL, or the embedded one) to the latest schema,
-// then seals under the keyring every webhook signing secret still stored in plain text (a database of a
-// version before encryption at rest) and checks that the keyring opens what is stored, as the API's
-// start does: run ahead of a rollout, it leaves the new pods nothing to seal.
+// then checks that the keyring opens what is stored and seals under it every webhook signing secret still
+// stored in plain text (a database of a version before encryption at rest), as the API's start does
+// (docs/operations.md, "Webhook encryption keys", says when to run it during an upgrade).
 // An embedded data directory is locked while migrating: refused (exit 1, one line) while a server has it.
 // Output never throws or blocks when its reader is gone or stalled (log-output.ts).
 const out = stdoutLogOutput();

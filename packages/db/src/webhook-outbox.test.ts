@@ -6,7 +6,7 @@ import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { testBackends } from './testing.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
-import { insertOutboxEvent, takeOrgOrderLock } from './webhook-outbox.js';
+import { insertOutboxEvent } from './webhook-outbox.js';
 
 // The organisation's ordering lock: taken by whatever records an event of an organisation with an
 // ordered (FIFO) endpoint, held to the commit, so its events are numbered in the order they commit.
@@ -52,13 +52,29 @@ describe('the organisation ordering lock', () => {
       ).rows[0]!.n,
     );
 
-  /** `record` in a transaction of its own, started while another transaction holds `orgId`'s lock (if any). */
+  const testEvent = (orgId: string) => {
+    const id = newEventId();
+    return {
+      id,
+      orgId,
+      type: WEBHOOK_TEST_EVENT,
+      body: JSON.stringify({
+        id,
+        type: WEBHOOK_TEST_EVENT,
+        created: new Date().toISOString(),
+        data: { endpointId: 'we_order', message: 'order' },
+      }),
+    };
+  };
+
+  /** `record` in a transaction of its own, started while another transaction has recorded an event of `orgId` and is still open. */
   async function whileHeld(orgId: string, record: (trx: Kysely<Database>) => Promise<void>) {
     const order: string[] = [];
     let recording: Promise<void> | undefined;
     let waited = 0;
     await db.transaction().execute(async (holder) => {
-      await takeOrgOrderLock(holder, orgId);
+      // The holder records an event of the organisation, as a publish would, and stays open.
+      await insertOutboxEvent(holder, testEvent(orgId));
       recording = db
         .transaction()
         .execute(record)
@@ -76,21 +92,6 @@ describe('the organisation ordering lock', () => {
     await recording;
     return { order, waited };
   }
-
-  const testEvent = (orgId: string) => {
-    const id = newEventId();
-    return {
-      id,
-      orgId,
-      type: WEBHOOK_TEST_EVENT,
-      body: JSON.stringify({
-        id,
-        type: WEBHOOK_TEST_EVENT,
-        created: new Date().toISOString(),
-        data: { endpointId: 'we_order', message: 'order' },
-      }),
-    };
-  };
 
   it('makes insertOutboxEvent wait for the holder when the organisation has a FIFO endpoint', async () => {
     const event = testEvent('org-ordered');

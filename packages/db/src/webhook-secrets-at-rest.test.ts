@@ -122,11 +122,22 @@ describe.each(backends)('webhook secrets at rest on $name', ({ openMigrated }) =
     await db.deleteFrom('webhook_endpoint_secrets').where('endpoint_id', '=', 'we_legacy_key').execute();
   });
 
-  it('refuses a keyring that lacks the key in use, or holds another key under its id, naming the variable', async () => {
+  it('refuses a keyring that lacks the key in use, or holds another key under its id, naming the variable, and seals nothing under it', async () => {
+    // A row still in plain text (written by a process of the previous version): a refused keyring leaves it so.
+    const late = `whsec_${Buffer.alloc(32, 0xc5).toString('base64')}`;
+    await sql`insert into webhook_endpoint_secrets (endpoint_id, secret) values ('we_legacy_hmac', ${late})`.execute(
+      db,
+    );
+    const plaintextRows = async () =>
+      (await db.selectFrom('webhook_endpoint_secrets').select('id').where('secret', 'is not', null).execute()).length;
     await expect(prepareWebhookSecrets(db, [K2])).rejects.toThrow(/"k1", which HERALD_ENCRYPTION_KEYS does not list/);
     await expect(prepareWebhookSecrets(db, [{ id: 'k1', key: K2.key }])).rejects.toThrow(
       /does not open with key "k1" of HERALD_ENCRYPTION_KEYS/,
     );
+    expect(await plaintextRows()).toBe(1);
+    expect(await prepareWebhookSecrets(db, [K1])).toEqual({ sealed: 1 });
+    expect(await plaintextRows()).toBe(0);
+    await db.deleteFrom('webhook_endpoint_secrets').where('endpoint_id', '=', 'we_legacy_hmac').execute();
   });
 
   it('re-encrypts every row under a new first key, in batches, after which the old key is not needed', async () => {

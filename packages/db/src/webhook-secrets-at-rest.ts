@@ -128,17 +128,17 @@ export async function countNotUnderFirstKey(db: Kysely<Database>, keyring: Secre
 }
 
 /**
- * At start: seals any plaintext row, then opens one row per key id found, so a keyring that lacks a
- * key in use, or holds a different key under its id, stops the start with one message.
+ * At start: opens one sealed row per key id found, then seals any plaintext row. A keyring that lacks
+ * a key in use, or holds a different key under its id, stops the start with one message before
+ * anything is sealed, so a wrong keyring never seals plaintext under a key the other processes lack.
  * @throws SecretUnreadableError naming the endpoint and the key id (never secret material)
  */
 export async function prepareWebhookSecrets(db: Kysely<Database>, keyring: SecretKeyring): Promise<{ sealed: number }> {
-  const sealed = await sealPlaintextWebhookSecrets(db, keyring);
   // One row per key id: a handful of rows however many endpoints (ids are few: one per key ever used).
   const { rows } = await sql<{ endpoint_id: string; sealed_secret: string }>`
     select distinct on (split_part(sealed_secret, ':', 2)) endpoint_id, sealed_secret
     from webhook_endpoint_secrets where sealed_secret is not null
     order by split_part(sealed_secret, ':', 2), id desc`.execute(db);
   for (const row of rows) openSecret(keyring, row.endpoint_id, row.sealed_secret);
-  return { sealed };
+  return { sealed: await sealPlaintextWebhookSecrets(db, keyring) };
 }

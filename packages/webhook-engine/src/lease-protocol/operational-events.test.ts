@@ -4,7 +4,7 @@ import {
   WEBHOOK_ENDPOINT_DISABLED_EVENT,
   WEBHOOK_EVENT_ID_PREFIX,
 } from '@herald/contracts';
-import { type Database, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
+import { type Database, type HeraldDatabase, insertWebhookEndpoint, takeOrgOrderLock } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
@@ -146,5 +146,68 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
       attempts: 3,
       lastError: 'HTTP 410',
     });
+  });
+});
+
+// The events written while recording an outcome take no organisation ordering lock (docs/webhooks.md,
+// "Ordered endpoints"): a dispatcher recording outcomes never waits for a tenant's open write, even of an
+// organisation with a FIFO endpoint. PostgreSQL only: it takes two connections.
+describe('operational events written by the record on PostgreSQL', () => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+
+  beforeAll(async () => {
+    ({ database, db } = await backends.find((backend) => backend.name === 'PostgreSQL')!.openMigrated());
+  });
+
+  afterAll(() => database.close());
+
+  it("records a dead delivery and its webhook.delivery.dead while the organisation's ordering lock is held", async () => {
+    const endpoint = await insertWebhookEndpoint(db, {
+      orgId: 'org-ordered-ops',
+      url: 'https://example.com/ordered-ops',
+      eventTypes: ['post.published'],
+      secret: 'whsec_ordered_ops',
+      keyring: TEST_KEYRING,
+      ordering: 'FIFO',
+    });
+    await sql`
+      insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, next_attempt_at,
+        attempt_count, lease_token, leased_until)
+      values ('del_ordered_ops', 'evt_ordered_ops', ${endpoint.id}, 'org-ordered-ops', 'post.published', 'PENDING',
+        now(), 2, 'a:ordered-ops', now() + interval '1 minute')`.execute(db);
+    await db.transaction().execute(async (holder) => {
+      await takeOrgOrderLock(holder, 'org-ordered-ops');
+      const recorded = await Promise.race([
+        recordOutcomes(
+          db,
+          [
+            {
+              deliveryId: 'del_ordered_ops',
+              endpointId: endpoint.id,
+              lease: 'a:ordered-ops',
+              at: new Date(),
+              statusCode: 500,
+              durationMs: 3,
+              error: 'HTTP 500',
+              responseBody: null,
+              next: { status: 'DEAD' },
+              health: 'failure',
+            },
+          ],
+          { disableAfterMs: 86_400_000 },
+        ),
+        // Were it to wait for the lock, it would wait for this transaction: the race ends it.
+        new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 10_000)),
+      ]);
+      expect(recorded).not.toBe('waited');
+      expect(recorded).toMatchObject({ events: 1 });
+    });
+    const [dead] = await db
+      .selectFrom('webhook_outbox')
+      .select(['type', 'org_id'])
+      .where('exclude_endpoint_id', '=', endpoint.id)
+      .execute();
+    expect(dead).toEqual({ type: WEBHOOK_DELIVERY_DEAD_EVENT, org_id: 'org-ordered-ops' });
   });
 });

@@ -28,9 +28,18 @@ export interface NewOutboxEvent {
  * @param orgIdExpression SQL for the organisation's id, e.g. a column of the row being inserted
  */
 export function orgOrderLock(orgIdExpression: string): string {
-  return `(select count(pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-org-order:' || fifo.org_id, 0))) as locked
+  return `(select count(pg_advisory_xact_lock(${orgOrderLockKey('fifo.org_id')})) as locked
     from (select f.org_id from webhook_endpoints f
       where f.org_id = ${orgIdExpression} and f.ordering = 'FIFO' and f.deleted_at is null limit 1) fifo)`;
+}
+
+/**
+ * The advisory lock key of {@link orgOrderLock} (a bigint SQL expression), for a statement that takes
+ * several organisations' locks: take them in the order of their keys, so that two such statements
+ * never wait for each other.
+ */
+export function orgOrderLockKey(orgIdExpression: string): string {
+  return `hashtextextended(current_schema() || ':herald-org-order:' || ${orgIdExpression}, 0)`;
 }
 
 /**

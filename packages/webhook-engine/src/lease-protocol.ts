@@ -135,8 +135,9 @@
  * waiting, so a lane holding the line's next ones never has to give them back). The line is the
  * endpoint's PENDING deliveries by `fifo_seq` (partial index `webhook_deliveries_fifo_line_idx`); its
  * head is the first. Outbox `seq` is commit order within an organisation that has a FIFO endpoint: its
- * publishes and an operator's disable take its ordering lock (@herald/db `orgOrderLock`) before drawing
- * a `seq` and hold it to their commit; step 4's operational events do not (see docs/webhooks.md). Only the head is attempted, and only when no event of the organisation with a
+ * publishes, an operator's disable and replays take its ordering lock (@herald/db `orgOrderLock`) after
+ * their row locks and before drawing a `seq`, and hold it to their commit; step 4's operational events
+ * do not (see docs/webhooks.md). Only the head is attempted, and only when no event of the organisation with a
  * lower outbox `seq` is still waiting for its fan-out (one whose fan-out has not committed could
  * otherwise be overtaken by a later one another dispatcher fanned out first). The rest wait with no
  * `next_attempt_at`, so the due scan's index does not see them (a stuck head with 100,000 behind it

@@ -1,12 +1,12 @@
-import { checkWebhookEventBody, WEBHOOK_TEST_EVENT } from '@herald/contracts';
-import { type Database, type HeraldDatabase, insertWebhookEndpoint } from '@herald/db';
+import { checkWebhookEventBody, newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
+import { type Database, type HeraldDatabase, insertOutboxEvent, insertWebhookEndpoint } from '@herald/db';
 import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { watchDeliveryUpdates } from '../testing/delivery-statements.js';
 import { disableWebhookEndpoint } from './operational-events.js';
-import { DEAD_LETTER_REPLAY_PAGE, replayDeadLetters } from './replay.js';
+import { DEAD_LETTER_REPLAY_PAGE, replayDeadLetters, replayWebhookDelivery } from './replay.js';
 import { insertTestWebhook } from './test-send.js';
 
 // Dead-letter replays and the test send, on both backends (embedded mode runs them on PGlite). The
@@ -177,5 +177,106 @@ describe.each(backends)('replays and test sends on $name', ({ openMigrated }) =>
 
     await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-r'], reason: 'off' });
     expect(await insertTestWebhook(db, target)).toMatchObject({ status: 'SKIPPED', next_attempt_at: null });
+  });
+});
+
+// A replay onto a FIFO endpoint takes its place in the line under the organisation's ordering lock, as the
+// organisation's publishes do: a replay that starts while an event of the organisation is being written
+// waits for its commit, and is placed after it. PostgreSQL only: it takes two connections.
+describe('replays in commit order with the organisation ordering lock on PostgreSQL', () => {
+  let database: HeraldDatabase;
+  let db: Kysely<Database>;
+  let endpointId: string;
+  let counter = 0;
+
+  beforeAll(async () => {
+    ({ database, db } = await backends.find((backend) => backend.name === 'PostgreSQL')!.openMigrated());
+    endpointId = (
+      await insertWebhookEndpoint(db, {
+        orgId: 'org-replay-order',
+        url: 'https://example.com/replay-order',
+        eventTypes: ['post.published'],
+        secret: 'whsec_replay_order',
+        keyring: TEST_KEYRING,
+        ordering: 'FIFO',
+      })
+    ).id;
+  });
+
+  afterAll(() => database.close());
+
+  async function deadLetter(): Promise<string> {
+    counter += 1;
+    const id = `del_replay_order_${counter}`;
+    await sql`
+      insert into webhook_deliveries (id, event_id, endpoint_id, org_id, event_type, status, attempt_count)
+      values (${id}, ${`evt_replay_order_${counter}`}, ${endpointId}, 'org-replay-order', 'post.published', 'DEAD', 3)
+    `.execute(db);
+    return id;
+  }
+
+  const waitingForOrderLock = async () =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from pg_locks
+          where locktype = 'advisory' and not granted and objsubid = 1
+            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:org-replay-order', 0)`.execute(
+          db,
+        )
+      ).rows[0]!.n,
+    );
+
+  /** Runs `replay` while a transaction that recorded an event of the organisation is open; the event's seq and the replay's place. */
+  async function behindAnOpenEvent(replay: () => Promise<unknown>, deliveryId: string) {
+    let replaying: Promise<unknown> | undefined;
+    let replayed = false;
+    let eventSeq = 0;
+    await db.transaction().execute(async (holder) => {
+      const id = newEventId();
+      await insertOutboxEvent(holder, {
+        id,
+        orgId: 'org-replay-order',
+        type: WEBHOOK_TEST_EVENT,
+        body: JSON.stringify({
+          id,
+          type: WEBHOOK_TEST_EVENT,
+          created: new Date().toISOString(),
+          data: { endpointId, message: 'written while the replay starts' },
+        }),
+      });
+      eventSeq = Number(
+        (await holder.selectFrom('webhook_outbox').select('seq').where('id', '=', id).executeTakeFirstOrThrow()).seq,
+      );
+      replaying = replay().then(() => {
+        replayed = true;
+      });
+      const deadline = Date.now() + 10_000;
+      while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(await waitingForOrderLock()).toBe(1);
+      expect(replayed).toBe(false);
+    });
+    await replaying;
+    const row = await db
+      .selectFrom('webhook_deliveries')
+      .select(['status', 'fifo_seq'])
+      .where('id', '=', deliveryId)
+      .executeTakeFirstOrThrow();
+    return { eventSeq, status: row.status, place: Number(row.fifo_seq) };
+  }
+
+  it('a replay of one delivery waits for the open write and takes the place after it', async () => {
+    const id = await deadLetter();
+    const { eventSeq, status, place } = await behindAnOpenEvent(() => replayWebhookDelivery(db, id), id);
+    expect(status).toBe('PENDING');
+    expect(place).toBeGreaterThan(eventSeq);
+  });
+
+  it('a replay of dead letters by id does the same', async () => {
+    const id = await deadLetter();
+    const { eventSeq, status, place } = await behindAnOpenEvent(() => replayDeadLetters(db, { ids: [id] }), id);
+    expect(status).toBe('PENDING');
+    expect(place).toBeGreaterThan(eventSeq);
   });
 });

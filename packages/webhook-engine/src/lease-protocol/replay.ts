@@ -1,4 +1,4 @@
-import type { Database, WebhookDelivery } from '@herald/db';
+import { type Database, orgOrderLock, orgOrderLockKey, type WebhookDelivery } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
 
 /*
@@ -14,16 +14,37 @@ export const DEAD_LETTER_REPLAY_PAGE = 500;
 /**
  * The values a replay gives a delivery so that it goes to the back of its endpoint's line when the
  * endpoint is FIFO (a fresh place from the outbox sequence, waiting: no `next_attempt_at`), and is due
- * now otherwise.
- * @param row how the replayed row (with its `endpoint_id`) is named in the statement
+ * now otherwise. The place is drawn under the organisation's ordering lock (@herald/db `orgOrderLock`),
+ * after the replayed row is locked, so it is in commit order with the organisation's events: taken
+ * here for the row (`locked: false`), or already taken by the statement for every organisation it
+ * replays, in key order (`locked: true`, {@link orgOrderLocks}).
+ * @param row how the replayed row (with its `endpoint_id` and `org_id`) is named in the statement
  */
-export function replayedLinePlace(row = 'webhook_deliveries') {
+export function replayedLinePlace(row: string, options: { locked: boolean }) {
   const fifo = sql`exists (select 1 from webhook_endpoints fifo_endpoint
     where fifo_endpoint.id = ${sql.ref(`${row}.endpoint_id`)} and fifo_endpoint.ordering = 'FIFO')`;
+  const place = sql<string>`nextval(pg_get_serial_sequence('webhook_outbox', 'seq'))`;
   return {
     nextAttemptAt: sql<Date | null>`case when ${fifo} then null else now() end`,
-    fifoSeq: sql<string | null>`case when ${fifo} then nextval(pg_get_serial_sequence('webhook_outbox', 'seq')) end`,
+    fifoSeq: options.locked
+      ? sql<string | null>`case when ${fifo} then ${place} end`
+      : sql<
+          string | null
+        >`case when ${fifo} then (select ${place} from ${sql.raw(orgOrderLock(`${row}.org_id`))} ordered) end`,
   };
+}
+
+/**
+ * Takes the ordering locks of the organisations of `rows` (a CTE with `endpoint_id`) that have a FIFO
+ * endpoint among them, in the order of their keys: a statement replaying several organisations' deliveries
+ * takes them all before drawing any place, and two such statements never wait for each other.
+ */
+function orgOrderLocks(rows: string) {
+  return sql`(select count(pg_advisory_xact_lock(fifo.key)) as locked from (
+    select distinct ${sql.raw(orgOrderLockKey('endpoint.org_id'))} as key
+    from ${sql.table(rows)} row join webhook_endpoints endpoint on endpoint.id = row.endpoint_id
+    where endpoint.ordering = 'FIFO' and endpoint.deleted_at is null
+    order by key) fifo)`;
 }
 
 /**
@@ -34,7 +55,7 @@ export function replayedLinePlace(row = 'webhook_deliveries') {
  * @returns the delivery, or undefined when it does not exist
  */
 export async function replayWebhookDelivery(db: Kysely<Database>, id: string): Promise<WebhookDelivery | undefined> {
-  const place = replayedLinePlace();
+  const place = replayedLinePlace('webhook_deliveries', { locked: false });
   return (
     db
       // The row locked first: a replay racing this one waits, then sees the success already moved.
@@ -157,12 +178,16 @@ async function replayStatement(
   db: Kysely<Database>,
   page: ReturnType<typeof sql>,
 ): Promise<{ ids: string[]; scanned: number; lastSeq: string | null }> {
-  const place = replayedLinePlace('page');
+  const place = replayedLinePlace('page', { locked: true });
   const { rows } = await sql<{ ids: string[] | null; scanned: number; last_seq: string | null }>`
-    with page as (${page}), placed as (
-      -- Places in a FIFO line are taken in seq order (the select list is evaluated after the sort).
+    with page as (${page} for update), ordered as (
+      -- The page's rows are locked first, then its organisations' ordering locks, in key order.
+      select locked from ${orgOrderLocks('page')} locks
+    ), placed as (
+      -- Places in a FIFO line are taken in seq order (the select list is evaluated after the sort),
+      -- once the locks above are held.
       select page.id, ${place.nextAttemptAt} as next_attempt_at, ${place.fifoSeq} as fifo_seq
-      from page order by page.seq
+      from page cross join ordered order by page.seq
     ), replayed as (
       -- Re-checked on the row's latest version: one replayed meanwhile by someone else is left alone.
       update webhook_deliveries delivery

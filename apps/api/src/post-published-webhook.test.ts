@@ -10,7 +10,7 @@ import {
   takeOrgOrderLock,
   upsertUser,
 } from '@herald/db';
-import { testBackends } from '@herald/db/testing';
+import { testBackends, untilOrgOrderLockWaiter } from '@herald/db/testing';
 import { TEST_KEYRING, type TestSchema } from '@herald/testing';
 import { createOutboxListener, disableWebhookEndpoint } from '@herald/webhook-engine';
 import { type Kysely, sql } from 'kysely';
@@ -242,25 +242,8 @@ describe('publishPostWithWebhook numbers events in commit order for an organisat
           .executeTakeFirstOrThrow()
       ).seq,
     );
-  /** Transactions waiting for the ordering lock of `org-fifo` in this schema. */
-  const waitingForOrderLock = async () =>
-    Number(
-      (
-        await sql<{ n: string }>`select count(*) as n from pg_locks
-          where locktype = 'advisory' and not granted and objsubid = 1
-            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:org-fifo', 0)`.execute(
-          db,
-        )
-      ).rows[0]!.n,
-    );
   /** Resolves once a transaction waits for `org-fifo`'s ordering lock (fails after 10 s). */
-  const untilWaiting = async () => {
-    const deadline = Date.now() + 10_000;
-    while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    expect(await waitingForOrderLock()).toBe(1);
-  };
+  const untilWaiting = async () => expect(await untilOrgOrderLockWaiter(db, 'org-fifo')).toBe(1);
   const draft = async (orgId: string, title: string) =>
     (await insertPost(db, { orgId, authorId: 'orderer', title, tags: [] })).id;
 

@@ -4,6 +4,7 @@ import { createDatabase, type HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
 import { migrateToLatest } from './migrate.js';
 import { migrationProvider } from './migrations/index.js';
+import { orgOrderLockKey } from './webhook-outbox.js';
 
 /*
  * The two backends Herald's data access runs on, for tests that pin the same behaviour on both:
@@ -70,4 +71,30 @@ export async function migrateTestDatabaseTo(db: Kysely<Database>, to: string): P
   const { error, results = [] } = await migrator.migrateTo(to);
   if (error) throw error;
   return results;
+}
+
+/**
+ * Transactions of this database waiting for `orgId`'s ordering lock in the connection's schema (see
+ * `orgOrderLock` in webhook-outbox.ts), from `pg_locks`. PostgreSQL only.
+ */
+export async function orgOrderLockWaiters(db: Kysely<Database>, orgId: string): Promise<number> {
+  const { rows } = await sql<{ n: string }>`select count(*) as n
+    from pg_locks, (select ${orgId}::text as org_id) org
+    where locktype = 'advisory' and not granted and objsubid = 1
+      and ((classid::bigint << 32) | objid::bigint) = ${sql.raw(orgOrderLockKey('org.org_id'))}`.execute(db);
+  return Number(rows[0]!.n);
+}
+
+/** Polls {@link orgOrderLockWaiters} until a transaction waits for `orgId`'s lock, or `timeoutMs` passes; returns the last count. */
+export async function untilOrgOrderLockWaiter(
+  db: Kysely<Database>,
+  orgId: string,
+  timeoutMs = 10_000,
+): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const waiting = await orgOrderLockWaiters(db, orgId);
+    if (waiting > 0 || Date.now() > deadline) return waiting;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }

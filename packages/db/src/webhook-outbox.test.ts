@@ -1,10 +1,10 @@
 import { newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { TEST_KEYRING, type TestSchema } from '@herald/testing';
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
-import { testBackends } from './testing.js';
+import { orgOrderLockWaiters, testBackends } from './testing.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
 import { insertOutboxEvent } from './webhook-outbox.js';
 
@@ -41,17 +41,6 @@ describe('the organisation ordering lock', () => {
     await schema?.drop();
   });
 
-  const waiting = async (orgId: string) =>
-    Number(
-      (
-        await sql<{ n: string }>`select count(*) as n from pg_locks
-          where locktype = 'advisory' and not granted and objsubid = 1
-            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:' || ${orgId}, 0)`.execute(
-          db,
-        )
-      ).rows[0]!.n,
-    );
-
   const testEvent = (orgId: string) => {
     const id = newEventId();
     return {
@@ -83,7 +72,7 @@ describe('the organisation ordering lock', () => {
         });
       const deadline = Date.now() + 10_000;
       for (;;) {
-        waited = await waiting(orgId);
+        waited = await orgOrderLockWaiters(db, orgId);
         if (waited > 0 || order.length > 0 || Date.now() > deadline) break;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }

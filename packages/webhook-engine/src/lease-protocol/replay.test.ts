@@ -1,6 +1,6 @@
 import { checkWebhookEventBody, newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { type Database, type HeraldDatabase, insertOutboxEvent, insertWebhookEndpoint } from '@herald/db';
-import { testBackends } from '@herald/db/testing';
+import { testBackends, untilOrgOrderLockWaiter } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -215,17 +215,6 @@ describe('replays in commit order with the organisation ordering lock on Postgre
     return id;
   }
 
-  const waitingForOrderLock = async () =>
-    Number(
-      (
-        await sql<{ n: string }>`select count(*) as n from pg_locks
-          where locktype = 'advisory' and not granted and objsubid = 1
-            and ((classid::bigint << 32) | objid::bigint) = hashtextextended(current_schema() || ':herald-org-order:org-replay-order', 0)`.execute(
-          db,
-        )
-      ).rows[0]!.n,
-    );
-
   /** Runs `replay` while a transaction that recorded an event of the organisation is open; the event's seq and the replay's place. */
   async function behindAnOpenEvent(replay: () => Promise<unknown>, deliveryId: string) {
     let replaying: Promise<unknown> | undefined;
@@ -250,11 +239,7 @@ describe('replays in commit order with the organisation ordering lock on Postgre
       replaying = replay().then(() => {
         replayed = true;
       });
-      const deadline = Date.now() + 10_000;
-      while ((await waitingForOrderLock()) === 0 && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      expect(await waitingForOrderLock()).toBe(1);
+      expect(await untilOrgOrderLockWaiter(db, 'org-replay-order')).toBe(1);
       expect(replayed).toBe(false);
     });
     await replaying;

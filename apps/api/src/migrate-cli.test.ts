@@ -124,4 +124,26 @@ describe('pnpm migrate on a database that holds plain-text signing secrets', () 
       /^herald: the signing secret of endpoint we_migrate_\w+ does not open with key "k2" of HERALD_ENCRYPTION_KEYS/,
     );
   });
+
+  it('refuses a malformed keyring before touching the database: one line naming the variable, exit 1', async () => {
+    const before = await sealedKeyIds(schema);
+    const refused = await migrate(schema, 'k1:not-a-32-byte-key');
+    expect(refused.code).toBe(1);
+    const lines = refused.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^herald: invalid configuration: HERALD_ENCRYPTION_KEYS/);
+    expect(await sealedKeyIds(schema)).toEqual(before);
+  });
 });
+
+/** Each signing secret row's key id (null: still plain text), by row. */
+async function sealedKeyIds(schema: TestSchema): Promise<Array<string | undefined>> {
+  const database = await createDatabase({ kind: 'postgres', url: schema.url });
+  try {
+    const { rows } = await sql<{ sealed_secret: string | null }>`
+      select sealed_secret from webhook_endpoint_secrets order by id`.execute(database.db);
+    return rows.map((row) => (row.sealed_secret === null ? undefined : envelopeKeyId(row.sealed_secret)));
+  } finally {
+    await database.close();
+  }
+}

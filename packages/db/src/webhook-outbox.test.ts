@@ -1,12 +1,13 @@
 import { newEventId, WEBHOOK_TEST_EVENT } from '@herald/contracts';
 import { TEST_KEYRING, type TestSchema } from '@herald/testing';
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { HeraldDatabase } from './create-database.js';
 import type { Database } from './database.js';
-import { orgOrderLockWaiters, testBackends } from './testing.js';
+import { orgOrderLockWaiters, testBackends, untilOrgOrderLockWaiter } from './testing.js';
 import { insertWebhookEndpoint } from './webhook-endpoints.js';
-import { insertOutboxEvent } from './webhook-outbox.js';
+import { insertOutboxEvent, orgOrderLockKey } from './webhook-outbox.js';
 
 // The organisation's ordering lock: taken by whatever records an event of an organisation with an
 // ordered (FIFO) endpoint, held to the commit, so its events are numbered in the order they commit.
@@ -23,6 +24,7 @@ describe('the organisation ordering lock', () => {
     ({ database, db, schema } = await postgres.openMigrated());
     for (const [orgId, ordering] of [
       ['org-ordered', 'FIFO'],
+      ['org-ordered-too', 'FIFO'],
       ['org-free', 'UNORDERED'],
     ] as const) {
       await insertWebhookEndpoint(db, {
@@ -96,5 +98,40 @@ describe('the organisation ordering lock', () => {
       order: ['recorded', 'holder committed'],
       waited: 0,
     });
+  });
+
+  it("never holds another organisation's writes, even one with a FIFO endpoint of its own", async () => {
+    await db.transaction().execute(async (holder) => {
+      await insertOutboxEvent(holder, testEvent('org-ordered'));
+      const other = testEvent('org-ordered-too');
+      // Were it to wait for the holder, it would wait for this transaction: the race ends it after 10 s.
+      const recorded = await Promise.race([
+        db
+          .transaction()
+          .execute((trx) => insertOutboxEvent(trx, other))
+          .then(() => 'recorded'),
+        new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 10_000)),
+      ]);
+      expect(recorded).toBe('recorded');
+    });
+  });
+
+  it('is let go when its holder dies: pg_terminate_backend of the holder, and the waiting write is recorded', async () => {
+    const holder = new pg.Client({ connectionString: schema!.url });
+    holder.on('error', () => {}); // terminated below, on purpose
+    await holder.connect();
+    try {
+      const pid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+      await holder.query('begin');
+      await holder.query(`select pg_advisory_xact_lock(${orgOrderLockKey("'org-ordered'")})`);
+      const event = testEvent('org-ordered');
+      const recording = db.transaction().execute((trx) => insertOutboxEvent(trx, event));
+      expect(await untilOrgOrderLockWaiter(db, 'org-ordered')).toBe(1);
+      await sql`select pg_terminate_backend(${pid})`.execute(db);
+      await recording;
+      expect(await db.selectFrom('webhook_outbox').select('id').where('id', '=', event.id).execute()).toHaveLength(1);
+    } finally {
+      await holder.end().catch(() => {});
+    }
   });
 });

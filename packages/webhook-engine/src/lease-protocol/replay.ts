@@ -42,7 +42,7 @@ export function replayedLinePlace(row: string, options: { locked: boolean }) {
 function orgOrderLocks(rows: string) {
   return sql`(select count(pg_advisory_xact_lock(fifo.key)) as locked from (
     select distinct ${sql.raw(orgOrderLockKey('endpoint.org_id'))} as key
-    from ${sql.table(rows)} row join webhook_endpoints endpoint on endpoint.id = row.endpoint_id
+    from ${sql.table(rows)} candidate join webhook_endpoints endpoint on endpoint.id = candidate.endpoint_id
     where endpoint.ordering = 'FIFO' and endpoint.deleted_at is null
     order by key) fifo)`;
 }

@@ -25,6 +25,7 @@ import {
   flushCommits,
   recordOutcomes,
 } from '@herald/webhook-engine';
+import { attemptOutcome } from '@herald/webhook-engine/testing';
 import { type Kysely, sql } from 'kysely';
 
 const events = Number(process.argv[2] ?? 3000);
@@ -54,18 +55,7 @@ const cpuOf = (pid: number) => {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
 };
-const success = (d: ClaimedDelivery) => ({
-  deliveryId: d.id,
-  endpointId: d.endpointId,
-  lease: d.lease,
-  at: new Date(),
-  statusCode: 200,
-  durationMs: 1,
-  error: null,
-  responseBody: null,
-  next: { status: 'SUCCEEDED' as const },
-  health: 'success' as const,
-});
+const success = (d: ClaimedDelivery) => attemptOutcome(d);
 const LEASE_MS = 15_000;
 /** Seals the one endpoint's secret (nothing here opens it). */
 const MICRO_KEYRING = [{ id: 'micro', key: Buffer.alloc(32, 1) }] as const;

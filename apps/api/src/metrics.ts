@@ -1,5 +1,5 @@
 import { registerLiveHeapMetric } from '@herald/config/live-heap-metric';
-import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
+import { webhookEventsInvalidCounter } from '@herald/webhook-engine';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
@@ -76,13 +76,8 @@ export function createApiMetrics(): ApiMetrics {
   // Every reason exists from the start at 0: the dashboard shows 0 rather than no data, and rate() sees
   // the first error (a series born at 1 has no earlier sample to grow from).
   for (const reason of DELIVERY_ERROR_REASONS) deliveryErrors.inc({ reason }, 0);
-  const webhookEventsInvalid = new Counter({
-    name: 'herald_webhook_events_invalid_total',
-    help: 'Webhook events not recorded because their body did not match the event catalog (a bug), by type',
-    labelNames: ['type'],
-    registers: [registry],
-  });
-  for (const type of WEBHOOK_EVENT_TYPES) webhookEventsInvalid.inc({ type }, 0);
+  // The same series as the dispatcher's (embedded mode registers both here): one definition.
+  const webhookEventsInvalid = webhookEventsInvalidCounter(registry);
   const fastPathFallback = new Gauge({
     name: 'herald_fast_path_fallback',
     help: "1 when a fast path is off because a dependency's internals changed (path: ws_frames, pglite_statements, tracing_context_storage, tracing_instrumentation_gate, tracing_pg_pool_listeners)",

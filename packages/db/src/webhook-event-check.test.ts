@@ -28,8 +28,8 @@ async function outboxBodies(type: string) {
 }
 
 describe('events recorded from TypeScript', () => {
-  // (webhook.test's and webhook.endpoint.disabled's bodies: the webhook engine's lease-protocol/replay.test.ts
-  // and lease-protocol/operational-events.test.ts, where the test send and the disable are.)
+  // (webhook.test's, webhook.endpoint.disabled's and webhook.delivery.dead's bodies: the webhook engine's replay.test.ts
+  // and operational-events.test.ts in lease-protocol/, where the test send, the disable and the record are.)
   it('refuses a body that does not match its schema before writing, leaving the transaction usable', async () => {
     const id = newEventId();
     const body = JSON.stringify({ id, type: POST_PUBLISHED_EVENT, created: new Date().toISOString(), data: {} });

@@ -1,4 +1,4 @@
-import type { Database } from '@herald/db';
+import type { Database, InvalidWebhookEventError } from '@herald/db';
 import { isTracing, recordBatchSpan } from '@herald/telemetry';
 import { signWebhook } from '@herald/webhooks';
 import type { Kysely } from 'kysely';
@@ -29,6 +29,24 @@ import { redactUrl } from './url-policy.js';
 export const DEAD_LETTER_ALERT = 'HeraldWebhookDeadLetter';
 /** The `alert` field of the log line written when an endpoint is disabled. */
 export const ENDPOINT_DISABLED_ALERT = 'HeraldWebhookEndpointDisabled';
+
+/**
+ * Operational events a record did not write because their body did not match the event catalog: a
+ * bug in Herald, logged at error with what is wrong and counted by type. What they described stands.
+ */
+export function reportInvalidEvents(
+  logger: Logger,
+  metrics: Pick<DispatcherMetrics, 'eventsInvalid'>,
+  refused: readonly InvalidWebhookEventError[],
+): void {
+  for (const error of refused) {
+    logger.error(
+      { eventId: error.eventId, eventType: error.type, problems: error.problems },
+      'webhook event does not match its schema: not recorded',
+    );
+    metrics.eventsInvalid.labels(error.type).inc();
+  }
+}
 
 export interface BatchAttempterDeps {
   db: Kysely<Database>;
@@ -142,6 +160,10 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
     return {
       deliveryId: delivery.id,
       endpointId: delivery.endpointId,
+      eventId: delivery.eventId,
+      eventType: delivery.eventType,
+      attempt: delivery.attemptCount + 1,
+      url: delivery.url,
       lease: delivery.lease,
       at,
       statusCode: outcome.statusCode,
@@ -290,6 +312,7 @@ export function createBatchAttempter(deps: BatchAttempterDeps): BatchAttempter {
       const claimed = done.map((one) => one.delivery);
       const outcomes = done.map((one) => one.outcome);
       const result = await recordOutcomes(db, outcomes, { disableAfterMs: deps.disableAfterMs, handOver });
+      reportInvalidEvents(logger, metrics, result.invalidEvents);
       for (const disabled of result.disabled) {
         metrics.disabledEndpoints.inc();
         logger.error(

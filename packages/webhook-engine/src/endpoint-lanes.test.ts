@@ -4,6 +4,7 @@ import type { BatchAttempter } from './attempt-batch.js';
 import { createEndpointLanes } from './endpoint-lanes.js';
 import type { AttemptOutcome, ClaimedDelivery } from './lease-protocol.js';
 import { createStatementTurns, FIRST_CLAIMS, type StatementTurns } from './statement-turns.js';
+import { attemptOutcome } from './testing/outcomes.js';
 
 // When a lane takes its slots, with the database's side played by a script: due deliveries are a list,
 // a claim or record takes from it, a POST ends when the test says so. The lanes' clock stands still, so
@@ -55,20 +56,7 @@ function scriptedEndpoint(holdRecords = false, maxSlots = CAP) {
     },
     attempt(delivery) {
       return new Promise<AttemptOutcome>((resolve) => {
-        posts.set(delivery.id, () =>
-          resolve({
-            deliveryId: delivery.id,
-            endpointId: delivery.endpointId,
-            lease: delivery.lease,
-            at: new Date(),
-            statusCode: 200,
-            durationMs: 1,
-            error: null,
-            responseBody: null,
-            next: { status: 'SUCCEEDED' },
-            health: 'success',
-          }),
-        );
+        posts.set(delivery.id, () => resolve(attemptOutcome(delivery)));
       });
     },
     async record(done, handOver) {
@@ -85,6 +73,7 @@ function scriptedEndpoint(holdRecords = false, maxSlots = CAP) {
           halt: false,
           disabled: [],
           events: 0,
+          invalidEvents: [],
           slots,
         },
         settled: Promise.resolve(),

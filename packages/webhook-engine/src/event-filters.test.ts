@@ -110,7 +110,7 @@ describe('endpoint filters through the dispatcher (PostgreSQL, Redis)', () => {
     expect(world.receiver.requests.some((request) => request.path === '/disabled')).toBe(false);
   });
 
-  it('builds operational events in SQL whose bodies match the catalog, and sends them so', async () => {
+  it('builds operational events whose bodies match the catalog, and sends them so', async () => {
     const db = world.harness.db;
     world.receiver.behave(() => ({ status: 410 }), '/gone');
     world.receiver.behave(() => ({ status: 500 }), '/failing');

@@ -30,6 +30,7 @@ import {
 import type { WebhookQueue } from './queue/webhook-queue.js';
 import { createRetention } from './retention.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+import { attemptOutcome } from './testing/outcomes.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
 
 let harness: DispatcherHarness;
@@ -70,23 +71,16 @@ async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, tim
   }
 }
 
-function outcome(
-  delivery: { id: string; endpointId: string; lease: string },
-  fields: Partial<AttemptOutcome>,
-): AttemptOutcome {
-  return {
-    deliveryId: delivery.id,
-    endpointId: delivery.endpointId,
-    lease: delivery.lease,
-    at: new Date(),
+/** A failed attempt of `delivery` (HTTP 500, retried in a minute), `fields` overriding any part. */
+function outcome(delivery: Parameters<typeof attemptOutcome>[0], fields: Partial<AttemptOutcome>): AttemptOutcome {
+  return attemptOutcome(delivery, {
     statusCode: 500,
     durationMs: 5,
     error: 'HTTP 500',
-    responseBody: null,
     next: { status: 'PENDING', retryInMs: 60_000 },
     health: 'failure',
     ...fields,
-  };
+  });
 }
 
 describe('fan-out', () => {

@@ -43,7 +43,9 @@
  *    delivery's next state only where its lease is still the claim's a-lease. A replay (or a takeover
  *    after expiry) changed the lease, so a late record never overwrites it. The same statement
  *    updates endpoint health (failure streak, pause, disable) and writes the operational events
- *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically. With a
+ *    (`webhook.endpoint.disabled`, `webhook.delivery.dead`) to the outbox, atomically: their bodies
+ *    are built and checked against the event catalog before the statement, which writes those of its
+ *    changes that stand (a body the catalog refuses is reported, and its change made without it). With a
  *    hand-over (a lane's record) it also takes the endpoint's next due deliveries under the lane's
  *    a-lease, without an advisory lock: taking deliveries is not taking slots; step 3's update
  *    re-checks each row it takes, so a claim never overwrites a hand-over's lease. While an endpoint
@@ -71,7 +73,7 @@
  * - an operator's disable ({@link disableWebhookEndpoint}, lease-protocol/operational-events.ts; GraphQL
  *   `disableWebhookEndpoint`): the endpoint's state only (the claim then makes its deliveries SKIPPED),
  *   with the `webhook.endpoint.disabled` event step 4 writes when an endpoint disables itself: both
- *   bodies, and `webhook.delivery.dead`'s, come from that file's builders.
+ *   bodies, and `webhook.delivery.dead`'s, come from that file's builders and its catalog check.
  * - dead-letter stream ({@link markDeadLettersStreamed}, lease-protocol/dead-letter-stream.ts;
  *   attempt-batch.ts and dead-letters.ts): `dead_letter_streamed_at` only, on DEAD deliveries.
  * - lost stream ({@link releaseQueuedDeliveries}, in this file; scheduler.ts): frees every q-lease.
@@ -195,14 +197,18 @@
  * at any table size.
  */
 import {
-  newEventId,
   WEBHOOK_DELIVERY_DEAD_EVENT,
   WEBHOOK_DELIVERY_ID_PREFIX,
   WEBHOOK_ENDPOINT_DISABLED_EVENT,
 } from '@herald/contracts';
-import type { Database } from '@herald/db';
+import { type Database, InvalidWebhookEventError } from '@herald/db';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
-import { deliveryDeadBody, endpointDisabledBody } from './lease-protocol/operational-events.js';
+import {
+  checkedOperationalEvent,
+  deliveryDeadEvent,
+  endpointDisabledEvent,
+  type OperationalEvent,
+} from './lease-protocol/operational-events.js';
 
 export * from './lease-protocol/dead-letter-stream.js';
 export * from './lease-protocol/fifo-ordering.js';
@@ -211,6 +217,8 @@ export * from './lease-protocol/replay.js';
 export * from './lease-protocol/test-send.js';
 
 export const QUEUED_LEASE_PREFIX = 'q:';
+/** Why the record disables an endpoint whose receiver answered 410 (`disabled_reason`, and its event's). */
+export const GONE_REASON = 'the receiver answered 410 Gone';
 export const ATTEMPT_LEASE_PREFIX = 'a:';
 
 /** `x` milliseconds as a PostgreSQL interval expression. */
@@ -650,6 +658,13 @@ export type DeliveryNext = { status: 'SUCCEEDED' } | { status: 'PENDING'; retryI
 export interface AttemptOutcome {
   deliveryId: string;
   endpointId: string;
+  /** The event the delivery carries (`evt_…`) and its type: what a `webhook.delivery.dead` body names. */
+  eventId: string;
+  eventType: string;
+  /** This attempt's number, 1 for the first: a dead delivery's `attempts`. */
+  attempt: number;
+  /** The URL attempted: a `webhook.endpoint.disabled` body's `url`. */
+  url: string;
   /** The a-lease of the claim. */
   lease: string;
   at: Date;
@@ -681,6 +696,12 @@ export interface RecordResult {
   disabled: Array<{ endpointId: string; reason: string }>;
   /** Operational events written to the outbox. */
   events: number;
+  /**
+   * Operational events this record would have written (an endpoint it disabled, a delivery it recorded
+   * DEAD) whose body did not match the event catalog: a bug, to be logged and counted. The change
+   * stands; the event is not written.
+   */
+  invalidEvents: InvalidWebhookEventError[];
   /**
    * With `handOver`: the lane's registered slots after this record (see {@link HandOver.slots}); null
    * when its registration was no longer live (its slots are lost: it must start no more POSTs).
@@ -752,7 +773,16 @@ export async function recordOutcomes(
 ): Promise<RecordResult> {
   const handOver = options.handOver;
   if (outcomes.length === 0 && !handOver)
-    return { recorded: new Set(), handedOver: [], kept: new Set(), halt: false, disabled: [], events: 0, slots: null };
+    return {
+      recorded: new Set(),
+      handedOver: [],
+      kept: new Set(),
+      halt: false,
+      disabled: [],
+      events: 0,
+      invalidEvents: [],
+      slots: null,
+    };
   const lease = handOver?.lease ?? outcomes[0]?.lease;
   if (lease === undefined || (handOver && !handOver.lease && outcomes.some((o) => o.lease !== lease))) {
     throw new Error('a hand-over needs the a-lease its slots are registered under: pass handOver.lease');
@@ -760,7 +790,10 @@ export async function recordOutcomes(
   const renew = handOver?.renew ?? [];
   const release = handOver?.release ?? [];
   const outcomeIds = outcomes.map((o) => o.deliveryId);
-  const health = new Map<string, { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date }>();
+  const health = new Map<
+    string,
+    { ok: boolean; failed: boolean; gone: boolean; pauseMs: number | null; at: Date; url: string }
+  >();
   for (const outcome of outcomes) {
     const entry = health.get(outcome.endpointId) ?? {
       ok: false,
@@ -768,6 +801,7 @@ export async function recordOutcomes(
       gone: false,
       pauseMs: null,
       at: outcome.at,
+      url: outcome.url,
     };
     if (outcome.health === 'success') entry.ok = true;
     if (outcome.health === 'failure') entry.failed = true;
@@ -778,11 +812,37 @@ export async function recordOutcomes(
   }
   const h = [...health.entries()];
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
+  // The operational events this record may write, built and checked against the event catalog before
+  // the statement: the statement writes those of its changes that stand (see operational-events.ts).
+  const now = new Date();
+  const refused = new Map<string, InvalidWebhookEventError>();
+  const checked = (key: string, event: OperationalEvent): OperationalEvent | null => {
+    const result = checkedOperationalEvent(event);
+    if (!(result instanceof InvalidWebhookEventError)) return result;
+    refused.set(key, result);
+    return null;
+  };
   // The statement has only the parts this batch needs (see "Plans" above: each part costs at every
   // execution, if only to set up; a lane's usual record is successes and a hand-over).
   const recording = outcomes.length > 0;
   const allSucceeded = outcomes.every((o) => o.health === 'success');
-  const anyDead = outcomes.some((o) => o.next.status === 'DEAD');
+  const deadEvents: Array<{ deliveryId: string; event: OperationalEvent }> = [];
+  for (const o of allSucceeded ? [] : outcomes) {
+    if (o.next.status !== 'DEAD') continue;
+    const event = checked(
+      o.deliveryId,
+      deliveryDeadEvent({
+        deliveryId: o.deliveryId,
+        endpointId: o.endpointId,
+        eventId: o.eventId,
+        eventType: o.eventType,
+        attempts: o.attempt,
+        lastError: o.error,
+        at: now,
+      }),
+    );
+    if (event) deadEvents.push({ deliveryId: o.deliveryId, event });
+  }
   const taking = handOver !== undefined && handOver.take !== 0 && (handOver.take !== undefined || recording);
   const halting = handOver?.url !== undefined;
   const none = sql``;
@@ -837,24 +897,34 @@ export async function recordOutcomes(
       returning endpoint.id
     )`);
   } else if (recording) {
-    // Each endpoint's `webhook.endpoint.disabled` id, used only if this record disables it.
+    // Each endpoint this record may disable (410, or failing) gets its reason and its
+    // `webhook.endpoint.disabled` event here, written only if the record disables it.
+    const disabling = h.map(([endpointId, e]) => {
+      const reason = e.gone ? GONE_REASON : !e.ok && e.failed ? disableAfterText : null;
+      const event =
+        reason === null
+          ? null
+          : checked(endpointId, endpointDisabledEvent({ endpointId, url: e.url, reason, disabledAt: now }));
+      return { reason, event };
+    });
     ctes.push(sql`health_input as (
       select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at,
-        health.event_id
+        health.reason, health.event_id, health.event_body
       from unnest(
         ${h.map(([id]) => id)}::text[], ${h.map(([, e]) => e.ok)}::boolean[], ${h.map(([, e]) => e.failed)}::boolean[],
         ${h.map(([, e]) => e.gone)}::boolean[], ${h.map(([, e]) => e.pauseMs)}::double precision[],
-        ${h.map(([, e]) => e.at.toISOString())}::timestamptz[], ${h.map(() => newEventId())}::text[]
-      ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at, event_id)
+        ${h.map(([, e]) => e.at.toISOString())}::timestamptz[], ${disabling.map((d) => d.reason)}::text[],
+        ${disabling.map((d) => d.event?.id ?? null)}::text[], ${disabling.map((d) => d.event?.body ?? null)}::text[]
+      ) as health(endpoint_id, ok, failed, gone, pause_ms, first_failure_at, reason, event_id, event_body)
       limit ${h.length}
     ), verdict as (
       select health.endpoint_id, health.ok, health.failed, health.gone, health.pause_ms, health.first_failure_at,
-        health.event_id, case
+        health.event_id, health.event_body, case
         when endpoint.status <> 'ENABLED' then null
-        when health.gone then 'the receiver answered 410 Gone'
+        when health.gone then health.reason
         when not health.ok and health.failed
           and coalesce(endpoint.failing_since, health.first_failure_at) <= now() - ${ms(options.disableAfterMs)}
-          then ${disableAfterText}::text
+          then health.reason
         end as reason
       from health_input health join webhook_endpoints endpoint on endpoint.id = health.endpoint_id
     ), health as (
@@ -866,45 +936,31 @@ export async function recordOutcomes(
         paused_until = case when verdict.pause_ms is null then endpoint.paused_until
           else greatest(endpoint.paused_until, now() + verdict.pause_ms * interval '1 millisecond') end,
         status = case when verdict.reason is not null then 'DISABLED' else endpoint.status end,
-        disabled_at = case when verdict.reason is not null then now() else endpoint.disabled_at end,
+        disabled_at = case when verdict.reason is not null then ${now.toISOString()}::timestamptz
+          else endpoint.disabled_at end,
         disabled_reason = coalesce(verdict.reason, endpoint.disabled_reason)
       from verdict
       where endpoint.id = verdict.endpoint_id
         and (not verdict.ok or endpoint.failing_since is not null)
-      returning endpoint.id, endpoint.org_id, endpoint.url, endpoint.disabled_reason, endpoint.disabled_at,
-        verdict.reason as disabled_now, verdict.event_id
+      returning endpoint.id, endpoint.org_id, verdict.reason as disabled_now, verdict.event_id, verdict.event_body
     ), disabled_event as (
       insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
-      select event.event_id, event.org_id, ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text, ${endpointDisabledBody({
-        eventId: sql.ref('event.event_id'),
-        endpointId: sql.ref('event.id'),
-        url: sql.ref('event.url'),
-        reason: sql.ref('event.disabled_now'),
-      })}, event.id
-      from health event where event.disabled_now is not null
+      select event.event_id, event.org_id, ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text, event.event_body, event.id
+      from health event where event.disabled_now is not null and event.event_body is not null
       returning id
     )`);
   }
-  if (anyDead) {
-    // Each delivery recorded DEAD gets its `webhook.delivery.dead` id here (used if the record stands).
-    const dead = outcomes.filter((o) => o.next.status === 'DEAD');
+  if (deadEvents.length > 0) {
+    // Each delivery recorded DEAD gets its `webhook.delivery.dead` event here (written if the record stands).
     ctes.push(sql`dead_event as (
       insert into webhook_outbox (id, org_id, type, body, exclude_endpoint_id)
-      select dead.event_id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, ${deliveryDeadBody({
-        eventId: sql.ref('dead.event_id'),
-        deliveryId: sql.ref('event.id'),
-        endpointId: sql.ref('event.endpoint_id'),
-        deliveredEventId: sql.ref('event.event_id'),
-        eventType: sql.ref('event.event_type'),
-        attempts: sql.ref('event.attempt_count'),
-        lastError: sql.ref('event.error'),
-      })}, event.endpoint_id
+      select dead.event_id, event.org_id, ${WEBHOOK_DELIVERY_DEAD_EVENT}::text, dead.body, event.endpoint_id
       from updated event
       join (
-        select dead.delivery_id, dead.event_id
-        from unnest(${dead.map((o) => o.deliveryId)}::text[], ${dead.map(() => newEventId())}::text[])
-          as dead(delivery_id, event_id)
-        limit ${dead.length}
+        select dead.delivery_id, dead.event_id, dead.body
+        from unnest(${deadEvents.map((d) => d.deliveryId)}::text[], ${deadEvents.map((d) => d.event.id)}::text[],
+          ${deadEvents.map((d) => d.event.body)}::text[]) as dead(delivery_id, event_id, body)
+        limit ${deadEvents.length}
       ) dead on dead.delivery_id = event.id
       where event.status = 'DEAD'
       returning id
@@ -1078,7 +1134,7 @@ export async function recordOutcomes(
   }
   const events = [
     ...(recording && !allSucceeded ? [sql`(select count(1) from disabled_event)`] : []),
-    ...(anyDead ? [sql`(select count(1) from dead_event)`] : []),
+    ...(deadEvents.length > 0 ? [sql`(select count(1) from dead_event)`] : []),
   ];
   if (events.length > 0) branches.push(sql`select 'events', null, (${sql.join(events, sql` + `)})::text`);
   // This statement's own transaction commits without waiting for the WAL flush; see "Commits" above.
@@ -1099,6 +1155,7 @@ export async function recordOutcomes(
     halt: false,
     disabled: [],
     events: 0,
+    invalidEvents: [],
     slots: null,
   };
   for (const row of rows) {
@@ -1120,6 +1177,15 @@ export async function recordOutcomes(
       result.disabled.push({ endpointId: row.id, reason: row.reason ?? '' });
     else if (row.kind === 'events') result.events = Number(row.reason ?? 0);
     else if (row.kind === 'slots' && row.reason !== null) result.slots = Number(row.reason);
+  }
+  // A refused event is reported only where its change stood: a delivery recorded DEAD (the record
+  // sets the state it was given), an endpoint this record disabled.
+  for (const [key, error] of refused) {
+    const stood =
+      error.type === WEBHOOK_DELIVERY_DEAD_EVENT
+        ? result.recorded.has(key)
+        : result.disabled.some((disabled) => disabled.endpointId === key);
+    if (stood) result.invalidEvents.push(error);
   }
   return result;
 }

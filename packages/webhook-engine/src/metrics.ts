@@ -1,3 +1,4 @@
+import { WEBHOOK_EVENT_TYPES } from '@herald/contracts';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
@@ -26,6 +27,29 @@ export interface DispatcherMetrics {
    * lanes together did.
    */
   statementTurnWaits: Counter;
+  /**
+   * `herald_webhook_events_invalid_total{type}`: operational events the record did not write because
+   * their body did not match the event catalog (a bug). The API counts its own refusals in the same
+   * series; in embedded mode both share the one registered in the API's registry.
+   */
+  eventsInvalid: Counter<'type'>;
+}
+
+const EVENTS_INVALID = 'herald_webhook_events_invalid_total';
+
+/** The counter of refused event bodies: the one already in `registry` (the API's, in embedded mode), or a new one. */
+export function webhookEventsInvalidCounter(registry: Registry): Counter<'type'> {
+  const registered = registry.getSingleMetric(EVENTS_INVALID);
+  if (registered) return registered as Counter<'type'>;
+  const counter = new Counter({
+    name: EVENTS_INVALID,
+    help: 'Webhook events not recorded because their body did not match the event catalog (a bug), by type',
+    labelNames: ['type'] as const,
+    registers: [registry],
+  });
+  // Every type exists from start-up at 0, so rate() sees the first one.
+  for (const type of WEBHOOK_EVENT_TYPES) counter.inc({ type }, 0);
+  return counter;
 }
 
 export interface MetricSources {
@@ -113,6 +137,7 @@ export function createDispatcherMetrics(
     registry,
     attempts,
     throttled,
+    eventsInvalid: webhookEventsInvalidCounter(registry),
     statementTurnWaits: new Counter({
       name: 'herald_webhook_statement_turn_waits_total',
       help: 'Webhook lane statements (claims, records) that waited for a database turn: one organisation held its share of the pool, or all lanes together did',

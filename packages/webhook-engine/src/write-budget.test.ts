@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { claimDeliveries, fanOutOutbox, recordOutcomes } from './lease-protocol.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
+import { attemptOutcome } from './testing/outcomes.js';
 
 /**
  * What PostgreSQL writes per webhook delivery: row versions (inserts, updates and how many of them were HOT,
@@ -68,7 +69,7 @@ function minus(after: Writes, before: Writes): Writes {
 
 describe('the write budget of a webhook delivery', () => {
   it('fans out, claims and records 20 first-attempt successes in 4 row versions each, one of them HOT', async () => {
-    const endpoint = await harness.createEndpoint('org-budget', 'http://127.0.0.1:9/budget');
+    await harness.createEndpoint('org-budget', 'http://127.0.0.1:9/budget');
     await harness.publish('org-budget', EVENTS);
     const before = await writes();
 
@@ -78,18 +79,7 @@ describe('the write budget of a webhook delivery', () => {
     expect(claimed).toHaveLength(EVENTS);
     const result = await recordOutcomes(
       single.db,
-      claimed.map((delivery) => ({
-        deliveryId: delivery.id,
-        endpointId: endpoint.id,
-        lease: delivery.lease,
-        at: new Date(),
-        statusCode: 200,
-        durationMs: 3,
-        error: null,
-        responseBody: null,
-        next: { status: 'SUCCEEDED' as const },
-        health: 'success' as const,
-      })),
+      claimed.map((delivery) => attemptOutcome(delivery, { durationMs: 3 })),
       { disableAfterMs: 86_400_000 },
     );
     expect(result.recorded.size).toBe(EVENTS);

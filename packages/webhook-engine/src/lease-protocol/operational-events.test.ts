@@ -10,6 +10,7 @@ import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { recordOutcomes } from '../lease-protocol.js';
+import { attemptOutcome } from '../testing/outcomes.js';
 import { disableWebhookEndpoint } from './operational-events.js';
 
 // The events Herald writes beside its own changes of state, on both backends (embedded mode runs them
@@ -94,18 +95,10 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
     const result = await recordOutcomes(
       db,
       [
-        {
-          deliveryId: delivery.id,
-          endpointId: gone.id,
-          lease: delivery.lease,
-          at: new Date(),
-          statusCode: 410,
-          durationMs: 3,
-          error: 'HTTP 410',
-          responseBody: null,
-          next: { status: 'DEAD' },
-          health: 'gone',
-        },
+        attemptOutcome(
+          { ...delivery, endpointId: gone.id, attemptCount: 2, url: gone.url },
+          { statusCode: 410, error: 'HTTP 410', next: { status: 'DEAD' }, health: 'gone' },
+        ),
       ],
       { disableAfterMs: 86_400_000 },
     );
@@ -147,6 +140,123 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
       lastError: 'HTTP 410',
     });
   });
+
+  // Each body is built in application code and checked against the catalog before the record's
+  // statement; one that does not match (a bug: here, fed a value no real attempt has) is not written,
+  // the change it describes stands, and the record reports it for the dispatcher to log and count.
+  it('a webhook.delivery.dead the catalog refuses is not written: the delivery is DEAD all the same, and the record reports it', async () => {
+    const target = await endpoint('org-refused-dead');
+    const delivery = await attempting(target.id, 'org-refused-dead');
+    const result = await recordOutcomes(
+      db,
+      [
+        attemptOutcome(
+          { ...delivery, endpointId: target.id, url: target.url },
+          // `attempts` must be at least 1.
+          { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
+        ),
+      ],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.recorded).toEqual(new Set([delivery.id]));
+    expect(result.events).toBe(0);
+    expect(result.invalidEvents.map((error) => [error.type, error.problems.join('; ')])).toEqual([
+      [WEBHOOK_DELIVERY_DEAD_EVENT, expect.stringContaining('/data/attempts')],
+    ]);
+    expect(result.invalidEvents[0]!.eventId).toMatch(EVENT_ID);
+    const row = await db
+      .selectFrom('webhook_deliveries')
+      .select(['status', 'attempt_count'])
+      .where('id', '=', delivery.id)
+      .executeTakeFirstOrThrow();
+    expect(row).toEqual({ status: 'DEAD', attempt_count: 3 });
+    expect(await eventsExcluding(target.id)).toEqual([]);
+  });
+
+  it('a webhook.endpoint.disabled the catalog refuses is not written: the endpoint is disabled all the same, and the dead event beside it is written', async () => {
+    const target = await endpoint('org-refused-disable');
+    const delivery = await attempting(target.id, 'org-refused-disable');
+    const result = await recordOutcomes(
+      db,
+      [
+        attemptOutcome(
+          { ...delivery, endpointId: target.id },
+          // No URL: the body misses a member its schema requires.
+          {
+            url: undefined as unknown as string,
+            statusCode: 410,
+            error: 'HTTP 410',
+            next: { status: 'DEAD' },
+            health: 'gone',
+          },
+        ),
+      ],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'the receiver answered 410 Gone' }]);
+    expect(result.invalidEvents.map((error) => error.type)).toEqual([WEBHOOK_ENDPOINT_DISABLED_EVENT]);
+    expect(result.events).toBe(1);
+    const events = await eventsExcluding(target.id);
+    expect(events.map((event) => event.type)).toEqual([WEBHOOK_DELIVERY_DEAD_EVENT]);
+    const row = await db
+      .selectFrom('webhook_endpoints')
+      .select(['status', 'disabled_reason'])
+      .where('id', '=', target.id)
+      .executeTakeFirstOrThrow();
+    expect(row).toEqual({ status: 'DISABLED', disabled_reason: 'the receiver answered 410 Gone' });
+  });
+
+  it('a refused event whose change did not stand (the delivery was taken over) is neither written nor reported', async () => {
+    const target = await endpoint('org-refused-late');
+    const delivery = await attempting(target.id, 'org-refused-late');
+    const result = await recordOutcomes(
+      db,
+      [
+        attemptOutcome(
+          { ...delivery, lease: 'a:someone-else', endpointId: target.id, url: target.url },
+          { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
+        ),
+      ],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.recorded.size).toBe(0);
+    expect(result.invalidEvents).toEqual([]);
+    expect(result.events).toBe(0);
+    expect(await eventsExcluding(target.id)).toEqual([]);
+  });
+
+  it("the engine's disable after failing for too long names the attempted URL and is disabled when its body says", async () => {
+    const target = await endpoint('org-failing-long');
+    await db
+      .updateTable('webhook_endpoints')
+      .set({ failing_since: sql<Date>`now() - interval '2 days'` })
+      .where('id', '=', target.id)
+      .execute();
+    const delivery = await attempting(target.id, 'org-failing-long');
+    const result = await recordOutcomes(
+      db,
+      [attemptOutcome({ ...delivery, endpointId: target.id, url: target.url }, { statusCode: 500, health: 'failure' })],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'every attempt failed for 86400 s' }]);
+    expect(result.invalidEvents).toEqual([]);
+    const [event, ...more] = await eventsExcluding(target.id);
+    expect(more).toEqual([]);
+    expect(checkWebhookEventBody(WEBHOOK_ENDPOINT_DISABLED_EVENT, event!.body)).toBeUndefined();
+    const body = JSON.parse(event!.body);
+    expect(body.data).toMatchObject({
+      endpointId: target.id,
+      url: target.url,
+      reason: 'every attempt failed for 86400 s',
+    });
+    const row = await db
+      .selectFrom('webhook_endpoints')
+      .select('disabled_at')
+      .where('id', '=', target.id)
+      .executeTakeFirstOrThrow();
+    expect(new Date(body.data.disabledAt).getTime()).toBe(row.disabled_at!.getTime());
+    expect(body.created).toBe(body.data.disabledAt);
+  });
 });
 
 // The events written while recording an outcome take no organisation ordering lock (docs/webhooks.md,
@@ -182,18 +292,10 @@ describe('operational events written by the record on PostgreSQL', () => {
         recordOutcomes(
           db,
           [
-            {
-              deliveryId: 'del_ordered_ops',
-              endpointId: endpoint.id,
-              lease: 'a:ordered-ops',
-              at: new Date(),
-              statusCode: 500,
-              durationMs: 3,
-              error: 'HTTP 500',
-              responseBody: null,
-              next: { status: 'DEAD' },
-              health: 'failure',
-            },
+            attemptOutcome(
+              { id: 'del_ordered_ops', endpointId: endpoint.id, lease: 'a:ordered-ops', attemptCount: 2 },
+              { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure' },
+            ),
           ],
           { disableAfterMs: 86_400_000 },
         ),

@@ -6,52 +6,91 @@ import {
   takeOrgOrderLock,
   type WebhookEndpoint,
 } from '@herald/db';
-import { type Kysely, type RawBuilder, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 
 /*
  * The operational events Herald writes to the outbox beside a change of state it makes itself:
  * `webhook.endpoint.disabled` (an endpoint disabled by its failures in the record, step 4 of
  * lease-protocol.ts, or by an operator here) and `webhook.delivery.dead` (step 4). Their bodies are
- * built once, in SQL, by the builders below, so that step 4 writes them in the statement that
- * disables or kills; their ids come from @herald/contracts' `newEventId`, passed in as parameters.
- * docs/webhooks.md shows the bodies; the event catalog holds their schemas.
+ * built here, in application code, and checked against the event catalog before anything is written
+ * ({@link checkedOperationalEvent}); step 4 passes the checked bodies to the statement that disables or
+ * kills, which writes those of the changes that stand. docs/webhooks.md shows the bodies.
  */
 
-/** `now()` as the ISO 8601 UTC text a webhook body's `created` carries. */
-const ISO_NOW = sql<string>`to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
-
-/** The columns of a disabled endpoint its event is built from (SQL expressions). */
-export interface EndpointDisabledColumns {
-  eventId: RawBuilder<unknown>;
-  endpointId: RawBuilder<unknown>;
-  url: RawBuilder<unknown>;
-  reason: RawBuilder<unknown>;
+/** An operational event ready to be written: its id (`newEventId`), type and body as JSON text. */
+export interface OperationalEvent {
+  id: string;
+  type: string;
+  body: string;
 }
 
-/** `webhook.endpoint.disabled`'s body, as JSON text: disabled now, for `reason`. */
-export function endpointDisabledBody(row: EndpointDisabledColumns): RawBuilder<string> {
-  return sql<string>`json_build_object('id', ${row.eventId}, 'type', ${WEBHOOK_ENDPOINT_DISABLED_EVENT}::text,
-    'created', ${ISO_NOW}, 'data', json_build_object('endpointId', ${row.endpointId}, 'url', ${row.url},
-      'reason', ${row.reason}, 'disabledAt', ${ISO_NOW}))::text`;
+/** What a `webhook.endpoint.disabled` body says. */
+export interface EndpointDisabled {
+  endpointId: string;
+  url: string;
+  reason: string;
+  /** When it was disabled: the body's `created` and `disabledAt`. */
+  disabledAt: Date;
 }
 
-/** The columns of a dead delivery its event is built from (SQL expressions). */
-export interface DeliveryDeadColumns {
-  eventId: RawBuilder<unknown>;
-  deliveryId: RawBuilder<unknown>;
-  endpointId: RawBuilder<unknown>;
-  deliveredEventId: RawBuilder<unknown>;
-  eventType: RawBuilder<unknown>;
-  attempts: RawBuilder<unknown>;
-  lastError: RawBuilder<unknown>;
+/** `webhook.endpoint.disabled`, with a new event id. */
+export function endpointDisabledEvent(input: EndpointDisabled): OperationalEvent {
+  const id = newEventId();
+  const at = input.disabledAt.toISOString();
+  const body = {
+    id,
+    type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
+    created: at,
+    data: { endpointId: input.endpointId, url: input.url, reason: input.reason, disabledAt: at },
+  };
+  return { id, type: WEBHOOK_ENDPOINT_DISABLED_EVENT, body: JSON.stringify(body) };
 }
 
-/** `webhook.delivery.dead`'s body, as JSON text. */
-export function deliveryDeadBody(row: DeliveryDeadColumns): RawBuilder<string> {
-  return sql<string>`json_build_object('id', ${row.eventId}, 'type', ${WEBHOOK_DELIVERY_DEAD_EVENT}::text,
-    'created', ${ISO_NOW}, 'data', json_build_object('deliveryId', ${row.deliveryId}, 'endpointId', ${row.endpointId},
-      'eventId', ${row.deliveredEventId}, 'eventType', ${row.eventType}, 'attempts', ${row.attempts},
-      'lastError', ${row.lastError}))::text`;
+/** What a `webhook.delivery.dead` body says. */
+export interface DeliveryDead {
+  deliveryId: string;
+  endpointId: string;
+  /** The event the delivery carried, and its type. */
+  eventId: string;
+  eventType: string;
+  /** Attempts made, the last one included. */
+  attempts: number;
+  lastError: string | null;
+  /** When it was recorded DEAD: the body's `created`. */
+  at: Date;
+}
+
+/** `webhook.delivery.dead`, with a new event id. */
+export function deliveryDeadEvent(input: DeliveryDead): OperationalEvent {
+  const id = newEventId();
+  const body = {
+    id,
+    type: WEBHOOK_DELIVERY_DEAD_EVENT,
+    created: input.at.toISOString(),
+    data: {
+      deliveryId: input.deliveryId,
+      endpointId: input.endpointId,
+      eventId: input.eventId,
+      eventType: input.eventType,
+      attempts: input.attempts,
+      lastError: input.lastError,
+    },
+  };
+  return { id, type: WEBHOOK_DELIVERY_DEAD_EVENT, body: JSON.stringify(body) };
+}
+
+/**
+ * The event when its body matches the catalog; otherwise the error saying what does not (a bug in
+ * the builder or in what it was given: the caller records its change without the event, and reports it).
+ */
+export function checkedOperationalEvent(event: OperationalEvent): OperationalEvent | InvalidWebhookEventError {
+  try {
+    assertValidWebhookEvent(event);
+    return event;
+  } catch (error) {
+    if (error instanceof InvalidWebhookEventError) return error;
+    throw error;
+  }
 }
 
 export interface DisableEndpointInput {
@@ -80,9 +119,8 @@ export async function disableWebhookEndpoint(
   input: DisableEndpointInput,
 ): Promise<WebhookEndpoint | undefined> {
   if (input.orgIds.length === 0) return undefined;
-  const eventId = newEventId();
   return db.transaction().execute(async (trx) => {
-    const disabled = await trx
+    const endpoint = await trx
       .updateTable('webhook_endpoints')
       .set({ status: 'DISABLED', disabled_at: sql<Date>`now()`, disabled_reason: input.reason })
       .where('id', '=', input.id)
@@ -90,16 +128,8 @@ export async function disableWebhookEndpoint(
       .where('deleted_at', 'is', null)
       .where('status', '=', 'ENABLED')
       .returningAll()
-      .returning(
-        endpointDisabledBody({
-          eventId: sql`${eventId}::text`,
-          endpointId: sql.ref('webhook_endpoints.id'),
-          url: sql.ref('webhook_endpoints.url'),
-          reason: sql`${input.reason}::text`,
-        }).as('event_body'),
-      )
       .executeTakeFirst();
-    if (!disabled) {
+    if (!endpoint) {
       return trx
         .selectFrom('webhook_endpoints')
         .selectAll()
@@ -108,12 +138,17 @@ export async function disableWebhookEndpoint(
         .where('deleted_at', 'is', null)
         .executeTakeFirst();
     }
-    const { event_body: body, ...endpoint } = disabled;
-    try {
-      assertValidWebhookEvent({ id: eventId, type: WEBHOOK_ENDPOINT_DISABLED_EVENT, body });
-    } catch (error) {
-      if (!(error instanceof InvalidWebhookEventError) || !input.onInvalidEvent) throw error;
-      input.onInvalidEvent(error);
+    const event = checkedOperationalEvent(
+      endpointDisabledEvent({
+        endpointId: endpoint.id,
+        url: endpoint.url,
+        reason: input.reason,
+        disabledAt: endpoint.disabled_at ?? new Date(),
+      }),
+    );
+    if (event instanceof InvalidWebhookEventError) {
+      if (!input.onInvalidEvent) throw event;
+      input.onInvalidEvent(event);
       return endpoint;
     }
     // The organisation's ordering lock when it has a FIFO endpoint, held to the commit (see orgOrderLock).
@@ -121,10 +156,10 @@ export async function disableWebhookEndpoint(
     await trx
       .insertInto('webhook_outbox')
       .values({
-        id: eventId,
+        id: event.id,
         org_id: endpoint.org_id,
-        type: WEBHOOK_ENDPOINT_DISABLED_EVENT,
-        body,
+        type: event.type,
+        body: event.body,
         exclude_endpoint_id: endpoint.id,
       })
       .execute();

@@ -1,4 +1,5 @@
 export * from './delivery-statements.js';
 export * from './dispatcher-world.js';
 export * from './harness.js';
+export * from './outcomes.js';
 export * from './test-receiver.js';

@@ -13,8 +13,8 @@ import {
  * The event catalog: every webhook event type Herald sends, with what it means, the JSON Schema of its
  * body and an example body. It is the one source for the `webhookEventTypes` query, the generated
  * docs/webhook-events.md, and the check every event built in TypeScript passes before it is recorded
- * (`checkWebhookEventBody`). Events built by SQL statements (`post.published` in the publish statement,
- * the engine's operational events) are pinned to these schemas by tests that run those statements.
+ * (`checkWebhookEventBody`), the engine's operational events included. `post.published` is built by
+ * the publish statement in SQL: tests that run that statement pin it to its schema.
  *
  * Schemas are strict (`additionalProperties: false`): a field added to a body without being added here
  * is caught by those tests and by the check, so the published schema never lags behind the wire.
@@ -80,7 +80,10 @@ export const WebhookEndpointDisabledBody = envelope(
   Type.Object(
     {
       endpointId: Type.String({ description: 'The endpoint that was disabled (never the receiving one).' }),
-      url: Type.String({ description: 'Its URL.' }),
+      url: Type.String({
+        description:
+          'Its URL; when Herald disabled it, the URL that answered 410 or kept failing (its URL unless it was changed while those attempts were in flight).',
+      }),
       reason: Type.String({ description: "Why: an operator's reason, `410 Gone`, or failing for too long." }),
       disabledAt: IsoUtc('When it was disabled.'),
     },

@@ -804,8 +804,16 @@ export async function recordOutcomes(
       url: outcome.url,
     };
     if (outcome.health === 'success') entry.ok = true;
-    if (outcome.health === 'failure') entry.failed = true;
-    if (outcome.health === 'gone') entry.gone = true;
+    // The URL a disable would name: the one that answered 410, else one that failed (they differ only
+    // when the endpoint's URL was changed while the batch's attempts were in flight).
+    if (outcome.health === 'failure') {
+      if (!entry.gone) entry.url = outcome.url;
+      entry.failed = true;
+    }
+    if (outcome.health === 'gone') {
+      entry.url = outcome.url;
+      entry.gone = true;
+    }
     if (outcome.health === 'throttled') entry.pauseMs = Math.max(entry.pauseMs ?? 0, outcome.pauseMs ?? 0);
     if (outcome.at < entry.at) entry.at = outcome.at;
     health.set(outcome.endpointId, entry);
@@ -814,6 +822,8 @@ export async function recordOutcomes(
   const disableAfterText = `every attempt failed for ${Math.round(options.disableAfterMs / 1000)} s`;
   // The operational events this record may write, built and checked against the event catalog before
   // the statement: the statement writes those of its changes that stand (see operational-events.ts).
+  // A disable's `disabled_at` is `now` too, so the row and its event's `disabledAt` agree: this
+  // process's clock, read before the statement (the operator's disable uses the database's).
   const now = new Date();
   const refused = new Map<string, InvalidWebhookEventError>();
   const checked = (key: string, event: OperationalEvent): OperationalEvent | null => {
@@ -875,8 +885,7 @@ export async function recordOutcomes(
         success_duration_ms = ${folded('input.duration_ms')}, success_response_body = ${folded('input.response_body')}
       from input
       where delivery.id = input.id and delivery.lease_token = input.lease
-      returning delivery.id, delivery.status, delivery.endpoint_id, delivery.event_id, delivery.event_type,
-        delivery.org_id, delivery.attempt_count, input.error, input.n
+      returning delivery.id, delivery.status, delivery.endpoint_id, delivery.org_id, input.n
     ), attempt as (
       -- Every attempt but a success the record above kept on its delivery (see "Attempts"), told apart by
       -- its input row (two outcomes of one delivery in a batch: the update uses one). Written so that

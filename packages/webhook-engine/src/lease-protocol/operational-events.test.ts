@@ -68,7 +68,6 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
 
     const disabled = await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-ops'], reason: 'maintenance' });
     expect(disabled).toMatchObject({ id: target.id, status: 'DISABLED', disabled_reason: 'maintenance' });
-    expect(disabled).not.toHaveProperty('event_body');
     const again = await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-ops'], reason: 'again' });
     expect(again).toMatchObject({ status: 'DISABLED', disabled_reason: 'maintenance' });
 
@@ -225,7 +224,36 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
     expect(await eventsExcluding(target.id)).toEqual([]);
   });
 
-  it("the engine's disable after failing for too long names the attempted URL and is disabled when its body says", async () => {
+  it('a disable names the URL that answered 410 when a batch attempted two URLs of one endpoint (changed mid-flight)', async () => {
+    const target = await endpoint('org-two-urls');
+    const [first, gone, last] = [
+      await attempting(target.id, 'org-two-urls'),
+      await attempting(target.id, 'org-two-urls'),
+      await attempting(target.id, 'org-two-urls'),
+    ];
+    const failed = (delivery: typeof first) =>
+      attemptOutcome(
+        { ...delivery, endpointId: target.id, url: 'https://example.com/before' },
+        { statusCode: 500, error: 'HTTP 500', health: 'failure', next: { status: 'PENDING', retryInMs: 60_000 } },
+      );
+    const result = await recordOutcomes(
+      db,
+      [
+        failed(first),
+        attemptOutcome(
+          { ...gone, endpointId: target.id, url: 'https://example.com/after' },
+          { statusCode: 410, error: 'HTTP 410', health: 'gone', next: { status: 'DEAD' } },
+        ),
+        failed(last),
+      ],
+      { disableAfterMs: 86_400_000 },
+    );
+    expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'the receiver answered 410 Gone' }]);
+    const disabled = (await eventsExcluding(target.id)).find((event) => event.type === WEBHOOK_ENDPOINT_DISABLED_EVENT);
+    expect(JSON.parse(disabled!.body).data.url).toBe('https://example.com/after');
+  });
+
+  it("the engine's disable after failing for too long names the URL attempted, and its disabledAt is the row's", async () => {
     const target = await endpoint('org-failing-long');
     await db
       .updateTable('webhook_endpoints')
@@ -235,7 +263,13 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
     const delivery = await attempting(target.id, 'org-failing-long');
     const result = await recordOutcomes(
       db,
-      [attemptOutcome({ ...delivery, endpointId: target.id, url: target.url }, { statusCode: 500, health: 'failure' })],
+      // Attempted at the URL the endpoint had before a change made while the attempt was in flight.
+      [
+        attemptOutcome(
+          { ...delivery, endpointId: target.id, url: 'https://example.com/old' },
+          { statusCode: 500, health: 'failure' },
+        ),
+      ],
       { disableAfterMs: 86_400_000 },
     );
     expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'every attempt failed for 86400 s' }]);
@@ -246,7 +280,7 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
     const body = JSON.parse(event!.body);
     expect(body.data).toMatchObject({
       endpointId: target.id,
-      url: target.url,
+      url: 'https://example.com/old',
       reason: 'every attempt failed for 86400 s',
     });
     const row = await db

@@ -756,6 +756,20 @@ export interface HandOver {
   renewSlots?: boolean;
 }
 
+/** A record that changed nothing, to be filled in from the statement's rows. */
+function emptyRecordResult(): RecordResult {
+  return {
+    recorded: new Set(),
+    handedOver: [],
+    kept: new Set(),
+    halt: false,
+    disabled: [],
+    events: 0,
+    invalidEvents: [],
+    slots: null,
+  };
+}
+
 /**
  * Step 4: records a batch's outcomes, endpoint health and operational events in one statement.
  *
@@ -772,17 +786,7 @@ export async function recordOutcomes(
   options: { disableAfterMs: number; handOver?: HandOver },
 ): Promise<RecordResult> {
   const handOver = options.handOver;
-  if (outcomes.length === 0 && !handOver)
-    return {
-      recorded: new Set(),
-      handedOver: [],
-      kept: new Set(),
-      halt: false,
-      disabled: [],
-      events: 0,
-      invalidEvents: [],
-      slots: null,
-    };
+  if (outcomes.length === 0 && !handOver) return emptyRecordResult();
   const lease = handOver?.lease ?? outcomes[0]?.lease;
   if (lease === undefined || (handOver && !handOver.lease && outcomes.some((o) => o.lease !== lease))) {
     throw new Error('a hand-over needs the a-lease its slots are registered under: pass handOver.lease');
@@ -1157,16 +1161,7 @@ export async function recordOutcomes(
     select result.kind, result.id, result.reason
     from (${sql.join(branches, sql` union all `)}) as result(kind, id, reason)
   `.execute(db);
-  const result: RecordResult = {
-    recorded: new Set(),
-    handedOver: [],
-    kept: new Set(),
-    halt: false,
-    disabled: [],
-    events: 0,
-    invalidEvents: [],
-    slots: null,
-  };
+  const result = emptyRecordResult();
   for (const row of rows) {
     if (row.kind === 'recorded' && row.id) result.recorded.add(row.id);
     else if (row.kind === 'kept' && row.id) result.kept.add(row.id);

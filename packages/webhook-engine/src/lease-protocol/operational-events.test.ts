@@ -9,7 +9,7 @@ import { testBackends } from '@herald/db/testing';
 import { TEST_KEYRING } from '@herald/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { recordOutcomes } from '../lease-protocol.js';
+import { type AttemptOutcome, recordOutcomes } from '../lease-protocol.js';
 import { attemptOutcome } from '../testing/outcomes.js';
 import { disableWebhookEndpoint } from './operational-events.js';
 
@@ -61,6 +61,9 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
       .execute();
   }
 
+  /** Records `outcomes` as a dispatcher would, an endpoint being disabled after a day of failures. */
+  const record = (...outcomes: AttemptOutcome[]) => recordOutcomes(db, outcomes, { disableAfterMs: 86_400_000 });
+
   it("an operator's disable records one webhook.endpoint.disabled for the other endpoints, and none for a second disable or another organisation", async () => {
     const target = await endpoint('org-ops');
     expect(await disableWebhookEndpoint(db, { id: target.id, orgIds: ['org-else'], reason: 'x' })).toBeUndefined();
@@ -91,15 +94,11 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
     const gone = await endpoint('org-eng');
     await disableWebhookEndpoint(db, { id: manual.id, orgIds: ['org-eng'], reason: 'by hand' });
     const delivery = await attempting(gone.id, 'org-eng');
-    const result = await recordOutcomes(
-      db,
-      [
-        attemptOutcome(
-          { ...delivery, endpointId: gone.id, attemptCount: 2, url: gone.url },
-          { statusCode: 410, error: 'HTTP 410', next: { status: 'DEAD' }, health: 'gone' },
-        ),
-      ],
-      { disableAfterMs: 86_400_000 },
+    const result = await record(
+      attemptOutcome(
+        { ...delivery, endpointId: gone.id, attemptCount: 2, url: gone.url },
+        { statusCode: 410, error: 'HTTP 410', next: { status: 'DEAD' }, health: 'gone' },
+      ),
     );
     expect(result.disabled).toEqual([{ endpointId: gone.id, reason: 'the receiver answered 410 Gone' }]);
     expect(result.events).toBe(2);
@@ -146,16 +145,12 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
   it('a webhook.delivery.dead the catalog refuses is not written: the delivery is DEAD all the same, and the record reports it', async () => {
     const target = await endpoint('org-refused-dead');
     const delivery = await attempting(target.id, 'org-refused-dead');
-    const result = await recordOutcomes(
-      db,
-      [
-        attemptOutcome(
-          { ...delivery, endpointId: target.id, url: target.url },
-          // `attempts` must be at least 1.
-          { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
-        ),
-      ],
-      { disableAfterMs: 86_400_000 },
+    const result = await record(
+      attemptOutcome(
+        { ...delivery, endpointId: target.id, url: target.url },
+        // `attempts` must be at least 1.
+        { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
+      ),
     );
     expect(result.recorded).toEqual(new Set([delivery.id]));
     expect(result.events).toBe(0);
@@ -175,22 +170,18 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
   it('a webhook.endpoint.disabled the catalog refuses is not written: the endpoint is disabled all the same, and the dead event beside it is written', async () => {
     const target = await endpoint('org-refused-disable');
     const delivery = await attempting(target.id, 'org-refused-disable');
-    const result = await recordOutcomes(
-      db,
-      [
-        attemptOutcome(
-          { ...delivery, endpointId: target.id },
-          // No URL: the body misses a member its schema requires.
-          {
-            url: undefined as unknown as string,
-            statusCode: 410,
-            error: 'HTTP 410',
-            next: { status: 'DEAD' },
-            health: 'gone',
-          },
-        ),
-      ],
-      { disableAfterMs: 86_400_000 },
+    const result = await record(
+      attemptOutcome(
+        { ...delivery, endpointId: target.id },
+        // No URL: the body misses a member its schema requires.
+        {
+          url: undefined as unknown as string,
+          statusCode: 410,
+          error: 'HTTP 410',
+          next: { status: 'DEAD' },
+          health: 'gone',
+        },
+      ),
     );
     expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'the receiver answered 410 Gone' }]);
     expect(result.invalidEvents.map((error) => error.type)).toEqual([WEBHOOK_ENDPOINT_DISABLED_EVENT]);
@@ -208,15 +199,11 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
   it('a refused event whose change did not stand (the delivery was taken over) is neither written nor reported', async () => {
     const target = await endpoint('org-refused-late');
     const delivery = await attempting(target.id, 'org-refused-late');
-    const result = await recordOutcomes(
-      db,
-      [
-        attemptOutcome(
-          { ...delivery, lease: 'a:someone-else', endpointId: target.id, url: target.url },
-          { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
-        ),
-      ],
-      { disableAfterMs: 86_400_000 },
+    const result = await record(
+      attemptOutcome(
+        { ...delivery, lease: 'a:someone-else', endpointId: target.id, url: target.url },
+        { statusCode: 500, error: 'HTTP 500', next: { status: 'DEAD' }, health: 'failure', attempt: 0 },
+      ),
     );
     expect(result.recorded.size).toBe(0);
     expect(result.invalidEvents).toEqual([]);
@@ -236,17 +223,13 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
         { ...delivery, endpointId: target.id, url: 'https://example.com/before' },
         { statusCode: 500, error: 'HTTP 500', health: 'failure', next: { status: 'PENDING', retryInMs: 60_000 } },
       );
-    const result = await recordOutcomes(
-      db,
-      [
-        failed(first),
-        attemptOutcome(
-          { ...gone, endpointId: target.id, url: 'https://example.com/after' },
-          { statusCode: 410, error: 'HTTP 410', health: 'gone', next: { status: 'DEAD' } },
-        ),
-        failed(last),
-      ],
-      { disableAfterMs: 86_400_000 },
+    const result = await record(
+      failed(first),
+      attemptOutcome(
+        { ...gone, endpointId: target.id, url: 'https://example.com/after' },
+        { statusCode: 410, error: 'HTTP 410', health: 'gone', next: { status: 'DEAD' } },
+      ),
+      failed(last),
     );
     expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'the receiver answered 410 Gone' }]);
     const disabled = (await eventsExcluding(target.id)).find((event) => event.type === WEBHOOK_ENDPOINT_DISABLED_EVENT);
@@ -261,16 +244,12 @@ describe.each(backends)('operational events on $name', ({ openMigrated }) => {
       .where('id', '=', target.id)
       .execute();
     const delivery = await attempting(target.id, 'org-failing-long');
-    const result = await recordOutcomes(
-      db,
+    const result = await record(
       // Attempted at the URL the endpoint had before a change made while the attempt was in flight.
-      [
-        attemptOutcome(
-          { ...delivery, endpointId: target.id, url: 'https://example.com/old' },
-          { statusCode: 500, health: 'failure' },
-        ),
-      ],
-      { disableAfterMs: 86_400_000 },
+      attemptOutcome(
+        { ...delivery, endpointId: target.id, url: 'https://example.com/old' },
+        { statusCode: 500, health: 'failure' },
+      ),
     );
     expect(result.disabled).toEqual([{ endpointId: target.id, reason: 'every attempt failed for 86400 s' }]);
     expect(result.invalidEvents).toEqual([]);

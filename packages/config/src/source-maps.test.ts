@@ -69,6 +69,8 @@ describe('parseSourceMapNow: a bundle’s source map parsed at start, not at the
     const eager = run({ parseAtStart: true });
     expect(eager.parsedAtStart).toBe(true);
     expect(eager.frame).toContain('app.ts:1:');
-    expect(eager.firstStackMb).toBeLessThan(0.5);
+    // The parsed map is ~6.5 MB here (the test above); formatting the first stack still allocates 0.4–0.6 MB of
+    // its own, more on a slow host, so the bound is well under the map and well over that.
+    expect(eager.firstStackMb).toBeLessThan(1.5);
   });
 });

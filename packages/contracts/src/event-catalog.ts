@@ -14,7 +14,8 @@ import {
  * body and an example body. It is the one source for the `webhookEventTypes` query, the generated
  * docs/webhook-events.md, and the check every event built in TypeScript passes before it is recorded
  * (`checkWebhookEventBody`), the engine's operational events included. `post.published` is built by
- * the publish statement in SQL: tests that run that statement pin it to its schema.
+ * the publish statement in SQL: tests that run that statement pin it to its schema, and the posts
+ * table's constraints keep a row from holding what the schema refuses (`posts_tags_without_null`).
  *
  * Schemas are strict (`additionalProperties: false`): a field added to a body without being added here
  * is caught by those tests and by the check, so the published schema never lags behind the wire.

@@ -18,6 +18,7 @@ import * as webhookThrottles from './2026-11-28T17-40_webhook-throttles.js';
 import * as webhookSuccessFolded from './2026-11-30T15-00_webhook-success-folded.js';
 import * as webhookFanOutFunction from './2026-11-30T18-00_webhook-fan-out-function.js';
 import * as webhookOrgOrderIndex from './2026-12-01T00-30_webhook-org-order-index.js';
+import * as postsTagsWithoutNull from './2026-12-01T06-00_posts-tags-without-null.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -44,6 +45,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-30T15-00_webhook-success-folded': webhookSuccessFolded,
   '2026-11-30T18-00_webhook-fan-out-function': webhookFanOutFunction,
   '2026-12-01T00-30_webhook-org-order-index': webhookOrgOrderIndex,
+  '2026-12-01T06-00_posts-tags-without-null': postsTagsWithoutNull,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -1,3 +1,4 @@
+import { waitFor } from '@herald/testing/ports';
 import { startTestReceiver, type TestReceiver } from '@herald/webhook-engine/testing';
 import { verifyWebhook } from '@herald/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,10 +84,15 @@ describe('embedded mode', () => {
     });
 
     let deliveries = await deliveriesOf(endpoint.id);
-    for (let i = 0; i < 100 && deliveries[0]?.status !== 'SUCCEEDED'; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      deliveries = await deliveriesOf(endpoint.id);
-    }
+    // The receiver has answered; the outcome is recorded a moment later (later still on a busy host).
+    await waitFor(
+      'the delivery recorded SUCCEEDED',
+      async () => {
+        deliveries = await deliveriesOf(endpoint.id);
+        return deliveries[0]?.status === 'SUCCEEDED';
+      },
+      { timeoutMs: 30_000, intervalMs: 20 },
+    ).catch(() => undefined); // past the wait, the assertion below shows the deliveries as they are
     expect(deliveries).toEqual([
       {
         eventId: event.id,
@@ -111,10 +117,14 @@ describe('embedded mode', () => {
     expect(ids[1]).toBe(ids[0]);
 
     let deliveries = await deliveriesOf(endpointId);
-    for (let i = 0; i < 100 && deliveries[0]?.status !== 'SUCCEEDED'; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      deliveries = await deliveriesOf(endpointId);
-    }
+    await waitFor(
+      'the retried delivery recorded SUCCEEDED',
+      async () => {
+        deliveries = await deliveriesOf(endpointId);
+        return deliveries[0]?.status === 'SUCCEEDED';
+      },
+      { timeoutMs: 30_000, intervalMs: 20 },
+    ).catch(() => undefined); // past the wait, the assertion below shows the deliveries as they are
     expect(deliveries[0].attempts.map((attempt: any) => [attempt.statusCode, attempt.error])).toEqual([
       [503, 'HTTP 503'],
       [200, null],

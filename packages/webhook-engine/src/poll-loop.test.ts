@@ -1,3 +1,4 @@
+import { waitFor } from '@herald/testing/ports';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { createPollLoop } from './poll-loop.js';
@@ -23,7 +24,7 @@ describe('poll loop', () => {
   it('runs one pass for the wake-ups that arrive within minGapMs of the previous pass', async () => {
     const { loop, counted } = countingLoop(1_000);
     loop.start();
-    await sleep(20);
+    await waitFor('the first pass', () => counted.passes >= 1, { timeoutMs: 30_000, intervalMs: 5 });
     expect(counted.passes).toBe(1);
     // Ten wake-ups, 5 ms apart: without the gap each would find the loop idle and run a pass of its own.
     for (let i = 0; i < 10; i++) {
@@ -48,16 +49,18 @@ describe('poll loop', () => {
       { intervalMs: 60_000, logger, minGapMs: 5_000 },
     );
     loop.start();
-    await sleep(50);
+    await waitFor('the four passes', () => starts.length >= 4, { timeoutMs: 30_000, intervalMs: 5 });
     await loop.stop();
     // The first pass and the three that followed "more" all ran at once (the next one would wait 5 s).
     expect(starts).toHaveLength(4);
+    expect(starts.at(-1)! - starts[0]!).toBeLessThan(5_000);
 
     const plain = countingLoop();
     plain.loop.start();
-    await sleep(20);
+    await waitFor('the first pass', () => plain.counted.passes >= 1, { timeoutMs: 30_000, intervalMs: 5 });
     plain.loop.wake();
-    await sleep(20);
+    // The woken pass comes at once (the next poll would be a minute later).
+    await waitFor('the woken pass', () => plain.counted.passes >= 2, { timeoutMs: 30_000, intervalMs: 5 });
     await plain.loop.stop();
     expect(plain.counted.passes).toBe(2);
   });

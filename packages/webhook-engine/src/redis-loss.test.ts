@@ -1,3 +1,4 @@
+import { waitFor } from '@herald/testing/ports';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { fanOutOutbox } from './lease-protocol.js';
@@ -44,9 +45,10 @@ describe('when Redis loses the stream and the group', () => {
       queueLeaseMs: 60_000,
     });
     relay.start();
-    for (let i = 0; i < 200 && (await namedDeliveries()) < 20; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
+    await waitFor('the 20 deliveries in the stream', async () => (await namedDeliveries()) >= 20, {
+      timeoutMs: 30_000,
+      intervalMs: 10,
+    });
     await relay.stop();
     expect(await namedDeliveries()).toBe(20);
     // One fan-out statement, one endpoint: one entry names them all.

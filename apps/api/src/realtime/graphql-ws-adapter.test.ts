@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { waitFor } from '@herald/testing/ports';
 import { buildSchema, GraphQLError } from 'graphql';
 import type { ServerOptions } from 'graphql-ws';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -64,6 +65,12 @@ describe('graphql-ws adapter', () => {
     expect((await silent.closed).code).toBe(1006);
     expect(silentPings).toBeLessThanOrEqual(1);
     await new Promise((resolve) => setTimeout(resolve, 450));
+    // Pings come on the server's timer: a busy host may have sent fewer by now (a drop ends the wait too).
+    await waitFor(
+      'three pings to the healthy socket',
+      () => healthyPings >= 3 || healthy.socket.readyState !== WebSocket.OPEN,
+      { timeoutMs: 30_000, intervalMs: 20 },
+    );
     expect(healthy.socket.readyState).toBe(WebSocket.OPEN);
     expect(healthyPings).toBeGreaterThanOrEqual(3);
     healthy.socket.close();

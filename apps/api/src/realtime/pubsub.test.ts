@@ -74,7 +74,7 @@ describe('Redis history and live channel', () => {
     await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
     const received = await listen(podB, orgId);
     for (let i = 1; i <= 5; i++) await podA.publishPostPublished(post(orgId, `post ${i}`));
-    await expect.poll(() => received.length).toBe(5);
+    await expect.poll(() => received.length, { timeout: 30_000 }).toBe(5);
     expect(received.map((entry) => [entry.position, entry.event.post.title])).toEqual([
       [1, 'post 1'],
       [2, 'post 2'],
@@ -92,7 +92,7 @@ describe('Redis history and live channel', () => {
     const first = await pod.publishPostPublished(post(orgId, 'once'), 'evt_same');
     const again = await pod.publishPostPublished(post(orgId, 'twice'), 'evt_same');
     await pod.publishPostPublished(post(orgId, 'next'));
-    await expect.poll(() => received.length).toBe(2);
+    await expect.poll(() => received.length, { timeout: 30_000 }).toBe(2);
     expect(first.ok && again.ok && again.entry).toEqual(first.ok && first.entry);
     expect(received.map((entry) => entry.event.post.title)).toEqual(['once', 'next']);
   });

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from '@herald/config/redis';
+import { waitFor } from '@herald/testing/ports';
 import { type RedisClusterWithClient, startRedisClusterWithClient } from '@herald/testing/redis-cluster-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createConcurrencyQuota } from './concurrency-quota.js';
@@ -49,7 +50,11 @@ describe('tenant quotas on Redis Cluster', () => {
       expect(await a.acquire(`org-${subject}`, 2)).toBe(false);
       expect(await b.count(`org-${subject}`)).toBe(2);
       b.release(`org-${subject}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      // The release writes B's field without waiting: once Redis has it, A's own one is all that counts.
+      await waitFor(`B's release of org-${subject} in Redis`, async () => (await a.count(`org-${subject}`)) === 1, {
+        timeoutMs: 30_000,
+        intervalMs: 20,
+      });
       expect(await a.acquire(`org-${subject}`, 2)).toBe(true);
     }
   });

@@ -141,7 +141,9 @@ describe('the Redis stream queue on redis+sentinel:// when the master crashes', 
     const replica = createRedisClient(`redis://:${encodeURIComponent(sentinel.password)}@127.0.0.1:${replicaPort}`);
     cleanups.push(async () => replica.disconnect());
     const written = await masterReplicationOffset();
-    await expect.poll(async () => replicationOffset(await replica.info('replication'))).toBeGreaterThanOrEqual(written);
+    await expect
+      .poll(async () => replicationOffset(await replica.info('replication')), { timeout: 30_000 })
+      .toBeGreaterThanOrEqual(written);
 
     await sentinel.crashMaster();
 

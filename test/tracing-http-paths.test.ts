@@ -111,11 +111,18 @@ async function storedTraceparent(postId: string): Promise<string | null> {
   }
 }
 
-/** The spans of `traceId` the collector got, once a PostgreSQL one is among them (or after 10 s). */
-async function spansWithPostgres(traceId: string) {
-  const deadline = Date.now() + 10_000;
+/**
+ * The spans of `traceId` the collector got, once both the server span under `callerSpan` and a
+ * PostgreSQL span are among them (or after 30 s). They may come in different exports: a statement's
+ * span ends, and may be sent, before the request's.
+ */
+async function spansWithServerAndPostgres(traceId: string, callerSpan: string) {
+  const deadline = Date.now() + 30_000;
+  const complete = (spans: typeof collector.spans) =>
+    spans.some((s) => s.kind === 2 && s.parentSpanId === callerSpan) &&
+    spans.some((s) => s.attributes['db.system.name'] === 'postgresql');
   let spans = collector.spans.filter((s) => s.traceId === traceId);
-  while (Date.now() < deadline && !spans.some((s) => s.attributes['db.system.name'] === 'postgresql')) {
+  while (Date.now() < deadline && !complete(spans)) {
     await new Promise((r) => setTimeout(r, 100));
     spans = collector.spans.filter((s) => s.traceId === traceId);
   }
@@ -173,7 +180,7 @@ describe.each(PATHS)('%s', (path) => {
       const stored = await storedTraceparent(postId);
       expect(stored).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-${flags}$`));
       if (flags === '01') {
-        const spans = await spansWithPostgres(traceId);
+        const spans = await spansWithServerAndPostgres(traceId, callerSpan);
         const server = spans.find((s) => s.kind === 2 && s.parentSpanId === callerSpan);
         expect(server?.name).toBe('mutation Publish');
         const pgSpans = spans.filter((s) => s.attributes['db.system.name'] === 'postgresql');
@@ -261,7 +268,7 @@ describe.each(['fast, one chunk', 'fast, 3 chunks', 'fast, with `me` beside'] as
       }
       expect(Math.min(turnedOn, ...quiet)).toBe(0);
     }
-    const spans = await spansWithPostgres(traceId);
+    const spans = await spansWithServerAndPostgres(traceId, callerSpan);
     const server = spans.find((s) => s.kind === 2 && s.parentSpanId === callerSpan);
     expect(server?.name).toBe('query Posts');
     const pgSpans = spans.filter((s) => s.attributes['db.system.name'] === 'postgresql');

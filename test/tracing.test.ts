@@ -119,9 +119,10 @@ describe('one publishPost, traced end to end', () => {
     );
     await waitFor('the subscriber to receive the post', () => subscriber?.count('traced') === 1);
     await waitFor('the webhook POST', () => webhookHeaders.length > 0);
-    await waitFor('the fan-out and attempt spans to be exported', () => {
+    // Three processes export them, each on its own schedule: wait for the operation's span as well.
+    await waitFor('the operation, fan-out and attempt spans to be exported', () => {
       const names = inTrace().map((span) => span.name);
-      return names.includes('subscription fan-out') && names.includes('webhook attempt');
+      return ['mutation Publish', 'subscription fan-out', 'webhook attempt'].every((name) => names.includes(name));
     });
 
     const spans = inTrace();
@@ -232,8 +233,10 @@ describe('an operation over graphql-ws', () => {
     } finally {
       await client.dispose();
     }
-    await waitFor('the attempt span of the socket publish', () =>
-      collector.spans.some((span) => span.traceId === traceId && span.name === 'webhook attempt'),
+    await waitFor('the operation and attempt spans of the socket publish', () =>
+      ['mutation PublishOverSocket', 'webhook attempt'].every((name) =>
+        collector.spans.some((span) => span.traceId === traceId && span.name === name),
+      ),
     );
     const spans = collector.spans.filter((span) => span.traceId === traceId);
     const operation = spans.find((span) => span.name === 'mutation PublishOverSocket');

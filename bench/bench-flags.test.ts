@@ -67,6 +67,7 @@ describe('pnpm bench flags', () => {
     ],
     ['--embedded-db foo', 'pnpm bench: --embedded-db takes one of postgres, pglite, got "foo"'],
     ['--webhook-two no', 'pnpm bench: --webhook-two takes one of true, false, got "no"'],
+    ['--webhook-dispatchers docker', 'pnpm bench: --webhook-dispatchers takes one of image, source, got "docker"'],
     ['--noisy-storm-priority low', 'pnpm bench: --noisy-storm-priority takes one of nice, idle, got "low"'],
   ])('refuses %s in one line naming the allowed values', (flags, line) => {
     const run = bench('--scenarios', 'http', ...flags.split(' '));

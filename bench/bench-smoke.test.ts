@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { cleanupAll } from './src/common.js';
 import { type FanoutConfig, type FanoutResult, runFanout } from './src/fanout.js';
@@ -9,7 +12,13 @@ import { resumeMarkdown, runResumeCatchUp } from './src/resume.js';
 import { startHeraldTarget, startPeerTarget, startRawTarget, type Target } from './src/targets.js';
 import { runTokenVerify, tokenVerifyMarkdown } from './src/token-verify.js';
 import { runTracing, tracingMarkdown } from './src/tracing.js';
-import { besideRatio, renderWebhookEngineNotes, renderWebhookEngineRows, runWebhooks } from './src/webhooks.js';
+import {
+  besideRatio,
+  buildDispatcherImage,
+  renderWebhookEngineNotes,
+  renderWebhookEngineRows,
+  runWebhooks,
+} from './src/webhooks.js';
 
 // The benchmark's own machinery at toy size: 50 sockets in 2 client processes, a few events, every
 // frame checked. Correctness only: no timing is asserted (the numbers come from `pnpm bench`).
@@ -267,6 +276,39 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(markdown).toContain('0 of 20 events out of outbox order');
     expect(markdown).toContain('one dispatcher from a new process, 2 runs');
     expect(markdown).toContain('2 of 2 ok (every event verified once)');
+    expect(result.dispatchers).toBe('source');
+  }, 240_000);
+
+  it("runs the dispatcher from its production build with the image's node flags, its round trips still counted", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'herald-bench-smoke-image-'));
+    try {
+      const dispatcherBuild = await buildDispatcherImage(dir);
+      expect(dispatcherBuild.args.at(-1)).toBe('dist/main.js');
+      expect(dispatcherBuild.args).toContain('--enable-source-maps');
+      const result = await runWebhooks({
+        databaseUrl: inject('databaseUrl'),
+        redisUrl: inject('redisUrl'),
+        trials: 1,
+        trialMs: 300,
+        connections: 2,
+        dispatcherEvents: 20,
+        dispatcherTimeoutMs: 60_000,
+        pendingRetries: 100,
+        steadyEventsPerSec: 0,
+        endpoints: 1,
+        warmUpEvents: 0,
+        twoDispatchers: false,
+        fifo: false,
+        dispatcherBuild,
+        log: () => {},
+      });
+      expect(result.dispatchers).toBe('image');
+      expect(result.dispatcher).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });
+      // The query counter, compiled beside the build, patched the build's own pg.
+      expect(result.dispatcher.queriesPerDelivery).toBeGreaterThan(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, 240_000);
 });
 

@@ -15,6 +15,8 @@
  *   pnpm bench --sequential                      # one scenario at a time instead of side by side
  *   pnpm bench --scenarios resume --resume-clients 200 --resume-events 200  # resume storm (default 1000 × 1000)
  *   pnpm bench --scenarios webhooks --webhook-steady-only true --out /tmp/s  # the steady webhook trial alone (≈ 20 s)
+ *   pnpm bench --scenarios webhooks --webhook-dispatchers source  # dispatchers from the TypeScript under tsx
+ *                                                # (default: their production build, as the image runs them)
  *   pnpm bench --scenarios noisy-neighbour --out /tmp/n  # B's latency alone and under A's storm, every path (≈ 3 min)
  *   pnpm bench --scenarios tracing --out /tmp/t  # tracing off / ratio 0.01 / ratio 1.0: posts over HTTP, fan-out at
  *                                                # the largest --sockets (10000; --quick 1000), webhooks → tracing.{md,json}
@@ -57,7 +59,7 @@ import { pingPostgres } from './schema.js';
 import { startHeraldTarget, startRawTarget, type Target } from './targets.js';
 import { runTokenVerify, type TokenVerifyResult } from './token-verify.js';
 import { runTracing, TRACING_HTTP_WARMUP_MS, TRACING_PATHS, tracingMarkdown } from './tracing.js';
-import { redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
+import { buildDispatcherImage, redisCommand, runWebhooks, type WebhookResult } from './webhooks.js';
 
 type Args = Record<string, string | boolean>;
 
@@ -126,6 +128,7 @@ const WORD_FLAGS = [
   'webhook-steady-only',
   'webhook-two',
   'webhook-fifo',
+  'webhook-dispatchers',
 ];
 
 /** Every flag `pnpm bench` reads; anything else is refused (a typo would otherwise run the defaults). */
@@ -271,6 +274,7 @@ function readWordFlags(args: Args) {
     noisyStormPriority: choiceFlag(args, 'noisy-storm-priority', STORM_PRIORITIES, 'nice'),
     webhookTwo: choiceFlag(args, 'webhook-two', ['true', 'false'], 'true'),
     webhookFifo: choiceFlag(args, 'webhook-fifo', ['true', 'false'], 'true'),
+    webhookDispatchers: choiceFlag(args, 'webhook-dispatchers', ['image', 'source'], 'image'),
     webhookSteadyOnly: choiceFlag(args, 'webhook-steady-only', ['true', 'false'], 'false'),
     webhookSteadyCompareNotify: choiceFlag(args, 'webhook-steady-compare-notify', ['true', 'first', 'false'], 'false'),
   };
@@ -326,6 +330,7 @@ async function main() {
     noisyStormPriority,
     webhookTwo,
     webhookFifo,
+    webhookDispatchers,
     webhookSteadyOnly,
     webhookSteadyCompareNotify,
   } = readWordFlags(args);
@@ -578,6 +583,10 @@ async function main() {
   }
   if (scenarios.includes('webhooks')) {
     log('webhooks: raw undici POST loop and the dispatcher, to one local receiver');
+    // The dispatchers as their image runs them (a production build, ~10 s to make), or the sources under tsx.
+    const buildDir = webhookDispatchers === 'image' ? mkdtempSync(join(tmpdir(), 'herald-bench-dispatcher-')) : null;
+    const dispatcherBuild = buildDir ? await buildDispatcherImage(buildDir) : undefined;
+    if (buildDir) log(`  dispatchers: the production build in ${buildDir}`);
     webhooks = await runWebhooks({
       databaseUrl: postgresOk ? databaseUrl : undefined,
       redisUrl: redisOk ? redisUrl : undefined,
@@ -597,8 +606,10 @@ async function main() {
       steadyMs: num('webhook-steady-ms', quick ? 5000 : 10_000),
       steadyOnly: webhookSteadyOnly === 'true',
       ...(typeof args['webhook-cpu-prof'] === 'string' ? { cpuProfDir: resolve(args['webhook-cpu-prof']) } : {}),
+      ...(dispatcherBuild ? { dispatcherBuild } : {}),
       log,
     });
+    if (buildDir) rmSync(buildDir, { recursive: true, force: true });
   }
 
   if (scenarios.includes('token-verify')) {

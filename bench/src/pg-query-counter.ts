@@ -2,15 +2,22 @@
  * Preloaded into the dispatcher by the webhook benchmark (`--import`): counts the queries its `pg`
  * clients send (each one is a round trip: `pg` does not pipeline; BEGIN and COMMIT count too), and
  * prints the running total on stdout every 100 ms as `pg-queries <n>`.
+ *
+ * `pg` is the dispatcher's own copy: resolved from BENCH_PG_FROM when set (a production build's
+ * `dist/main.js`, whose pruned node_modules hold it; this file then runs compiled to JavaScript beside
+ * it, see `buildDispatcherImage`), else from here, which in the workspace is the same package.
  */
 import { writeFileSync } from 'node:fs';
-import pg from 'pg';
+import { createRequire } from 'node:module';
+import type PgModule from 'pg';
+
+const pg = createRequire(process.env.BENCH_PG_FROM ?? import.meta.url)('pg') as typeof PgModule;
 
 let queries = 0;
 /** With BENCH_PG_QUERY_LOG=<file>: queries by their first 80 characters, written there at exit. */
 const byText = process.env.BENCH_PG_QUERY_LOG ? new Map<string, number>() : undefined;
 const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
+pg.Client.prototype.query = function counted(this: PgModule.Client, ...args: unknown[]) {
   queries++;
   if (byText) {
     const first = args[0];

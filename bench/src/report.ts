@@ -202,6 +202,12 @@ export function markdown(results: BenchResults): string {
     }
     lines.push(...renderWebhookEngineNotes(w));
     lines.push('', `Receiver: ${w.receiver}.`);
+    lines.push(
+      '',
+      w.dispatchers === 'image'
+        ? "Dispatchers: the production build (`pnpm build:prod webhook-dispatcher`), started with its container image's node flags."
+        : 'Dispatchers: the TypeScript sources under tsx.',
+    );
   }
   lines.push(...tokenVerifyMarkdown(results.tokenVerify));
   if (results.resume) lines.push('', resumeMarkdown(results.resume));

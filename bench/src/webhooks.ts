@@ -5,7 +5,7 @@
  * steady.ts (the steady-rate trial), scheduler-pass.ts, engine-db.ts (reading a run's database), children.ts
  * (child processes), results.ts (config and result shapes) and report.ts (its lines in results.md).
  */
-export { DISPATCHER_MAIN, redisCommand } from './webhooks/children.js';
+export { buildDispatcherImage, DISPATCHER_MAIN, redisCommand } from './webhooks/children.js';
 export { renderWebhookEngineNotes, renderWebhookEngineRows } from './webhooks/report.js';
 export {
   type BesideRatio,

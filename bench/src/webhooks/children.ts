@@ -3,9 +3,14 @@
  * a request/answer channel over IPC, and one Redis command without a client library.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { transform } from 'esbuild';
+import type { NodeCommand } from '../../../test/support/api-process.js';
 import { ROOT, TSX_IMPORT, track } from '../common.js';
+import { buildProductionCommand } from '../production-build.js';
 
 export const RECEIVER = fileURLToPath(new URL('../webhook-receiver.ts', import.meta.url));
 export const POST_LOOP = fileURLToPath(new URL('../post-loop.ts', import.meta.url));
@@ -13,6 +18,23 @@ export const POST_LOOP = fileURLToPath(new URL('../post-loop.ts', import.meta.ur
 export const QUERY_COUNTER = new URL('../pg-query-counter.ts', import.meta.url).href;
 /** The dispatcher's entry point; the scenario runs only once it exists. */
 export const DISPATCHER_MAIN = 'apps/webhook-dispatcher/src/main.ts';
+
+/** The dispatcher as its container image runs it, and the query counter to preload into it. */
+export interface DispatcherBuild extends NodeCommand {
+  /** {@link QUERY_COUNTER} compiled to JavaScript beside the build (the image has no TypeScript loader). */
+  queryCounter: string;
+  /** Where the counter resolves `pg` from (BENCH_PG_FROM): the build's own copy. */
+  pgFrom: string;
+}
+
+/** Builds the dispatcher's production bundle under `dir` (see `buildProductionCommand`), with its query counter. */
+export async function buildDispatcherImage(dir: string): Promise<DispatcherBuild> {
+  const command = await buildProductionCommand('webhook-dispatcher', dir);
+  const counter = join(command.cwd, 'bench-pg-query-counter.mjs');
+  const source = readFileSync(fileURLToPath(QUERY_COUNTER), 'utf8');
+  writeFileSync(counter, (await transform(source, { loader: 'ts', format: 'esm' })).code);
+  return { ...command, queryCounter: pathToFileURL(counter).href, pgFrom: join(command.cwd, 'dist/main.js') };
+}
 
 export interface IpcChild {
   child: ChildProcess;

@@ -129,23 +129,18 @@ export async function runDispatcher(
       const profArgs = config.cpuProfDir && processes === 1 ? ['--cpu-prof', '--cpu-prof-dir', config.cpuProfDir] : [];
       // Diagnostics: extra node flags for the dispatchers (e.g. BENCH_DISPATCHER_NODE_FLAGS=--max-semi-space-size=4).
       const nodeFlags = (process.env.BENCH_DISPATCHER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+      const build = config.dispatcherBuild;
       const child = spawnTracked(
         process.execPath,
-        [
-          ...nodeFlags,
-          ...profArgs,
-          '--import',
-          TSX_IMPORT,
-          '--import',
-          QUERY_COUNTER,
-
-          DISPATCHER_MAIN,
-        ],
+        build
+          ? [...nodeFlags, ...profArgs, ...build.args.slice(0, -1), '--import', build.queryCounter, build.args.at(-1)!]
+          : [...nodeFlags, ...profArgs, '--import', TSX_IMPORT, '--import', QUERY_COUNTER, DISPATCHER_MAIN],
         {
-          cwd: ROOT,
+          cwd: build?.cwd ?? ROOT,
           env: {
             ...config.heraldEnv,
             PATH: process.env.PATH ?? '',
+            ...(build ? { BENCH_PG_FROM: build.pgFrom } : {}),
             ...(process.env.BENCH_PG_QUERY_LOG ? { BENCH_PG_QUERY_LOG: process.env.BENCH_PG_QUERY_LOG } : {}),
             NODE_ENV: 'production',
 

@@ -4,6 +4,7 @@
  */
 import { round, type Spread } from '../common.js';
 import type { DuplicateSample } from '../webhook-receiver.js';
+import type { DispatcherBuild } from './children.js';
 
 export interface WebhookConfig {
   databaseUrl: string | undefined;
@@ -40,6 +41,11 @@ export interface WebhookConfig {
   pendingRetries?: number;
   /** Run the (one) dispatcher under `node --cpu-prof`, writing its profile here. */
   cpuProfDir?: string;
+  /**
+   * Run the dispatchers as the container image does (`buildDispatcherImage`); without it, the TypeScript
+   * sources under tsx, whose loader hooks and per-module transforms stay in the process.
+   */
+  dispatcherBuild?: DispatcherBuild;
   /** `WEBHOOK_ENDPOINT_CONCURRENCY` of the dispatchers. @default connections */
   endpointCap?: number;
   /** The latency trial: events/s published (one dispatcher), for this long. @default 1000 for 10 s; 0 skips it */
@@ -200,6 +206,11 @@ export type Percentiles = { p50Ms: number; p99Ms: number; maxMs: number };
 
 export interface WebhookResult {
   receiver: string;
+  /**
+   * What the dispatchers ran: `image`, the production build with its Dockerfile stage's node flags;
+   * `source`, the TypeScript under tsx. Absent in results.json files written before the option (source).
+   */
+  dispatchers?: 'image' | 'source';
   rawLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread };
   /** Signs each body, POSTs at the same concurrency, records outcomes in INSERTs of 100 (null: no database). */
   durableLoop: { connections: number; trials: RawLoopTrial[]; deliveriesPerSec: Spread } | null;

@@ -246,6 +246,7 @@ export async function runWebhooks(config: WebhookConfig): Promise<WebhookResult>
     return {
       receiver:
         'node:http in its own process, 200 as soon as the body has arrived; verifies signatures and dedupes after answering',
+      dispatchers: config.dispatcherBuild ? 'image' : 'source',
       rawLoop,
       durableLoop,
       dispatcher,

@@ -31,6 +31,8 @@ export interface EndpointSummary {
   filter: string | null;
   /** FIFO: one delivery at a time, in event order; a failing one holds back the rest. */
   ordering: EndpointOrdering;
+  /** Most attempts per second to the endpoint, across dispatchers; null: no limit. */
+  rateLimitPerSecond: number | null;
 }
 
 /** One endpoint as its own view shows it. */
@@ -77,7 +79,7 @@ export const DELIVERY_PAGE_SIZE = 25;
 
 const ENDPOINT_FIELDS = `
   id url eventTypes status disabledAt disabledReason createdAt failingSince pausedUntil filter
-  successRate(lastAttempts: ${RECENT_ATTEMPTS}) ordering
+  successRate(lastAttempts: ${RECENT_ATTEMPTS}) ordering rateLimitPerSecond
 `;
 
 const DELIVERY_FIELDS = `
@@ -127,6 +129,14 @@ export const ROTATE_SECRET = 'mutation Rotate($id: ID!) { rotateWebhookSecret(id
 export const SEND_TEST = `mutation SendTest($id: ID!) { sendTestWebhook(endpointId: $id) { ${DELIVERY_FIELDS} } }`;
 export const REPLAY_DEAD = 'mutation ReplayDead($id: ID!) { replayDeadWebhookDeliveries(endpointId: $id) }';
 export const REPLAY_DELIVERY = `mutation Replay($id: ID!) { replayWebhookDelivery(id: $id) { ${DELIVERY_FIELDS} } }`;
+export const SET_RATE_LIMIT = `
+  mutation RateLimit($id: ID!, $rate: Int) { setWebhookEndpointRateLimit(id: $id, rateLimitPerSecond: $rate) { id } }
+`;
+export const SET_ORDERING = `
+  mutation Ordering($id: ID!, $ordering: WebhookEndpointOrdering!) {
+    updateWebhookEndpoint(id: $id, input: { ordering: $ordering }) { id }
+  }
+`;
 
 /** One quota of an organisation: what it uses now, its limit (0: none) and how often it was refused. */
 export interface OrganizationUsage {

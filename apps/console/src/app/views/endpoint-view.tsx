@@ -15,6 +15,7 @@ import {
 import { navigate, type Route } from '../route.js';
 import { useQuery } from '../use-query.js';
 import { DeliveryLog } from './delivery-log.js';
+import { EndpointSettingsActions, EndpointSettingsFacts } from './endpoint-settings.js';
 import { describeHealth } from './endpoints-view.js';
 import { ErrorNotice } from './error-notice.js';
 import { SecretNotice } from './secret-notice.js';
@@ -81,6 +82,7 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
               {data.ordering === 'FIFO' ? 'FIFO: one at a time, in event order' : 'Unordered'}
             </dd>
             {data.fifoHead && <FifoHead head={data.fifoHead} />}
+            <EndpointSettingsFacts endpoint={data} />
             <dt>Created</dt>
             <dd>{formatTime(data.createdAt)}</dd>
             {data.status === 'DISABLED' && (
@@ -187,6 +189,7 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
               Delete
             </button>
           </div>
+          <EndpointSettingsActions endpoint={data} request={request} act={act} busy={busy} />
           {notice && (
             <p class="notice" role="status">
               {notice}

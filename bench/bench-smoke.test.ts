@@ -182,22 +182,27 @@ describe('besideRatio', () => {
 });
 
 describe('bench smoke: webhooks (engine section)', () => {
+  /** Toy size: one short raw trial on 2 connections, backlogs of 20 events. */
+  const smallWebhooks = () => ({
+    databaseUrl: inject('databaseUrl'),
+    redisUrl: inject('redisUrl'),
+    trials: 1,
+    trialMs: 300,
+    connections: 2,
+    dispatcherEvents: 20,
+    dispatcherTimeoutMs: 60_000,
+    log: () => {},
+  });
+
   it('raw loop, raw durable loop, one cold dispatcher twice, one warm and two dispatchers (one endpoint and two), a FIFO endpoint in outbox order, the scheduler pass: every delivery verified, none lost', async () => {
     const result = await runWebhooks({
-      databaseUrl: inject('databaseUrl'),
-      redisUrl: inject('redisUrl'),
-      trials: 1,
-      trialMs: 300,
-      connections: 2,
-      dispatcherEvents: 20,
-      dispatcherTimeoutMs: 60_000,
+      ...smallWebhooks(),
       pendingRetries: 1_000,
       steadyEventsPerSec: 50,
       steadyMs: 400,
       endpoints: 2,
       warmUpEvents: 10,
       newProcessRuns: 2,
-      log: () => {},
     });
     expect(result.rawLoop.trials[0]?.requests).toBeGreaterThan(0);
     // The durable loop recorded what it sent (it counts a request only once its INSERT committed).
@@ -286,13 +291,7 @@ describe('bench smoke: webhooks (engine section)', () => {
       expect(dispatcherBuild.args.at(-1)).toBe('dist/main.js');
       expect(dispatcherBuild.args).toContain('--enable-source-maps');
       const result = await runWebhooks({
-        databaseUrl: inject('databaseUrl'),
-        redisUrl: inject('redisUrl'),
-        trials: 1,
-        trialMs: 300,
-        connections: 2,
-        dispatcherEvents: 20,
-        dispatcherTimeoutMs: 60_000,
+        ...smallWebhooks(),
         pendingRetries: 100,
         steadyEventsPerSec: 0,
         endpoints: 1,
@@ -300,7 +299,6 @@ describe('bench smoke: webhooks (engine section)', () => {
         twoDispatchers: false,
         fifo: false,
         dispatcherBuild,
-        log: () => {},
       });
       expect(result.dispatchers).toBe('image');
       expect(result.dispatcher).toMatchObject({ status: 'ok', events: 20, verified: 20, invalid: 0, duplicate: 0 });

@@ -3,11 +3,11 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { BrowserContext, Page, Route } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
-import { launchChromium } from '../support/chromium.js';
+import { openConsoleEndpoint } from '../support/chromium.js';
 import { graphqlData } from '../support/graphql-http.js';
 
 // The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API: an
@@ -65,17 +65,10 @@ async function settings() {
 }
 
 async function openEndpoint(): Promise<Page> {
-  const launched = await launchChromium({ timeoutMs: WAIT_MS, viewport: { width: 1280, height: 800 } });
-  profileDir = launched.profileDir;
-  browser = launched.context;
-  await browser.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route: Route) => route.abort('internetdisconnected'));
-  const page = browser.pages()[0] ?? (await browser.newPage());
-  await page.goto(`http://127.0.0.1:${api!.port}/console`, { timeout: WAIT_MS });
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: /Webhook endpoints/ }).waitFor({ timeout: WAIT_MS });
-  await page.getByRole('link', { name: receiverUrl }).click();
-  await page.getByRole('heading', { name: receiverUrl }).waitFor({ timeout: WAIT_MS });
-  return page;
+  const opened = await openConsoleEndpoint(api!.port, receiverUrl, WAIT_MS);
+  profileDir = opened.profileDir;
+  browser = opened.context;
+  return opened.page;
 }
 
 /** Waits until the element of `testId` shows `text`, and returns what it shows. */

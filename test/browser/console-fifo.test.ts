@@ -5,11 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { waitFor } from '@herald/testing/ports';
-import type { BrowserContext, Route } from 'playwright-core';
+import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConsole, isConsoleBuildStale } from '../../apps/console/src/build/build-console.js';
 import { type ApiProcess, startApiProcess } from '../support/api-process.js';
-import { launchChromium } from '../support/chromium.js';
+import { openConsoleEndpoint } from '../support/chromium.js';
 import { graphqlData, publishNewPost } from '../support/graphql-http.js';
 
 // The operators' console (apps/console) in a real headless Chromium, served by an embedded-mode API:
@@ -84,16 +84,10 @@ describe('the console on a FIFO endpoint', () => {
     });
     const head = received[0]!;
 
-    const launched = await launchChromium({ timeoutMs: WAIT_MS, viewport: { width: 1280, height: 800 } });
-    profileDir = launched.profileDir;
-    browser = launched.context;
-    await browser.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route: Route) => route.abort('internetdisconnected'));
-    const page = browser.pages()[0] ?? (await browser.newPage());
-    await page.goto(`http://127.0.0.1:${api!.port}/console`, { timeout: WAIT_MS });
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: /Webhook endpoints/ }).waitFor({ timeout: WAIT_MS });
-    await page.getByRole('link', { name: receiverUrl }).click();
-    await page.getByRole('heading', { name: receiverUrl }).waitFor({ timeout: WAIT_MS });
+    const opened = await openConsoleEndpoint(api!.port, receiverUrl, WAIT_MS);
+    profileDir = opened.profileDir;
+    browser = opened.context;
+    const { page } = opened;
 
     expect(await page.getByTestId('ordering').textContent()).toContain('FIFO');
     const line = page.getByTestId('fifo-head');

@@ -68,7 +68,7 @@ const graphql = (query: string, variables?: Record<string, unknown>) =>
 const publishPost = (title: string) => publishNewPost(`http://127.0.0.1:${api!.port}`, token, 'demo', title, WAIT_MS);
 
 describe('the console on a FIFO endpoint', () => {
-  it('shows the ordering, the stuck head of the line and how many deliveries it holds back', async () => {
+  it('shows the ordering, the stuck head of the line and how many deliveries it holds back, and gives up on the head', async () => {
     await graphql(
       `mutation($url: String!) {
         createWebhookEndpoint(input: { orgId: "demo", url: $url, eventTypes: ["post.published"], ordering: FIFO }) {
@@ -101,5 +101,29 @@ describe('the console on a FIFO endpoint', () => {
     await page.screenshot({ path: join(SCREENSHOT_DIR, 'endpoint-fifo.png') });
     // Only the head was attempted.
     expect(new Set(received)).toEqual(new Set([head]));
+
+    // Giving up on the head (after the browser's confirm) makes it a dead letter; the next in line is
+    // attempted (and fails too: it is the head now, holding back the last one).
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.getByRole('button', { name: 'Give up on it' }).click();
+    await page
+      .getByRole('status')
+      .filter({ hasText: `Gave up on ${head}` })
+      .waitFor({ timeout: WAIT_MS });
+    await waitFor('the next in line to be attempted', async () => new Set(received).size === 2, {
+      timeoutMs: WAIT_MS,
+      intervalMs: 100,
+    });
+    const next = received.find((id) => id !== head)!;
+    await page.reload();
+    const nextLine = page.getByTestId('fifo-head').filter({ hasText: next });
+    await nextLine.waitFor({ timeout: WAIT_MS });
+    expect(await nextLine.textContent()).toContain('holds back 1 delivery');
+    const { webhookEndpoints } = (await graphql(
+      `query { webhookEndpoints(orgId: "demo") { deliveries(status: DEAD) { edges { node { eventId } } } } }`,
+    )) as { webhookEndpoints: Array<{ deliveries: { edges: Array<{ node: { eventId: string } }> } }> };
+    expect(webhookEndpoints.flatMap((endpoint) => endpoint.deliveries.edges.map((edge) => edge.node.eventId))).toEqual([
+      head,
+    ]);
   });
 });

@@ -96,7 +96,7 @@ export const WebhookDeliveryDeadBody = envelope(
   WEBHOOK_DELIVERY_DEAD_EVENT,
   Type.Object(
     {
-      deliveryId: Type.String({ description: 'The delivery that ran out of retries (`del_…`).' }),
+      deliveryId: Type.String({ description: 'The delivery that ran out of retries or was given up (`del_…`).' }),
       endpointId: Type.String({ description: 'Its endpoint (never the receiving one).' }),
       eventId: Type.String({ description: 'The event it carried (`evt_…`).' }),
       eventType: Type.String({ description: 'That event’s type.' }),
@@ -182,7 +182,7 @@ export const WEBHOOK_EVENT_CATALOG: readonly WebhookEventDefinition[] = [
   {
     type: WEBHOOK_DELIVERY_DEAD_EVENT,
     description:
-      'A delivery to another endpoint of the organisation ran out of retries (WEBHOOK_RETRY_HORIZON) and is now DEAD. Never sent to that endpoint itself.',
+      'A delivery to another endpoint of the organisation ran out of retries (WEBHOOK_RETRY_HORIZON), or was given up by hand (`giveUpWebhookDelivery`), and is now DEAD. Never sent to that endpoint itself.',
     schema: WebhookDeliveryDeadBody,
     example: {
       id: 'evt_abcdefabcdefabcdefabcdefabcdef01',

@@ -74,6 +74,9 @@
  *   `disableWebhookEndpoint`): the endpoint's state only (the claim then makes its deliveries SKIPPED),
  *   with the `webhook.endpoint.disabled` event step 4 writes when an endpoint disables itself: both
  *   bodies, and `webhook.delivery.dead`'s, come from that file's builders and its catalog check.
+ * - giving up ({@link giveUpWebhookDelivery}, lease-protocol/give-up.ts; GraphQL `giveUpWebhookDelivery`): a
+ *   PENDING delivery that was attempted and has no attempt in flight becomes DEAD now, its lease cleared,
+ *   with its `webhook.delivery.dead` event; a FIFO line's next delivery is then its head.
  * - dead-letter stream ({@link markDeadLettersStreamed}, lease-protocol/dead-letter-stream.ts;
  *   attempt-batch.ts and dead-letters.ts): `dead_letter_streamed_at` only, on DEAD deliveries.
  * - lost stream ({@link releaseQueuedDeliveries}, in this file; scheduler.ts): frees every q-lease.
@@ -212,6 +215,7 @@ import {
 
 export * from './lease-protocol/dead-letter-stream.js';
 export * from './lease-protocol/fifo-ordering.js';
+export * from './lease-protocol/give-up.js';
 export * from './lease-protocol/operational-events.js';
 export * from './lease-protocol/replay.js';
 export * from './lease-protocol/test-send.js';

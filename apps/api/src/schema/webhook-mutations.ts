@@ -16,6 +16,7 @@ import {
 } from '@herald/db';
 import {
   disableWebhookEndpoint,
+  giveUpWebhookDelivery,
   insertTestWebhook,
   replayDeadLetters,
   replayWebhookDelivery,
@@ -206,6 +207,37 @@ builder.mutationFields((t) => ({
       const replayed = await replayWebhookDelivery(context.db, delivery.id);
       if (!replayed) throw new NotFoundError('Webhook delivery');
       return replayed;
+    },
+  }),
+  giveUpWebhookDelivery: t.withAuth({ viewer: true }).field({
+    type: WebhookDeliveryRef,
+    description:
+      'Stops retrying a PENDING delivery that has failed at least once: it becomes DEAD now, as at its retry ' +
+      "horizon, with a `webhook.delivery.dead` event for the organisation's other endpoints. On a FIFO endpoint " +
+      'the next delivery in line goes next. Refused while an attempt is in flight. It can be replayed later.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, context) => {
+      const result = await giveUpWebhookDelivery(context.db, {
+        id: String(args.id),
+        orgIds: context.viewer.orgs,
+        // A bad body is our bug: the delivery is DEAD all the same, the event is not recorded (logged and counted).
+        onInvalidEvent: (error) => reportInvalidWebhookEvent(context, error),
+      });
+      switch (result.outcome) {
+        case 'dead':
+          return result.delivery;
+        case 'absent':
+          throw new NotFoundError('Webhook delivery');
+        case 'not-pending':
+          throw new BadUserInputError(`only a PENDING delivery can be given up; this one is ${result.status}`, 'id');
+        case 'not-attempted':
+          throw new BadUserInputError('this delivery has not been attempted yet: there is nothing to give up on', 'id');
+        case 'in-flight':
+          throw new BadUserInputError(
+            `an attempt of this delivery is in flight: give up on it once that attempt is recorded (at the latest ${result.leasedUntil.toISOString()})`,
+            'id',
+          );
+      }
     },
   }),
   disableWebhookEndpoint: t.withAuth({ viewer: true }).field({

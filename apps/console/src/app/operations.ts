@@ -129,6 +129,7 @@ export const ROTATE_SECRET = 'mutation Rotate($id: ID!) { rotateWebhookSecret(id
 export const SEND_TEST = `mutation SendTest($id: ID!) { sendTestWebhook(endpointId: $id) { ${DELIVERY_FIELDS} } }`;
 export const REPLAY_DEAD = 'mutation ReplayDead($id: ID!) { replayDeadWebhookDeliveries(endpointId: $id) }';
 export const REPLAY_DELIVERY = `mutation Replay($id: ID!) { replayWebhookDelivery(id: $id) { ${DELIVERY_FIELDS} } }`;
+export const GIVE_UP_DELIVERY = 'mutation GiveUp($id: ID!) { giveUpWebhookDelivery(id: $id) { id status } }';
 export const SET_RATE_LIMIT = `
   mutation RateLimit($id: ID!, $rate: Int) { setWebhookEndpointRateLimit(id: $id, rateLimitPerSecond: $rate) { id } }
 `;

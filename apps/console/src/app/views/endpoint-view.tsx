@@ -7,6 +7,7 @@ import {
   ENABLE_ENDPOINT,
   ENDPOINT,
   type EndpointDetail,
+  GIVE_UP_DELIVERY,
   RECENT_ATTEMPTS,
   REPLAY_DEAD,
   ROTATE_SECRET,
@@ -15,7 +16,7 @@ import {
 import { navigate, type Route } from '../route.js';
 import { useQuery } from '../use-query.js';
 import { DeliveryLog } from './delivery-log.js';
-import { EndpointSettingsActions, EndpointSettingsFacts } from './endpoint-settings.js';
+import { type Act, EndpointSettingsActions, EndpointSettingsFacts } from './endpoint-settings.js';
 import { describeHealth } from './endpoints-view.js';
 import { ErrorNotice } from './error-notice.js';
 import { SecretNotice } from './secret-notice.js';
@@ -81,7 +82,7 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
             <dd data-testid="ordering">
               {data.ordering === 'FIFO' ? 'FIFO: one at a time, in event order' : 'Unordered'}
             </dd>
-            {data.fifoHead && <FifoHead head={data.fifoHead} />}
+            {data.fifoHead && <FifoHead head={data.fifoHead} request={request} act={act} busy={busy} />}
             <EndpointSettingsFacts endpoint={data} />
             <dt>Created</dt>
             <dd>{formatTime(data.createdAt)}</dd>
@@ -205,7 +206,8 @@ export function EndpointView({ request, route }: { request: Request; route: Endp
 }
 
 /** The head of a FIFO endpoint's line: the delivery the others wait for, and how many do. */
-function FifoHead({ head }: { head: NonNullable<EndpointDetail['fifoHead']> }) {
+function FifoHead(props: { head: NonNullable<EndpointDetail['fifoHead']>; request: Request; act: Act; busy: boolean }) {
+  const { head, request, act, busy } = props;
   const { delivery, heldBack } = head;
   const last = delivery.attempts.at(-1);
   return (
@@ -219,7 +221,23 @@ function FifoHead({ head }: { head: NonNullable<EndpointDetail['fifoHead']> }) {
         <br />
         <span class={heldBack > 0 ? 'warning' : 'muted'}>
           holds back {heldBack} {heldBack === 1 ? 'delivery' : 'deliveries'}
-        </span>
+        </span>{' '}
+        {delivery.attempts.length > 0 && (
+          <button
+            type="button"
+            disabled={busy}
+            onClick={() => {
+              if (!confirm(`Stop retrying ${delivery.eventId}? It becomes a dead letter and the next delivery goes.`))
+                return;
+              void act(async () => {
+                await request(GIVE_UP_DELIVERY, { id: delivery.id });
+                return `Gave up on ${delivery.eventId}: it is a dead letter now, and the next in line goes.`;
+              });
+            }}
+          >
+            Give up on it
+          </button>
+        )}
       </dd>
     </>
   );

@@ -65,7 +65,7 @@ describe('outbox wake-up through Redis', () => {
     try {
       const wake = createOutboxWakePublisher(counting, channel());
       for (let i = 0; i < 100; i++) wake.wake();
-      expect(await until(() => woken.every((n, i) => n >= before[i]! + 1), 5_000)).toBe(true);
+      expect(await until(() => woken.every((n, i) => n >= before[i]! + 1), 20_000)).toBe(true);
       // One in flight, and one more for everything asked while it was.
       expect(published()).toBeLessThanOrEqual(2);
     } finally {
@@ -102,7 +102,7 @@ describe('outbox wake-up through Redis', () => {
       }
       const elapsed = lastWake - started;
       // The last wake-up is not dropped: a message is heard after it.
-      expect(await until(() => heardAt > lastWake, 5_000)).toBe(true);
+      expect(await until(() => heardAt > lastWake, 20_000)).toBe(true);
       expect(heard).toBeGreaterThan(heardBefore);
       // At most one per 50 ms while they kept coming, plus the one after the last.
       expect(published()).toBeLessThanOrEqual(Math.ceil(elapsed / 50) + 2);
@@ -130,7 +130,7 @@ describe('outbox wake-up through Redis', () => {
     const publisher = createRedisClient(harness.redisUrl);
     try {
       createOutboxWakePublisher(publisher, channel()).wake();
-      expect(await until(() => receiver.requestsTo('/wake').length === 1, 5_000)).toBe(true);
+      expect(await until(() => receiver.requestsTo('/wake').length === 1, 20_000)).toBe(true);
       expect(JSON.parse(receiver.requestsTo('/wake')[0]!.body).id).toBe(quiet);
     } finally {
       await publisher.quit();
@@ -163,7 +163,7 @@ describe('when the wake-up listener loses Redis', () => {
 
       const before = await insertQuietly('org-outage');
       wake.wake();
-      expect(await until(() => delivered().includes(before), 5_000)).toBe(true);
+      expect(await until(() => delivered().includes(before), 20_000)).toBe(true);
 
       // Redis gone for the listener (~10 s): wake-ups sent meanwhile reach nobody.
       proxy.cut();
@@ -177,18 +177,18 @@ describe('when the wake-up listener loses Redis', () => {
 
       // Back: the listener reconnects and wakes the relay for what was committed while it was away…
       proxy.restore();
-      expect(await until(() => during.every((id) => delivered().includes(id)), 10_000)).toBe(true);
+      expect(await until(() => during.every((id) => delivered().includes(id)), 20_000)).toBe(true);
       // …and is subscribed again: a wake-up after the outage is heard.
       const after = await insertQuietly('org-outage');
       wake.wake();
-      expect(await until(() => delivered().includes(after), 5_000)).toBe(true);
+      expect(await until(() => delivered().includes(after), 20_000)).toBe(true);
       expect(delivered().filter((id) => id === after)).toHaveLength(1);
     } finally {
       await publisher.quit();
       await listener.stop();
       await proxy.close();
     }
-  }, 40_000);
+  }, 90_000);
 });
 
 /** A Redis client whose PUBLISH/SPUBLISH calls are counted (`published()`); `counting` is what the publisher gets. */

@@ -59,7 +59,7 @@ function service(redisUrl: string): PubSubService {
 async function deliver(
   from: PubSubService,
   to: PubSubService,
-  timeoutMs = 5_000,
+  timeoutMs = 15_000,
   orgId = `org-${randomUUID()}`,
 ): Promise<unknown> {
   let received: unknown;
@@ -77,13 +77,13 @@ async function deliver(
 describe('REDIS_URL=redis+sentinel://… (master and replica behind a sentinel)', () => {
   it('delivers an event published on one pod to a subscriber on another', async () => {
     const [podA, podB] = [service(sentinel.url), service(sentinel.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     expect(await deliver(podA, podB)).toMatchObject({ title: 'Across the topology' });
   });
 
   it('follows the new master after the master crashes, without restarting the pods', async () => {
     const [podA, podB] = [service(sentinel.url), service(sentinel.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     expect(await deliver(podA, podB)).toBeDefined();
 
     const [oldMaster, replica] = sentinel.dataPorts;
@@ -118,7 +118,7 @@ describe('REDIS_URL=redis+sentinel://… (master and replica behind a sentinel)'
 describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
   it('delivers an event published on one pod to a subscriber on another', async () => {
     const [podA, podB] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     expect(await deliver(podA, podB)).toMatchObject({ title: 'Across the topology' });
   });
 
@@ -127,14 +127,14 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
     const only = (port: number | undefined) =>
       `redis+cluster://:${encodeURIComponent(cluster.password)}@127.0.0.1:${port}`;
     const [podA, podB] = [service(only(first)), service(only(third))];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     expect(await deliver(podA, podB)).toMatchObject({ title: 'Across the topology' });
     expect(await deliver(podB, podA)).toMatchObject({ title: 'Across the topology' });
   });
 
   it('uses sharded pub/sub: the channel is a shard channel of the node owning its slot, never a plain channel', async () => {
     const [podA, podB] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     const orgId = `org-${randomUUID()}`;
     let received: unknown;
     const stop = await podB.history.listen(orgId, (entry) => {
@@ -146,7 +146,7 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
       const owner = Number(await nodes[0]!.cluster('KEYSLOT', channel));
       const shardChannels = async () =>
         Promise.all(nodes.map(async (node) => (await node.call('PUBSUB', 'SHARDCHANNELS')) as string[]));
-      for (const deadline = Date.now() + 5_000; !(await shardChannels()).flat().includes(channel); ) {
+      for (const deadline = Date.now() + 15_000; !(await shardChannels()).flat().includes(channel); ) {
         if (Date.now() > deadline) throw new Error(`${channel} never became a shard channel`);
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
@@ -158,7 +158,7 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
       for (const node of nodes) expect(await node.pubsub('CHANNELS')).not.toContain(channel);
 
       await podA.publishPostPublished(post(orgId));
-      for (const deadline = Date.now() + 5_000; !received && Date.now() < deadline; ) {
+      for (const deadline = Date.now() + 15_000; !received && Date.now() < deadline; ) {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
       expect(received).toMatchObject({ title: 'Across the topology' });
@@ -192,10 +192,10 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
 
   it('delivers again after a master is restarted, without restarting the pods', async () => {
     const [podA, podB] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([podA.ready(5_000), podB.ready(5_000)]);
+    await Promise.all([podA.ready(15_000), podB.ready(15_000)]);
     const restarted = cluster.ports[1]!;
     const orgId = await orgOnMaster(restarted);
-    expect(await deliver(podA, podB, 5_000, orgId)).toMatchObject({ title: 'Across the topology' });
+    expect(await deliver(podA, podB, 15_000, orgId)).toMatchObject({ title: 'Across the topology' });
     await cluster.restartNode(restarted);
     expect(await deliver(podA, podB, 20_000, orgId)).toMatchObject({ title: 'Across the topology' });
     expect(await deliver(podA, podB, 20_000)).toMatchObject({ title: 'Across the topology' });
@@ -203,7 +203,7 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
 
   it('is not ready while the master owning a subscribed channel is down, and delivers once it is back', async () => {
     const [publisher, listener] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([publisher.ready(5_000), listener.ready(5_000)]);
+    await Promise.all([publisher.ready(15_000), listener.ready(15_000)]);
     const restarted = cluster.ports[2]!;
     const orgId = await orgOnMaster(restarted);
     const titles: string[] = [];
@@ -236,7 +236,7 @@ describe('REDIS_URL=redis+cluster://… (3-master Redis Cluster)', () => {
 
   it('after a shard subscriber connection drops, delivers what was published before it re-subscribed, without a further event', async () => {
     const [publisher, listener] = [service(cluster.url), service(cluster.url)];
-    await Promise.all([publisher.ready(5_000), listener.ready(5_000)]);
+    await Promise.all([publisher.ready(15_000), listener.ready(15_000)]);
     const port = cluster.ports[0]!;
     const orgId = await orgOnMaster(port);
     const titles: string[] = [];

@@ -23,6 +23,7 @@ import { replayDeadLetters } from './lease-protocol.js';
 import { dispatcherWorld } from './testing/dispatcher-world.js';
 import { FAST_SETTINGS } from './testing/harness.js';
 import { type ReceivedRequest, startTestReceiver } from './testing/test-receiver.js';
+import { until } from './testing/until.js';
 
 // FIFO endpoints (lease-protocol.ts, "FIFO endpoints") against real dispatchers, a real Redis stream,
 // a real PostgreSQL schema (and PGlite) and a real HTTP receiver: the receiver sees an endpoint's
@@ -61,16 +62,6 @@ function expectInOrder(seen: readonly string[], events: readonly string[]): void
     const index = events.indexOf(id);
     expect(index).toBeLessThanOrEqual(highest + 1);
     highest = Math.max(highest, index);
-  }
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }
 

@@ -32,6 +32,7 @@ import { createRetention } from './retention.js';
 import { createDispatcherHarness, type DispatcherHarness } from './testing/harness.js';
 import { attemptOutcome } from './testing/outcomes.js';
 import { startTestReceiver, type TestReceiver } from './testing/test-receiver.js';
+import { until } from './testing/until.js';
 
 let harness: DispatcherHarness;
 let receiver: TestReceiver;
@@ -59,16 +60,6 @@ async function endpointWithDeliveries(orgId: string, events = 1) {
   await harness.publish(orgId, events);
   const { queued } = await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
   return { endpoint, queued: queued.filter((item) => item.endpointId === endpoint.id) };
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 /** A failed attempt of `delivery` (HTTP 500, retried in a minute), `fields` overriding any part. */

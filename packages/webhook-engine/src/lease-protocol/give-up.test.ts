@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { fanOutOutbox } from '../lease-protocol.js';
 import { dispatcherWorld } from '../testing/dispatcher-world.js';
 import { type ReceivedRequest, startTestReceiver } from '../testing/test-receiver.js';
+import { until } from '../testing/until.js';
 import { giveUpWebhookDelivery } from './give-up.js';
 
 // Giving up on a delivery by hand, against a real dispatcher, Redis stream, PostgreSQL schema and HTTP
@@ -13,16 +14,6 @@ import { giveUpWebhookDelivery } from './give-up.js';
 const world = dispatcherWorld(startTestReceiver);
 
 const eventIdOf = (request: ReceivedRequest): string => request.headers['webhook-id'] ?? '';
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
 
 const deliveriesOf = (endpointId: string) =>
   world.harness.db

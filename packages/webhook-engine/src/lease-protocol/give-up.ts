@@ -1,12 +1,6 @@
-import {
-  type Database,
-  InvalidWebhookEventError,
-  takeOrgOrderLock,
-  type WebhookDelivery,
-  type WebhookDeliveryStatus,
-} from '@herald/db';
+import { type Database, InvalidWebhookEventError, type WebhookDelivery, type WebhookDeliveryStatus } from '@herald/db';
 import { type Kysely, sql } from 'kysely';
-import { checkedOperationalEvent, deliveryDeadEvent } from './operational-events.js';
+import { checkedOperationalEvent, deliveryDeadEvent, insertOperationalEvent } from './operational-events.js';
 
 /*
  * Giving up on a delivery by hand (GraphQL `giveUpWebhookDelivery`): what the retry horizon does on
@@ -99,18 +93,7 @@ export async function giveUpWebhookDelivery(db: Kysely<Database>, input: GiveUpI
       input.onInvalidEvent(event);
       return { outcome: 'dead', delivery: dead };
     }
-    // The organisation's ordering lock when it has a FIFO endpoint, held to the commit (see orgOrderLock).
-    await takeOrgOrderLock(trx, dead.org_id);
-    await trx
-      .insertInto('webhook_outbox')
-      .values({
-        id: event.id,
-        org_id: dead.org_id,
-        type: event.type,
-        body: event.body,
-        exclude_endpoint_id: dead.endpoint_id,
-      })
-      .execute();
+    await insertOperationalEvent(trx, dead.org_id, dead.endpoint_id, event);
     return { outcome: 'dead', delivery: dead };
   });
 }

@@ -151,18 +151,25 @@ export async function disableWebhookEndpoint(
       input.onInvalidEvent(event);
       return endpoint;
     }
-    // The organisation's ordering lock when it has a FIFO endpoint, held to the commit (see orgOrderLock).
-    await takeOrgOrderLock(trx, endpoint.org_id);
-    await trx
-      .insertInto('webhook_outbox')
-      .values({
-        id: event.id,
-        org_id: endpoint.org_id,
-        type: event.type,
-        body: event.body,
-        exclude_endpoint_id: endpoint.id,
-      })
-      .execute();
+    await insertOperationalEvent(trx, endpoint.org_id, endpoint.id, event);
     return endpoint;
   });
+}
+
+/**
+ * Records `event`, about the endpoint `aboutEndpointId`, for the organisation's other endpoints, in the
+ * caller's transaction: an operator's change written with its event. The organisation's ordering lock
+ * (when it has a FIFO endpoint) is taken first and held to the commit (see @herald/db `orgOrderLock`).
+ */
+export async function insertOperationalEvent(
+  trx: Kysely<Database>,
+  orgId: string,
+  aboutEndpointId: string,
+  event: OperationalEvent,
+): Promise<void> {
+  await takeOrgOrderLock(trx, orgId);
+  await trx
+    .insertInto('webhook_outbox')
+    .values({ id: event.id, org_id: orgId, type: event.type, body: event.body, exclude_endpoint_id: aboutEndpointId })
+    .execute();
 }

@@ -89,10 +89,11 @@ describe('giveUpWebhookDelivery', () => {
     expect(row.next_attempt_at).not.toBeNull();
   });
 
-  it("answers NOT_FOUND for another organisation's delivery and leaves it PENDING", async () => {
+  it("answers NOT_FOUND for another organisation's delivery, UNAUTHENTICATED without a token, and leaves it PENDING", async () => {
     const id = await pendingDelivery(1);
     expect(errorOf((await api.graphql(GIVE_UP, { id }, bob)).body).code).toBe('NOT_FOUND');
     expect(errorOf((await api.graphql(GIVE_UP, { id: 'del_nope' }, alice)).body).code).toBe('NOT_FOUND');
+    expect(errorOf((await api.graphql(GIVE_UP, { id })).body).code).toBe('UNAUTHENTICATED');
     const row = await api.app.database.db
       .selectFrom('webhook_deliveries')
       .select('status')

@@ -2,6 +2,7 @@ import { findWebhookFifoHead } from '@herald/db';
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { fanOutOutbox } from '../lease-protocol.js';
+import { toWorkMessages } from '../queue/webhook-queue.js';
 import { dispatcherWorld } from '../testing/dispatcher-world.js';
 import { type ReceivedRequest, startTestReceiver } from '../testing/test-receiver.js';
 import { until } from '../testing/until.js';
@@ -96,6 +97,7 @@ describe('giving up on a delivery', () => {
       status: 'DEAD',
     });
     expect(await deadEventsOf(orgId)).toHaveLength(1);
+    await world.harness.stopDispatchers();
   }, 90_000);
 
   it('refuses while an attempt is in flight, and changes nothing', async () => {
@@ -125,5 +127,98 @@ describe('giving up on a delivery', () => {
       outcome: 'dead',
       delivery: { status: 'DEAD', lease_token: null, leased_until: null },
     });
+  }, 60_000);
+
+  it('never POSTs a delivery given up while its work entry was already in the stream', async () => {
+    const orgId = 'org-give-up-queued';
+    const path = '/give-up-queued';
+    const { id: endpointId } = await world.harness.createEndpoint(orgId, world.receiver.url(path));
+    const [given] = await world.harness.publish(orgId, 1);
+    // Fanned out and its work entry in the stream, as the relay leaves it; then it has failed once.
+    const { queued } = await fanOutOutbox(world.harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const queue = world.harness.newQueue();
+    await queue.init();
+    await queue.enqueue(toWorkMessages(queued.filter((item) => item.endpointId === endpointId)));
+    const [delivery] = await deliveriesOf(endpointId);
+    expect(delivery!.lease_token).toMatch(/^q:/);
+    await world.harness.db
+      .updateTable('webhook_deliveries')
+      .set({ attempt_count: 1 })
+      .where('id', '=', delivery!.id)
+      .execute();
+
+    expect(await giveUpWebhookDelivery(world.harness.db, { id: delivery!.id, orgIds: [orgId] })).toMatchObject({
+      outcome: 'dead',
+      delivery: { lease_token: null },
+    });
+    // A dispatcher reads that entry, and delivers the next event: the given-up one never goes out.
+    await world.harness.startDispatcher();
+    const [next] = await world.harness.publish(orgId, 1);
+    await world.receiver.waitFor(() => world.receiver.requestsTo(path).length > 0, 30_000);
+    await until(
+      () => deliveriesOf(endpointId),
+      (rows) => rows.some((row) => row.event_id === next && row.status === 'SUCCEEDED'),
+    );
+    expect(world.receiver.requestsTo(path).map(eventIdOf)).toEqual([next]);
+    expect((await deliveriesOf(endpointId)).find((row) => row.event_id === given)?.status).toBe('DEAD');
+    await world.harness.stopDispatchers();
+  }, 60_000);
+
+  it('changes nothing when its PostgreSQL connection is lost while it waits for the row, and works once the database answers again', async () => {
+    const orgId = 'org-give-up-lost';
+    const { id: endpointId } = await world.harness.createEndpoint(orgId, world.receiver.url('/give-up-lost'));
+    await world.harness.publish(orgId, 1);
+    await fanOutOutbox(world.harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    const [delivery] = await deliveriesOf(endpointId);
+    await world.harness.db
+      .updateTable('webhook_deliveries')
+      .set({ attempt_count: 1, lease_token: null, leased_until: null })
+      .where('id', '=', delivery!.id)
+      .execute();
+    // The give-up on a connection of its own, stopped at the row lock another transaction holds; that
+    // connection's backend is then terminated (a failover, a restart), the transaction never committing.
+    const single = await world.harness.openSingleConnection();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: (pid: number) => void;
+    const holderPid = new Promise<number>((resolve) => {
+      locked = resolve;
+    });
+    const holding = world.harness.db.transaction().execute(async (trx) => {
+      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+      await trx.selectFrom('webhook_deliveries').select('id').where('id', '=', delivery!.id).forUpdate().execute();
+      locked(rows[0]!.pid);
+      await released;
+    });
+    try {
+      const holder = await holderPid;
+      const lost = giveUpWebhookDelivery(single.db, { id: delivery!.id, orgIds: [orgId] }).then(
+        () => 'resolved',
+        (error: Error) => error.message,
+      );
+      const waiter = await until(
+        async () =>
+          (
+            await sql<{
+              pid: number;
+            }>`select pid from pg_stat_activity where ${holder} = any(pg_blocking_pids(pid))`.execute(world.harness.db)
+          ).rows[0]?.pid,
+        (pid) => pid !== undefined,
+      );
+      await sql`select pg_terminate_backend(${waiter})`.execute(world.harness.db);
+      expect(await lost).toMatch(/terminat|connection/i);
+    } finally {
+      release();
+      await holding;
+    }
+    expect((await deliveriesOf(endpointId))[0]).toMatchObject({ status: 'PENDING' });
+    expect(await deadEventsOf(orgId)).toEqual([]);
+    // Another connection (the database answering again): the same give-up goes through, once.
+    expect(await giveUpWebhookDelivery(world.harness.db, { id: delivery!.id, orgIds: [orgId] })).toMatchObject({
+      outcome: 'dead',
+    });
+    expect(await deadEventsOf(orgId)).toHaveLength(1);
   }, 60_000);
 });

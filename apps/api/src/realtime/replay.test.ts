@@ -64,7 +64,7 @@ async function publish(service: PubSubService, orgId: string, count: number, fro
 }
 
 /**
- * Takes entries from `stream` until `count` were taken (or none came for 5 s: what was taken is
+ * Takes entries from `stream` until `count` were taken (or none came for 15 s: what was taken is
  * returned, for the assertion to show); yields to the event loop between them.
  */
 async function take(stream: AsyncIterator<StreamedEntry>, count: number): Promise<StreamedEntry[]> {
@@ -72,7 +72,7 @@ async function take(stream: AsyncIterator<StreamedEntry>, count: number): Promis
   while (taken.length < count) {
     let timer: NodeJS.Timeout | undefined;
     const stalled = new Promise<'stalled'>((resolve) => {
-      timer = setTimeout(() => resolve('stalled'), 5_000);
+      timer = setTimeout(() => resolve('stalled'), 15_000);
     });
     const next = await Promise.race([stream.next(), stalled]);
     clearTimeout(timer);

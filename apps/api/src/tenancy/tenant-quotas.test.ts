@@ -220,7 +220,7 @@ async function routeCount(route: string): Promise<number> {
 }
 
 async function waitForSubscriptions(count: number) {
-  for (let attempt = 0; attempt < 100; attempt++) {
+  for (let attempt = 0; attempt < 400; attempt++) {
     const metrics = await (await api.fetch('/metrics')).text();
     const line = metrics.split('\n').find((row) => row.startsWith('herald_subscriptions_active '));
     if (Number(line?.split(' ')[1]) === count) return;

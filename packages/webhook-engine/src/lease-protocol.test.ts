@@ -11,6 +11,7 @@ import {
 } from '@herald/db';
 import { createTestSchema, TEST_KEYRING } from '@herald/testing';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createConsumer, MAX_ENTRY_RECEIVES } from './consumer.js';
@@ -198,8 +199,7 @@ describe('prepared statements', () => {
       );
       const has = (fragment: string) => rows.some((row) => row.statement.includes(fragment));
       expect(has('from herald_webhook_fan_out(')).toBe(true);
-      expect(has('pg_advisory_xact_lock')).toBe(true);
-      expect(has('), claimed as (')).toBe(true);
+      expect(has('from herald_webhook_claim(')).toBe(true);
       expect(has('insert into webhook_attempts')).toBe(true);
       expect(has('where delivery.id = due.id')).toBe(true);
     } finally {
@@ -254,6 +254,41 @@ describe('prepared statements', () => {
 });
 
 describe('claim', () => {
+  it("claims in one round trip, and grows a lane's slots in one: the locks and the statement are one call", async () => {
+    const { endpoint, queued } = await endpointWithDeliveries('org-one-trip', 3);
+    const single = await harness.openSingleConnection();
+    await sql`select 1`.execute(single.db);
+    // Every statement the pg client sends, BEGIN and COMMIT included (a round trip each).
+    const sent: string[] = [];
+    const query = pg.Client.prototype.query;
+    pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
+      const first = args[0];
+      sent.push(typeof first === 'string' ? first : String((first as { text?: string }).text));
+      return (query as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof query;
+    try {
+      const claimed = await claimDeliveries(single.db, { queued, endpointCap: 2, leaseMs: 60_000 });
+      expect(claimed).toHaveLength(2);
+      expect(sent).toHaveLength(1);
+      const grown = await growEndpointSlots(single.db, {
+        endpointId: endpoint.id,
+        lease: claimed[0]!.lease,
+        want: 3,
+        endpointCap: 3,
+      });
+      expect(grown).toEqual({ slots: 3, others: 0 });
+      expect(sent).toHaveLength(2);
+    } finally {
+      pg.Client.prototype.query = query;
+    }
+    // What the claim wrote: the two deliveries under its lease, its lane's registration (then grown).
+    const rows = await deliveriesOf('org-one-trip');
+    expect(rows.filter((row) => row.lease_token?.startsWith('a:'))).toHaveLength(2);
+    const { rows: slots } = await sql<{ slots: number }>`
+      select slots from webhook_endpoint_slots where endpoint_id = ${endpoint.id}`.execute(harness.db);
+    expect(slots).toEqual([{ slots: 3 }]);
+  });
+
   it('hands the slots a successful batch frees to the next due deliveries, never more than it held', async () => {
     const endpoint = await harness.createEndpoint('org-hand', receiver.url('/hand'));
     await harness.publish('org-hand', 6);
@@ -346,7 +381,7 @@ describe('claim', () => {
           // (pg_stat_activity keeps the statement's first 1 KiB: its opening names it.)
           const { rows } = await sql<{ n: number }>`
             select count(*)::int as n from pg_stat_activity
-            where wait_event_type = 'Lock' and query like '%with input as (%' and pid <> pg_backend_pid()`.execute(
+            where wait_event_type = 'Lock' and query like '%herald_webhook_claim(%' and pid <> pg_backend_pid()`.execute(
             harness.db,
           );
           return rows[0]!.n;

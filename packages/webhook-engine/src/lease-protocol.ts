@@ -407,7 +407,12 @@ function claimedDelivery(
   return claimed;
 }
 
-/** Step 3: claims a batch in one statement, the per-endpoint cap enforced atomically. */
+/**
+ * Step 3: claims a batch in one call, the per-endpoint cap enforced atomically: the function
+ * `herald_webhook_claim` (migration "webhook-claim-functions") takes the endpoints' advisory locks, then
+ * claims in a statement of its own, whose snapshot sees what the locks' previous holders committed. One
+ * round trip (a transaction of BEGIN, the locks, the claim and COMMIT was four).
+ */
 export async function claimDeliveries(db: Kysely<Database>, request: ClaimRequest): Promise<ClaimedDelivery[]> {
   const chain = [...new Set(request.chainEndpoints ?? [])];
   const endpoints = [...new Set([...request.queued.map((item) => item.endpointId), ...chain])].sort();
@@ -415,196 +420,45 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
   const lease = request.lease ?? newLease(ATTEMPT_LEASE_PREFIX);
   const ids = request.queued.map((item) => item.deliveryId);
   const leases = request.queued.map((item) => item.lease);
-  // The chain's deliveries: a FIFO endpoint's head of its line, or any endpoint's earliest due ones.
-  const chainBranch = request.fifo
-    ? sql`
-        -- A FIFO endpoint's chain: the head of its line (waiting, or due), when nobody holds it.
-        select head.id, head.endpoint_id, head.next_attempt_at, head.seq, head.fifo_seq, head.org_id,
-          exists (select 1 from webhook_outbox event where event.id = head.event_id) as has_event
-        from (select endpoint_id from unnest(${chain}::text[]) as chained(endpoint_id) limit ${chain.length}) chained
-        cross join lateral (
-          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id, lease_token, leased_until
-          from webhook_deliveries
-          where endpoint_id = chained.endpoint_id and status = 'PENDING' and fifo_seq is not null
-          order by fifo_seq limit 1
-        ) head
-        where (head.next_attempt_at is null or head.next_attempt_at <= now())
-          and (head.leased_until is null or head.leased_until <= now() or head.lease_token like 'q:%')`
-    : sql`
-        select next.id, next.endpoint_id, next.next_attempt_at, next.seq, next.fifo_seq, next.org_id,
-          exists (select 1 from webhook_outbox event where event.id = next.event_id) as has_event
-        from unnest(${chain}::text[]) as chained(endpoint_id)
-        cross join lateral (
-          select id, endpoint_id, event_id, next_attempt_at, seq, fifo_seq, org_id from webhook_deliveries
-          where endpoint_id = chained.endpoint_id and status = 'PENDING' and next_attempt_at <= now()
-            -- A q-lease only says a stream entry names the delivery: a chain may take it (the entry
-            -- then claims nothing). An a-lease is an attempt: only once it has expired.
-            and (leased_until is null or leased_until <= now() or lease_token like 'q:%')
-          order by next_attempt_at, seq
-          limit ${request.endpointCap}
-        ) next`;
-  return db.transaction().execute(async (trx) => {
-    // Claims touching the same endpoint run one after the other, so each counts the others' slots.
-    // The claim commits without waiting for the WAL flush (see "Commits" above): one statement both
-    // says so and takes the locks.
-    await sql`
-      select set_config('synchronous_commit', 'off', true), count(pg_advisory_xact_lock(key)) from (
-        select distinct hashtextextended(current_schema() || ':herald-claim:' || endpoint_id, 0) as key
-        from unnest(${endpoints}::text[]) as endpoint_id order by 1
-      ) keys
-    `.execute(trx);
-    const { rows } = await sql<{
-      id: string;
-      event_id: string;
-      event_type: string;
-      org_id: string;
-      endpoint_id: string;
-      attempt_count: number;
-      age_ms: number;
-      url: string;
-      rate_limit_per_second: number | null;
-      fifo: boolean;
-      body: string;
-      secrets: string[] | null;
-      traceparent: string | null;
-    }>`
-      with input as (
-        select input.id, input.lease from unnest(${ids}::text[], ${leases}::text[]) as input(id, lease)
-        limit ${ids.length}
-      ), cand as (
-        select delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.seq, delivery.fifo_seq,
-          delivery.org_id, exists (select 1 from webhook_outbox event where event.id = delivery.event_id) as has_event
-        from input join webhook_deliveries delivery on delivery.id = input.id
-        where delivery.status = 'PENDING'
-          and (delivery.next_attempt_at <= now() or (delivery.next_attempt_at is null and delivery.fifo_seq is not null))
-          and (delivery.lease_token = input.lease or delivery.leased_until is null or delivery.leased_until <= now())
-        union
-        ${chainBranch}
-      ), endpoint as (
-        select id, paused_until,
-          status = 'ENABLED' and deleted_at is null as enabled,
-          coalesce(paused_until > now(), false) as paused,
-          ordering = 'FIFO' as fifo
-        from webhook_endpoints where id in (select endpoint_id from cand)
-      ), behind as (
-        -- A FIFO endpoint's deliveries that are not the head of its line, or whose organisation has an
-        -- earlier event not fanned out yet: not attempted now (see "FIFO endpoints").
-        -- (Scalar subqueries: looked up per row through the line's index, never hashed; see "Plans".)
-        select cand.id from cand join endpoint on endpoint.id = cand.endpoint_id
-        where endpoint.fifo and cand.fifo_seq is not null and (
-          cand.fifo_seq > (
-            select ahead.fifo_seq from webhook_deliveries ahead
-            where ahead.endpoint_id = cand.endpoint_id and ahead.status = 'PENDING' and ahead.fifo_seq is not null
-            order by ahead.fifo_seq limit 1
-          )
-          or cand.fifo_seq > (
-            select min(event.seq) from webhook_outbox event
-            where event.dispatched_at is null and event.seq < cand.fifo_seq and event.org_id = cand.org_id
-          )
-        )
-      ), slot as (
-        select endpoint_id, lease, slots, leased_until > now() as live from webhook_endpoint_slots
-        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
-      ), gone as (
-        -- Registrations of lanes that ended (0 slots) or died (past their lease), locked so that none
-        -- comes back to life behind this claim (they are deleted below: a record renewing one after
-        -- this commits finds it gone). One being changed right now, or renewed since this statement's
-        -- snapshot, is not locked here and counts as live. Live ones are never locked: a claim never
-        -- waits for a record (which locks its deliveries before its registration).
-        select endpoint_id, lease from webhook_endpoint_slots
-        where endpoint_id in (select endpoint_id from cand) and lease <> ${lease}
-          and (slots = 0 or leased_until <= now())
-        for update skip locked
-      ), busy as (
-        -- Others' slots.
-        select slot.endpoint_id, sum(slot.slots)::int as n from slot
-        where slot.live or not exists (
-          select 1 from gone where gone.endpoint_id = slot.endpoint_id and gone.lease = slot.lease
-        )
-        group by slot.endpoint_id
-      ), ranked as (
-        select cand.id, cand.endpoint_id, endpoint.fifo,
-          row_number() over (partition by cand.endpoint_id order by cand.next_attempt_at, cand.seq) as rank
-        from cand join endpoint on endpoint.id = cand.endpoint_id
-        where endpoint.enabled and not endpoint.paused and cand.has_event and cand.id not in (select id from behind)
-      ), picked as (
-        -- A FIFO endpoint has one attempt in flight at most, across all dispatchers.
-        select ranked.id from ranked left join busy using (endpoint_id)
-        where ranked.rank + coalesce(busy.n, 0) <= case when ranked.fifo then 1 else ${request.endpointCap} end
-      ), claimed as (
-        -- Re-checked on the row's latest version should a record's hand-over (step 4) have taken it
-        -- meanwhile: a live a-lease is never overwritten (coalesce: a free row has no lease at all),
-        -- and a delivery another writer moved ahead (a pause, a retry) is not taken before it is due.
-        update webhook_deliveries delivery
-        set lease_token = ${lease}, leased_until = now() + ${ms(request.leaseMs)}
-        from picked where delivery.id = picked.id and delivery.status = 'PENDING'
-          and not coalesce(delivery.lease_token like 'a:%' and delivery.leased_until > now(), false)
-          and (delivery.next_attempt_at <= now() or (delivery.next_attempt_at is null and delivery.fifo_seq is not null))
-        returning delivery.id, delivery.event_id, delivery.event_type, delivery.org_id, delivery.endpoint_id,
-          delivery.attempt_count, delivery.horizon_from, delivery.fifo_seq
-      ), registered as (
-        -- The lane's slots are what it claimed (a lane claims only once it holds nothing).
-        insert into webhook_endpoint_slots (endpoint_id, lease, slots, leased_until)
-        select endpoint_id, ${lease}, count(1), now() + ${ms(request.leaseMs)} from claimed group by endpoint_id
-        on conflict (endpoint_id, lease) do update set slots = excluded.slots, leased_until = excluded.leased_until
-      ), expired as (
-        delete from webhook_endpoint_slots registration using gone
-        where registration.endpoint_id = gone.endpoint_id and registration.lease = gone.lease
-      ), skipped as (
-        -- A delivery whose endpoint row or event is gone altogether (deleted by hand: no foreign key
-        -- holds them) is skipped like one of a deleted endpoint, not handed out again forever; one
-        -- whose event is gone in "orphaned" (each row in one update only).
-        update webhook_deliveries delivery
-        set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
-        from cand left join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and not coalesce(endpoint.enabled, false) and cand.has_event
-        returning delivery.id
-      ), orphaned as (
-        -- (Apart from "skipped": one update with either condition would make PostgreSQL's generic
-        -- plan scan the whole table.)
-        update webhook_deliveries delivery
-        set status = 'SKIPPED', next_attempt_at = null, lease_token = null, leased_until = null, updated_at = now()
-        from cand where delivery.id = cand.id and not cand.has_event
-        returning delivery.id
-      ), released as (
-        update webhook_deliveries delivery
-        set lease_token = null, leased_until = null, next_attempt_at = endpoint.paused_until
-        from cand join endpoint on endpoint.id = cand.endpoint_id
-        where delivery.id = cand.id and endpoint.enabled and endpoint.paused and cand.has_event
-          and cand.id not in (select id from behind)
-        returning delivery.id
-      )
-      select claimed.id, claimed.event_id, claimed.event_type, claimed.org_id, claimed.endpoint_id,
-        claimed.attempt_count, endpoint.url, endpoint.rate_limit_per_second, endpoint.ordering = 'FIFO' as fifo,
-        event.body, event.traceparent,
-        (extract(epoch from now() - claimed.horizon_from) * 1000)::double precision as age_ms,
-        (select array_agg(secret.sealed_secret order by secret.id desc) from webhook_endpoint_secrets secret
-          where secret.endpoint_id = claimed.endpoint_id and secret.sealed_secret is not null
-            and (secret.expires_at is null or secret.expires_at > now())
-        ) as secrets
-      from claimed
-      join webhook_endpoints endpoint on endpoint.id = claimed.endpoint_id
-      join webhook_outbox event on event.id = claimed.event_id
-      order by claimed.fifo_seq, claimed.id
-    `.execute(trx);
-    return rows.map((row) =>
-      claimedDelivery(
-        {
-          id: row.id,
-          eventId: row.event_id,
-          eventType: row.event_type,
-          orgId: row.org_id,
-          endpointId: row.endpoint_id,
-          body: row.body,
-          attemptCount: row.attempt_count,
-          ageMs: row.age_ms,
-          traceparent: row.traceparent,
-        },
-        { url: row.url, secrets: row.secrets ?? [], rateLimitPerSecond: row.rate_limit_per_second, fifo: row.fifo },
-        lease,
-      ),
-    );
-  });
+  // The chain's deliveries (`fifo`): a FIFO endpoint's head of its line, or any endpoint's earliest due ones.
+  const { rows } = await sql<{
+    id: string;
+    event_id: string;
+    event_type: string;
+    org_id: string;
+    endpoint_id: string;
+    attempt_count: number;
+    age_ms: number;
+    url: string;
+    rate_limit_per_second: number | null;
+    fifo: boolean;
+    body: string;
+    secrets: string[] | null;
+    traceparent: string | null;
+  }>`
+    select id, event_id, event_type, org_id, endpoint_id, attempt_count, url, rate_limit_per_second, fifo, body,
+      traceparent, age_ms, secrets
+    from herald_webhook_claim(${endpoints}::text[], ${ids}::text[], ${leases}::text[], ${chain}::text[],
+      ${request.fifo === true}::boolean, ${request.endpointCap}::int, ${lease}::text, ${request.leaseMs}::double precision)
+    order by fifo_seq, id
+  `.execute(db);
+  return rows.map((row) =>
+    claimedDelivery(
+      {
+        id: row.id,
+        eventId: row.event_id,
+        eventType: row.event_type,
+        orgId: row.org_id,
+        endpointId: row.endpoint_id,
+        body: row.body,
+        attemptCount: row.attempt_count,
+        ageMs: row.age_ms,
+        traceparent: row.traceparent,
+      },
+      { url: row.url, secrets: row.secrets ?? [], rateLimitPerSecond: row.rate_limit_per_second, fifo: row.fifo },
+      lease,
+    ),
+  );
 }
 
 /**
@@ -612,47 +466,18 @@ export async function claimDeliveries(db: Kysely<Database>, request: ClaimReques
  * others held some): under the same advisory lock as a claim, adds up the others' live slots and
  * raises the lane's own registration to `min(cap − others, want)` (never lowers it). Returns the
  * lane's slots now, null when its registration is no longer live (it has lost its slots: its leases
- * were not renewed in time), and the others' slots.
+ * were not renewed in time), and the others' slots. One call: the function `herald_webhook_grow_slots`.
  */
 export async function growEndpointSlots(
   db: Kysely<Database>,
   request: { endpointId: string; lease: string; want: number; endpointCap: number },
 ): Promise<{ slots: number | null; others: number }> {
-  const { endpointId, lease } = request;
-  return db.transaction().execute(async (trx) => {
-    await sql`
-      select set_config('synchronous_commit', 'off', true),
-        pg_advisory_xact_lock(hashtextextended(current_schema() || ':herald-claim:' || ${endpointId}::text, 0))
-    `.execute(trx);
-    const { rows } = await sql<{ slots: number | null; others: number }>`
-      with slot as (
-        select lease, slots, leased_until > now() as live from webhook_endpoint_slots
-        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text
-      ), gone as (
-        -- As in a claim: ended or dead registrations are locked unless being changed, then deleted.
-        select lease from webhook_endpoint_slots
-        where endpoint_id = ${endpointId}::text and lease <> ${lease}::text and (slots = 0 or leased_until <= now())
-        for update skip locked
-      ), dropped as (
-        delete from webhook_endpoint_slots registration using gone
-        where registration.endpoint_id = ${endpointId}::text and registration.lease = gone.lease
-      ), others as (
-        select coalesce(sum(slots) filter (where live or lease not in (select lease from gone)), 0)::int as n
-        from slot
-      ), grown as (
-        update webhook_endpoint_slots slot
-        set slots = greatest(slot.slots, least(${request.endpointCap}::int - others.n, ${request.want}::int,
-          -- A FIFO endpoint: one attempt at a time.
-          case when endpoint.ordering = 'FIFO' then 1 end))
-        from others, webhook_endpoints endpoint
-        where slot.endpoint_id = ${endpointId}::text and slot.lease = ${lease}::text and slot.leased_until > now()
-          and slot.slots > 0 and endpoint.id = ${endpointId}::text
-        returning slot.slots
-      )
-      select (select slots from grown) as slots, others.n as others from others
-    `.execute(trx);
-    return rows[0] ?? { slots: null, others: 0 };
-  });
+  const { rows } = await sql<{ slots: number | null; others: number }>`
+    select slots, others
+    from herald_webhook_grow_slots(${request.endpointId}::text, ${request.lease}::text, ${request.want}::int,
+      ${request.endpointCap}::int)
+  `.execute(db);
+  return rows[0] ?? { slots: null, others: 0 };
 }
 
 /** What happens to a delivery after an attempt. */

@@ -19,6 +19,7 @@ import * as webhookSuccessFolded from './2026-11-30T15-00_webhook-success-folded
 import * as webhookFanOutFunction from './2026-11-30T18-00_webhook-fan-out-function.js';
 import * as webhookOrgOrderIndex from './2026-12-01T00-30_webhook-org-order-index.js';
 import * as postsTagsWithoutNull from './2026-12-01T06-00_posts-tags-without-null.js';
+import * as webhookClaimFunctions from './2026-12-01T12-00_webhook-claim-functions.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -46,6 +47,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-11-30T18-00_webhook-fan-out-function': webhookFanOutFunction,
   '2026-12-01T00-30_webhook-org-order-index': webhookOrgOrderIndex,
   '2026-12-01T06-00_posts-tags-without-null': postsTagsWithoutNull,
+  '2026-12-01T12-00_webhook-claim-functions': webhookClaimFunctions,
 };
 
 export const migrationProvider: MigrationProvider = {

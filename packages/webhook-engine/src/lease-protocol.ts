@@ -29,8 +29,8 @@
  *    partial index on `next_attempt_at` with a LIMIT (a pass costs the same with 100 or 100,000
  *    retries waiting), get a fresh q-lease and are XADDed. Retries, replays, released and abandoned
  *    deliveries all come back this way.
- * 3. claim ({@link claimDeliveries}), one statement per batch, after transaction-scoped advisory
- *    locks on the batch's endpoints (taken in a fixed order): a delivery named by a work entry is
+ * 3. claim ({@link claimDeliveries}), one call per batch (a function: transaction-scoped advisory
+ *    locks on the batch's endpoints, taken in a fixed order, then one statement): a delivery named by a work entry is
  *    claimed when it is still PENDING and due and its lease is the entry's q-lease or expired. The
  *    per-endpoint cap counts the other lanes' live slots (see "Slots") in the same fresh snapshot
  *    the locks guarantee, so two dispatchers never exceed it together; the claim registers what it

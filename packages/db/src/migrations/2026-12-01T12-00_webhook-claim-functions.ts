@@ -31,6 +31,10 @@ import { type Kysely, sql } from 'kysely';
 // otherwise read it whole once it has grown.
 // Both return what the statements returned.
 
+/** Both functions' language and settings (see above). */
+const FUNCTION_SETTINGS = sql`language plpgsql set search_path from current set enable_seqscan = off
+    set plan_cache_mode = force_generic_plan set jit = off`;
+
 export async function up(db: Kysely<any>): Promise<void> {
   await sql`
     create function herald_webhook_claim(
@@ -40,11 +44,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     returns table (id text, event_id text, event_type text, org_id text, endpoint_id text, attempt_count integer,
       url text, rate_limit_per_second integer, fifo boolean, body text, traceparent text, age_ms double precision,
       secrets text[], fifo_seq bigint)
-    language plpgsql
-    set search_path from current
-    set enable_seqscan = off
-    set plan_cache_mode = force_generic_plan
-    set jit = off
+    ${FUNCTION_SETTINGS}
     as $$
     #variable_conflict use_column
     begin
@@ -213,11 +213,7 @@ export async function up(db: Kysely<any>): Promise<void> {
       p_endpoint_id text, p_lease text, p_want integer, p_endpoint_cap integer
     )
     returns table (slots integer, others integer)
-    language plpgsql
-    set search_path from current
-    set enable_seqscan = off
-    set plan_cache_mode = force_generic_plan
-    set jit = off
+    ${FUNCTION_SETTINGS}
     as $$
     #variable_conflict use_column
     begin

@@ -35,7 +35,7 @@ export const VARIABLE_DESCRIPTIONS: Readonly<Record<string, string>> = {
   DATABASE_PREPARED_STATEMENTS:
     'Send queries with parameters as named prepared statements (parsed and planned once per connection). Set `false` behind a PgBouncer in transaction mode older than 1.21.',
   'dispatcher:DATABASE_PREPARED_STATEMENTS':
-    "Send the engine's statements as named prepared statements (parsed and planned once per connection: planning its claim and record statements costs more than running them). Set `false` behind a PgBouncer in transaction mode older than 1.21.",
+    "Send the engine's statements as named prepared statements (parsed once per connection: planning its record statement costs more than running it; the claim and the fan-out are functions that plan their statement once per connection either way). Set `false` behind a PgBouncer in transaction mode older than 1.21.",
   REDIS_URL:
     'Redis for pub/sub across pods and the webhook work stream: `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://`. Needs `DATABASE_URL`; unset keeps pub/sub in memory (one pod).',
   'dispatcher:REDIS_URL':

@@ -307,6 +307,46 @@ describe('claim', () => {
     }
   });
 
+  it('claims without JIT-compiling its statement even where the session JIT-compiles every plan', async () => {
+    const { queued } = await endpointWithDeliveries('org-no-jit', 2);
+    const single = await harness.openSingleConnection();
+    // auto_explain sends each executed plan, nested ones included, to this client as a NOTICE; every plan
+    // costs more than jit_above_cost = 0, so a statement not under `jit = off` shows a "JIT:" section.
+    const notices: string[] = [];
+    const emit = pg.Client.prototype.emit;
+    pg.Client.prototype.emit = function captured(this: pg.Client, event: string | symbol, ...args: unknown[]) {
+      if (event === 'notice') notices.push(String((args[0] as { message?: string }).message));
+      return emit.call(this, event, ...args);
+    };
+    try {
+      await sql`load 'auto_explain'`.execute(single.db);
+      for (const setting of [
+        sql`set auto_explain.log_level = notice`,
+        sql`set auto_explain.log_min_duration = 0`,
+        sql`set auto_explain.log_nested_statements = on`,
+        sql`set jit_above_cost = 0`,
+      ]) {
+        await setting.execute(single.db);
+      }
+      const { rows } = await sql<{ jit: boolean }>`select pg_jit_available() as jit`.execute(single.db);
+      if (rows[0]!.jit) {
+        // The check can fail: a statement of this session outside the functions is JIT-compiled.
+        await sql`select count(*) from webhook_deliveries`.execute(single.db);
+        expect(notices.some((notice) => notice.includes('JIT:'))).toBe(true);
+      }
+      notices.length = 0;
+      const claimed = await claimDeliveries(single.db, { queued, endpointCap: 2, leaseMs: 60_000 });
+      expect(claimed).toHaveLength(2);
+      // The calling statement is the session's (a cost of about 60, far under the default threshold);
+      // the statements inside the function are the claim's.
+      const inside = notices.filter((notice) => !notice.includes('from herald_webhook_claim('));
+      expect(inside.some((notice) => notice.includes('webhook_deliveries'))).toBe(true);
+      expect(inside.filter((notice) => notice.includes('JIT:'))).toEqual([]);
+    } finally {
+      pg.Client.prototype.emit = emit;
+    }
+  });
+
   it('hands the slots a successful batch frees to the next due deliveries, never more than it held', async () => {
     const endpoint = await harness.createEndpoint('org-hand', receiver.url('/hand'));
     await harness.publish('org-hand', 6);

@@ -5,7 +5,7 @@
  *
  *   node --import tsx bench/micro/lease-micro.ts [events=3000] [cap=10] [batch=cap] [mode=backlog]
  *
- * - `backlog`: `events` are fanned out first (LIMIT 200 per statement); then a lane's cycle: record
+ * - `backlog`: `events` are fanned out first (LIMIT `FAN_OUT_LIMIT`, default 200, per statement); then a lane's cycle: record
  *   `batch` outcomes and take `batch` more in the same statement (hand-over), until all are recorded
  *   (`RENEW_SLOTS=0`: without renewing the slot row, as between a lane's renewals).
  * - `steady`: what a dispatcher does at a steady rate: `batch` new events at a time are fanned out,
@@ -61,11 +61,34 @@ const LEASE_MS = 15_000;
 const MICRO_KEYRING = [{ id: 'micro', key: Buffer.alloc(32, 1) }] as const;
 const LANE_LEASE = `a:${crypto.randomUUID()}`;
 
+/** `BODY=post`: a published post's body (~330 bytes, as the API records it) instead of `{"id":"x"}`. */
+const body =
+  process.env.BODY === 'post'
+    ? JSON.stringify({
+        id: '00000000-0000-4000-8000-000000000000',
+        orgId: 'micro',
+        title: 'Micro-benchmark post: a title of an ordinary length',
+        tags: ['micro', 'bench'],
+        status: 'PUBLISHED',
+        publishedAt: new Date().toISOString(),
+        author: { id: 'micro-writer', name: 'Micro Writer' },
+        traceparent: null,
+      })
+    : '{"id":"x"}';
+/** `HISTORIED=1`: each event also gets the API's `historied_at` mark after its insert, as a pod that appended it to the subscription history does. */
+const historied = process.env.HISTORIED === '1';
+/** Events per fan-out statement (`FAN_OUT_LIMIT`; the dispatcher's relay takes 500). */
+const fanOutLimit = Number(process.env.FAN_OUT_LIMIT ?? 200);
+
 async function insertEvents(on: Kysely<Database>, from: number, count: number) {
   await sql`insert into ${sql.id(schema, 'webhook_outbox')} (id, org_id, type, body)
-    select 'evt_micro' || n, 'micro', 'post.published', '{"id":"x"}' from generate_series(${from}::int, ${from + count - 1}::int) n`.execute(
+    select 'evt_micro' || n, 'micro', 'post.published', ${body} from generate_series(${from}::int, ${from + count - 1}::int) n`.execute(
     on,
   );
+  if (historied) {
+    await sql`update ${sql.id(schema, 'webhook_outbox')} set historied_at = now()
+      where id in (select 'evt_micro' || n from generate_series(${from}::int, ${from + count - 1}::int) n)`.execute(on);
+  }
 }
 
 /** Every event fanned out first, then record-and-take cycles of `batch`. */
@@ -75,7 +98,7 @@ async function backlog(): Promise<{ fanOut: () => Promise<void>; cycles: () => P
   return {
     async fanOut() {
       for (;;) {
-        const fan = await fanOutOutbox(db, { limit: 200, queueLeaseMs: LEASE_MS });
+        const fan = await fanOutOutbox(db, { limit: fanOutLimit, queueLeaseMs: LEASE_MS });
         queued = queued.concat(fan.queued);
         if (fan.events === 0) break;
       }
@@ -125,7 +148,7 @@ async function steady(): Promise<number> {
     if (count > 0) {
       await insertEvents(admin.db, next, count);
       next += count;
-      await timed('fanOut', () => fanOutOutbox(db, { limit: 200, queueLeaseMs: LEASE_MS }));
+      await timed('fanOut', () => fanOutOutbox(db, { limit: fanOutLimit, queueLeaseMs: LEASE_MS }));
     }
     const result = await timed('record', () =>
       recordOutcomes(db, held.map(success), {

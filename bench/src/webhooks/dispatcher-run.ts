@@ -267,6 +267,14 @@ export async function runDispatcher(
           machine: ReturnType<typeof machineSample>;
         }
       | undefined;
+    /**
+     * Diagnostics (`BENCH_TRACE_FAN_OUT=1`): log when the outbox is fully fanned out, with the deliveries
+     * verified and the dispatcher's and its backends' CPU by then (the monitor polls the run's outbox).
+     */
+    const fanOutSchema = process.env.BENCH_TRACE_FAN_OUT
+      ? new URL(herald.env.DATABASE_URL!).searchParams.get('options')?.replace('-c search_path=', '')
+      : undefined;
+    let fanOutDone: { ms: number; verified: number; dispatcherCpuMs: number; pgCpuMs: number } | undefined;
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
     let lastVerified = 0;
@@ -283,6 +291,20 @@ export async function runDispatcher(
       await sampleBackends(false).catch(() => {});
       if (child.exitCode !== null) break;
       stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
+      if (fanOutSchema && fanOutDone === undefined) {
+        const { rows } = await monitor!.query<{ n: number }>(
+          `select count(1)::int as n from ${fanOutSchema}.webhook_outbox where dispatched_at is null`,
+        );
+        if (rows[0]!.n === 0) {
+          fanOutDone = {
+            ms: Math.round(wallNow() - ready),
+            verified: stats.verified,
+            dispatcherCpuMs: Math.round((cpuNow() - cpu0) / 1000),
+            pgCpuMs: Math.round(pgCpuNow() / 1000),
+          };
+          log(`  fan-out done (since ready): ${JSON.stringify(fanOutDone)}`);
+        }
+      }
       if (mode === 'backlog' && warmMark === undefined && stats.verified >= expected * WARM_FRACTION) {
         warmMark = {
           at: wallNow(),

@@ -249,6 +249,9 @@ describe('bench smoke: webhooks (engine section)', () => {
     expect(result.steady).toMatchObject({ status: 'ok', events: 20, verified: 20, duplicate: 0 });
     expect(result.steady?.latency?.published).toBe(20);
     expect(Number.isFinite(result.steady?.latency?.fromCommit.p99Ms)).toBe(true);
+    // The publisher's own delays, one reading per published event: a call's answer comes after its start.
+    expect(result.steady?.latency?.publisher?.call.p50Ms).toBeGreaterThan(0);
+    expect(Number.isFinite(result.steady?.latency?.publisher?.late.p99Ms)).toBe(true);
     expect(result.dispatcher.queriesPerDelivery).toBeGreaterThan(0);
     // Read from /proc in 10 ms clock ticks: 20 deliveries may cost the backends less than one, so zero is a
     // valid reading here; a number it must be (undefined or NaN: the backends were not found or not read).
@@ -271,6 +274,7 @@ describe('bench smoke: webhooks (engine section)', () => {
     });
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
+    expect(markdown).toContain('- the publisher: each call started');
     expect(markdown).toContain('two dispatchers over one');
     expect(markdown).toContain('one warm dispatcher (it first delivered 10 events');
     expect(markdown).toContain('receiver verified');

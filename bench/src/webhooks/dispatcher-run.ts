@@ -372,6 +372,10 @@ export async function runDispatcher(
         publishedPerSec: Math.round((published.times.length / published.durationMs) * 1000),
         fromCommit: percentiles(fromCommit),
         fromSend: percentiles(fromSend),
+        publisher: {
+          late: percentiles(published.times.map((one) => one.sentAt - one.dueAt)),
+          call: percentiles(published.times.map((one) => one.committedAt - one.sentAt)),
+        },
         bySecond: {
           firstSecond: percentiles(seconds[0] ?? []),
           afterFirstSecond: percentiles(seconds.slice(1).flatMap((values) => values ?? [])),

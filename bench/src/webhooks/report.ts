@@ -8,6 +8,7 @@ import {
   type MachineShare,
   type Percentiles,
   type RawLoopTrial,
+  type SteadyLatency,
   type SteadyStages,
   WARM_FRACTION,
   type WebhookResult,
@@ -98,6 +99,18 @@ export function besideText(beside: BesideRatio | null | undefined): string {
  * "- one dispatcher from a new process, 3 runs: …": each figure of every run (the first is the one above),
  * then their median; null with a single run.
  */
+/**
+ * The steady trial's publisher: how late its calls started and how long each took to answer. It fell short
+ * when it published under 95 % of the rate asked or some calls failed: then the dispatcher saw fewer
+ * events per second than asked, and the latency is the publisher's queueing as much as the dispatcher's.
+ */
+export function publisherLine(l: SteadyLatency): string | null {
+  if (!l.publisher) return null;
+  const { late, call } = l.publisher;
+  const short = l.publishedPerSec < 0.95 * l.eventsPerSec || l.publishFailed > 0;
+  return `the publisher: each call started p50 ${num(late.p50Ms, 1)} / p99 ${num(late.p99Ms, 1)} ms after its scheduled time; publishPost answered p50 ${num(call.p50Ms, 1)} / p99 ${num(call.p99Ms, 1)} / max ${num(call.maxMs, 1)} ms after its call (waiting for a pooled connection, the statement, the commit); ${short ? `it fell short of the rate asked (${num(l.publishedPerSec)} of ${num(l.eventsPerSec)}/s, ${num(l.publishFailed)} calls failed): publisher-bound` : 'it kept the rate asked'}`;
+}
+
 export function newProcessRunsLine(w: WebhookResult): string | null {
   const repeats = w.newProcessRepeats ?? [];
   if (repeats.length === 0) return null;
@@ -181,6 +194,8 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
       );
     }
     if (l.stages) lines.push(`  - ${stagesLine(l.stages)}`);
+    const publisher = publisherLine(l);
+    if (publisher) lines.push(`  - ${publisher}`);
   } else if (steady) {
     lines.push(`- steady rate: ${steady.status} ${steady.reason ?? ''}`);
   }
@@ -191,6 +206,8 @@ export function renderWebhookEngineNotes(w: WebhookResult): string[] {
       `- the same steady trial with publishPost's NOTIFY instead of the Redis wake-up (same run): ${num(l.publishedPerSec)}/s achieved (${num(l.publishFailed)} publish calls failed), commit → receiver p50 ${num(l.fromCommit.p50Ms, 1)} ms, p99 ${num(l.fromCommit.p99Ms, 1)} ms; from sending the statement: p50 ${num(l.fromSend.p50Ms, 1)}, p99 ${num(l.fromSend.p99Ms, 1)} ms`,
     );
     if (l.stages) lines.push(`  - ${stagesLine(l.stages)}`);
+    const publisher = publisherLine(l);
+    if (publisher) lines.push(`  - ${publisher}`);
   }
   const m = w.multiEndpoint;
   if (m) {

@@ -162,6 +162,13 @@ export interface SteadyLatency {
   fromCommit: { p50Ms: number; p99Ms: number; maxMs: number };
   /** From just before the publishPost statement was sent: an upper bound. */
   fromSend: { p50Ms: number; p99Ms: number; maxMs: number };
+  /**
+   * The publisher's own delays (absent before 2026-12-02): `late`, from each publish's scheduled time to its
+   * call (the bench's event loop behind); `call`, from the call to its answer (waiting for one of the
+   * publisher's pooled connections, the statement, the commit). Large values mean the trial was
+   * publisher-bound: the dispatcher saw fewer events per second than asked.
+   */
+  publisher?: { late: Percentiles; call: Percentiles };
   /** Where the time goes, per delivery (from the database's timestamps; steady.ts's `steadyStages`). */
   stages?: SteadyStages;
   /**

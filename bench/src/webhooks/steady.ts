@@ -12,7 +12,8 @@ export interface SteadyPublish {
   durationMs: number;
   /** publishPost calls that failed (e.g. no pooled connection in time): not counted anywhere else. */
   failed: number;
-  times: Array<{ postId: string; sentAt: number; committedAt: number }>;
+  /** `dueAt`: when the open loop meant to send it; `sentAt`: when the call started (it then waits for a pooled connection). */
+  times: Array<{ postId: string; dueAt: number; sentAt: number; committedAt: number }>;
 }
 
 /**
@@ -44,7 +45,7 @@ export async function publishSteadily(
       try {
         const published = await publishPostWithWebhook(database.db, postId, [orgId], { notify: !wake });
         if (published) {
-          times.push({ postId, sentAt, committedAt: wallNow() });
+          times.push({ postId, dueAt: due, sentAt, committedAt: wallNow() });
           wake?.wake();
         } else failed++;
       } catch {

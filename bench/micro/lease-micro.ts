@@ -27,6 +27,7 @@ import {
 } from '@herald/webhook-engine';
 import { attemptOutcome } from '@herald/webhook-engine/testing';
 import { type Kysely, sql } from 'kysely';
+import { microPostBody } from './post-body.js';
 
 const events = Number(process.argv[2] ?? 3000);
 const cap = Number(process.argv[3] ?? 10);
@@ -62,19 +63,7 @@ const MICRO_KEYRING = [{ id: 'micro', key: Buffer.alloc(32, 1) }] as const;
 const LANE_LEASE = `a:${crypto.randomUUID()}`;
 
 /** `BODY=post`: a published post's body (~330 bytes, as the API records it) instead of `{"id":"x"}`. */
-const body =
-  process.env.BODY === 'post'
-    ? JSON.stringify({
-        id: '00000000-0000-4000-8000-000000000000',
-        orgId: 'micro',
-        title: 'Micro-benchmark post: a title of an ordinary length',
-        tags: ['micro', 'bench'],
-        status: 'PUBLISHED',
-        publishedAt: new Date().toISOString(),
-        author: { id: 'micro-writer', name: 'Micro Writer' },
-        traceparent: null,
-      })
-    : '{"id":"x"}';
+const body = process.env.BODY === 'post' ? microPostBody() : '{"id":"x"}';
 /** `HISTORIED=1`: each event also gets the API's `historied_at` mark after its insert, as a pod that appended it to the subscription history does. */
 const historied = process.env.HISTORIED === '1';
 /** Events per fan-out statement (`FAN_OUT_LIMIT`; the dispatcher's relay takes 500). */

@@ -195,8 +195,11 @@ describe('bench smoke: webhooks (engine section)', () => {
   });
 
   it('raw loop, raw durable loop, one cold dispatcher twice, one warm and two dispatchers (one endpoint and two), a FIFO endpoint in outbox order, the scheduler pass: every delivery verified, none lost', async () => {
+    const logged: string[] = [];
     const result = await runWebhooks({
       ...smallWebhooks(),
+      log: (line: string) => logged.push(line),
+      traceFanOut: true,
       pendingRetries: 1_000,
       steadyEventsPerSec: 50,
       steadyMs: 400,
@@ -275,6 +278,15 @@ describe('bench smoke: webhooks (engine section)', () => {
     const markdown = [...renderWebhookEngineRows(result), ...renderWebhookEngineNotes(result)].join('\n');
     expect(markdown).toContain('raw durable loop');
     expect(markdown).toContain('- the publisher: each call started');
+    // traceFanOut: each backlog run logs when its outbox was fully fanned out, with what was verified by then.
+    const fanOutLines = logged.filter((line) => line.includes('fan-out done (since ready): '));
+    expect(fanOutLines.length).toBeGreaterThanOrEqual(2);
+    for (const line of fanOutLines) {
+      const done = JSON.parse(line.split('fan-out done (since ready): ')[1]!);
+      expect(done.ms).toBeGreaterThanOrEqual(0);
+      expect(done.verified).toBeLessThanOrEqual(40);
+      expect(Number.isFinite(done.pgCpuMs)).toBe(true);
+    }
     expect(markdown).toContain('two dispatchers over one');
     expect(markdown).toContain('one warm dispatcher (it first delivered 10 events');
     expect(markdown).toContain('receiver verified');

@@ -598,6 +598,7 @@ async function main() {
       twoDispatchers: webhookTwo === 'true',
       fifo: webhookFifo === 'true',
       newProcessRuns: num('webhook-new-process-runs', 1),
+      traceFanOut: process.env.BENCH_TRACE_FAN_OUT === '1',
       warmUpEvents: num('webhook-warm-up', quick ? 1000 : 5000),
       endpoints: num('webhook-endpoints', 8),
       steadyCompareNotify: webhookSteadyCompareNotify === 'first' ? 'first' : webhookSteadyCompareNotify === 'true',

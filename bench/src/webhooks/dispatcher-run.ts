@@ -267,13 +267,11 @@ export async function runDispatcher(
           machine: ReturnType<typeof machineSample>;
         }
       | undefined;
-    /**
-     * Diagnostics (`BENCH_TRACE_FAN_OUT=1`): log when the outbox is fully fanned out, with the deliveries
-     * verified and the dispatcher's and its backends' CPU by then (the monitor polls the run's outbox).
-     */
-    const fanOutSchema = process.env.BENCH_TRACE_FAN_OUT
-      ? new URL(herald.env.DATABASE_URL!).searchParams.get('options')?.replace('-c search_path=', '')
-      : undefined;
+    /** {@link WebhookConfig.traceFanOut}: the monitor polls the run's outbox (its schema) for undispatched events. */
+    const fanOutSchema =
+      config.traceFanOut && mode === 'backlog'
+        ? new URL(herald.env.DATABASE_URL!).searchParams.get('options')?.replace('-c search_path=', '')
+        : undefined;
     let fanOutDone: { ms: number; verified: number; dispatcherCpuMs: number; pgCpuMs: number } | undefined;
     let stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
     let lastProgress = wallNow();
@@ -293,7 +291,7 @@ export async function runDispatcher(
       stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
       if (fanOutSchema && fanOutDone === undefined) {
         const { rows } = await monitor!.query<{ n: number }>(
-          `select count(1)::int as n from ${fanOutSchema}.webhook_outbox where dispatched_at is null`,
+          `select count(1)::int as n from ${monitor!.escapeIdentifier(fanOutSchema)}.webhook_outbox where dispatched_at is null`,
         );
         if (rows[0]!.n === 0) {
           fanOutDone = {

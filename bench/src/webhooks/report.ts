@@ -96,10 +96,6 @@ export function besideText(beside: BesideRatio | null | undefined): string {
 }
 
 /**
- * "- one dispatcher from a new process, 3 runs: …": each figure of every run (the first is the one above),
- * then their median; null with a single run.
- */
-/**
  * The steady trial's publisher: how late its calls started and how long each took to answer. It fell short
  * when it published under 95 % of the rate asked or some calls failed: then the dispatcher saw fewer
  * events per second than asked, and the latency is the publisher's queueing as much as the dispatcher's.
@@ -111,6 +107,10 @@ export function publisherLine(l: SteadyLatency): string | null {
   return `the publisher: each call started p50 ${num(late.p50Ms, 1)} / p99 ${num(late.p99Ms, 1)} ms after its scheduled time; publishPost answered p50 ${num(call.p50Ms, 1)} / p99 ${num(call.p99Ms, 1)} / max ${num(call.maxMs, 1)} ms after its call (waiting for a pooled connection, the statement, the commit); ${short ? `it fell short of the rate asked (${num(l.publishedPerSec)} of ${num(l.eventsPerSec)}/s, ${num(l.publishFailed)} calls failed): publisher-bound` : 'it kept the rate asked'}`;
 }
 
+/**
+ * "- one dispatcher from a new process, 3 runs: …": each figure of every run (the first is the one above),
+ * then their median; null with a single run.
+ */
 export function newProcessRunsLine(w: WebhookResult): string | null {
   const repeats = w.newProcessRepeats ?? [];
   if (repeats.length === 0) return null;

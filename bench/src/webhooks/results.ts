@@ -27,6 +27,11 @@ export interface WebhookConfig {
    */
   newProcessRuns?: number;
   /**
+   * Diagnostics (env `BENCH_TRACE_FAN_OUT=1`): each backlog run logs when its outbox is fully fanned out, with
+   * the deliveries verified and the dispatcher's and its backends' CPU by then.
+   */
+  traceFanOut?: boolean;
+  /**
    * Also drain the backlog with one warm dispatcher: it first delivers this many events, is then
    * stopped (SIGSTOP) while the backlog is published and continued (SIGCONT). 0 skips it. @default 5000
    */

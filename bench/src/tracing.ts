@@ -178,7 +178,7 @@ export async function runTracing(config: TracingConfig): Promise<TracingResult> 
     `Each row gives the median of its measurements' CPU per unit and rate ("every CPU figure" lists them all, in order), and "against off" the median of each measurement's figure against off's beside it: for HTTP off's in the same window, for fan-out and webhooks off's turn of the same round (the settings take turns, off, 0.01, 1.0, off, …, in ${config.repeats} round${config.repeats === 1 ? '' : 's'}). On a shared machine other load comes and goes between turns; a single lucky or unlucky measurement moves a lowest-of-N comparison by 15–25 % here, a median of pairs much less. The JSON keeps each setting's lowest too. The goal for ratio 0.01 is at most ${RATIO_001_GOAL_PCT} % more CPU per unit than off; ratio 1.0 is reported.`,
     ...(config.paths.includes('http')
       ? [
-          `HTTP: \`posts(first: 10)\` with authors (the HTTP section's document), the three settings side by side: per round (${config.repeats}) one new API process each (PostgreSQL, ${HTTP_SEED_POSTS} posts, the API image's node flags), all loaded at once from this process, ${config.http.connections} keep-alive requests in flight each, warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} window${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms in which every process's CPU is read at the same moments; CPU = the API process's (every thread) ÷ its answered requests. Each row gives the median over the windows; "against off" is the median of each window's figure against off's in that same window: load from elsewhere falls on the three alike, so these ratios hold where rounds run one after another moved by ±25 %. Three servers and their load share the cores, so the CPU figures are higher than the HTTP section's: compare them with each other.`,
+          `HTTP: \`posts(first: 10)\` with authors (the HTTP section's document), the three settings side by side: per round (${config.repeats}) one new API process each (PostgreSQL, ${HTTP_SEED_POSTS} posts, the API image's node flags), all loaded at once from this process, ${config.http.connections} keep-alive requests in flight each, warm-up ${config.http.warmupMs} ms, then ${config.http.trialsPerRound} window${config.http.trialsPerRound === 1 ? '' : 's'} of ${config.http.trialMs} ms (each stretched, up to ${WINDOW_STRETCH}×, until every process answered in it) in which every process's CPU is read at the same moments; CPU = the API process's (every thread) ÷ its answered requests. Each row gives the median over the windows; "against off" is the median of each window's figure against off's in that same window: load from elsewhere falls on the three alike, so these ratios hold where rounds run one after another moved by ±25 %. Three servers and their load share the cores, so the CPU figures are higher than the HTTP section's: compare them with each other.`,
         ]
       : []),
     ...(config.paths.includes('fanout')
@@ -314,12 +314,16 @@ async function httpPath(config: TracingConfig, sink: OtlpSink): Promise<Collecte
         if (windows.failures[i]! > 0)
           entry.problems.push(`round ${run}: ${windows.failures[i]} failed answers (${windows.firstFailure[i]})`);
         if (targets[i]!.deaths.length) entry.problems.push(...targets[i]!.deaths);
-        for (const window of windows.windows) {
+        windows.windows.forEach((window, k) => {
           const one = window[i]!;
           const off = window[0]!;
           if (one.requests > 0 && off.requests > 0)
             entry.measurements.push({ round: run, cpu: one.cpu, rate: one.rate, offCpu: off.cpu, offRate: off.rate });
-        }
+          else
+            entry.problems.push(
+              `round ${run}, window ${k + 1}: no answer from ${one.requests > 0 ? 'off' : 'this setting'} in ${WINDOW_STRETCH}× ${config.http.trialMs} ms`,
+            );
+        });
       });
     } finally {
       await Promise.allSettled(targets.map((target) => target.stop()));
@@ -327,6 +331,9 @@ async function httpPath(config: TracingConfig, sink: OtlpSink): Promise<Collecte
   }
   return figures;
 }
+
+/** How far a window may stretch past `trialMs`, as a multiple of it, waiting for every process to answer. */
+const WINDOW_STRETCH = 20;
 
 /** Posts in each HTTP process's organisation (the page reads the newest 10). */
 const HTTP_SEED_POSTS = 100;
@@ -386,6 +393,10 @@ async function sideBySideHttp(
     let from = edge();
     for (let k = 0; k < config.http.trialsPerRound; k++) {
       await sleep(config.http.trialMs);
+      // A window closes once every process answered in it: a window where one answered nothing (a stall,
+      // a collection, a first request still compiling on a loaded machine) has no figure to pair. Bounded.
+      const cap = from.at + WINDOW_STRETCH * config.http.trialMs;
+      while (answered.some((count, i) => count === from.answered[i]) && performance.now() < cap) await sleep(20);
       const to = edge();
       const seconds = (to.at - from.at) / 1000;
       windows.push(

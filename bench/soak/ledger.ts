@@ -57,7 +57,7 @@ export interface LedgerInput {
   acknowledged: string[];
   subscribers: SubscriberRecord[];
   endpoints: EndpointRecord[];
-  /** `post.published` outbox events still undispatched after the drain. */
+  /** `post.published` outbox events still waiting for their fan-out (a pending-queue row) after the drain. */
   undispatched: string[];
   /** Deliveries still leased for an attempt well past the attempt's bound. */
   leasedPastBound: string[];

@@ -489,7 +489,8 @@ async function readLedgerInput(
     `select event_id, endpoint_id, status from webhook_deliveries where event_type = 'post.published'`,
   );
   const undispatched = await cluster.query<{ id: string }>(
-    `select id from webhook_outbox where type = 'post.published' and dispatched_at is null`,
+    `select id from webhook_outbox event where type = 'post.published'
+       and exists (select 1 from webhook_outbox_pending pending where pending.seq = event.seq)`,
   );
   const stuck = await cluster.query<{ id: string }>(
     `select id from webhook_deliveries where status = 'PENDING' and lease_token like 'a:%'

@@ -471,7 +471,7 @@ function stagePercentiles(values: number[]): StagePercentiles {
 
 /**
  * Splits each probe's publish → receiver into: publishPost over HTTP (sent → answered), answered → the
- * dispatcher's fan-out of the event (its `dispatched_at`), fan-out → the attempt's POST began (its `at`),
+ * dispatcher's fan-out of the event (its delivery's `created_at`), fan-out → the attempt's POST began (its `at`),
  * POST began → the receiver read it. The database's times and ours are the same machine's wall clock.
  */
 async function webhookStages(databaseUrl: string, probes: WebhookProbe[]): Promise<WebhookStages | undefined> {
@@ -481,7 +481,7 @@ async function webhookStages(databaseUrl: string, probes: WebhookProbe[]): Promi
   try {
     const { rows } = await client.query<{ post_id: string; fanned_out: string; post_at: string }>(
       `select event.body::json->'data'->>'id' as post_id,
-         extract(epoch from event.dispatched_at) * 1000 as fanned_out,
+         extract(epoch from delivery.created_at) * 1000 as fanned_out,
          extract(epoch from attempt.at) * 1000 as post_at
        from webhook_outbox event
        join webhook_deliveries delivery on delivery.event_id = event.id

@@ -98,17 +98,31 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, openMigrated
       .where('id', '=', eventId ?? '')
       .executeTakeFirstOrThrow()
       .then((row) => row.dispatched_at);
+  /** Whether the event waits in the pending-fan-out queue. */
+  const queued = async (eventId: string | undefined) =>
+    (
+      await db
+        .selectFrom('webhook_outbox_pending as pending')
+        .innerJoin('webhook_outbox as event', 'event.seq', 'pending.seq')
+        .select('event.id')
+        .where('event.id', '=', eventId ?? '')
+        .execute()
+    ).length === 1;
 
-  it('records the event already dispatched when no endpoint of the organisation selects it, and due otherwise', async () => {
+  it('records the event already dispatched when no endpoint of the organisation selects it, and queued for the fan-out otherwise', async () => {
     await upsertUser(db, { id: 'pub5', name: 'P' });
     const publish = async (orgId: string) => {
       const draft = await insertPost(db, { orgId, authorId: 'pub5', title: 'T', tags: [] });
       const publication = await publishPostWithWebhook(db, draft.id, [orgId]);
       expect(publication?.published).toBe(true);
-      return { due: publication?.fanOutDue, dispatchedAt: await dispatchedAt(publication?.eventId) };
+      return {
+        due: publication?.fanOutDue,
+        dispatchedAt: await dispatchedAt(publication?.eventId),
+        queued: await queued(publication?.eventId),
+      };
     };
     // Nothing to fan out: no endpoint at all, one selecting other events only, one deleted.
-    const nothingDue = { due: false, dispatchedAt: expect.any(Date) };
+    const nothingDue = { due: false, dispatchedAt: expect.any(Date), queued: false };
     expect(await publish('org-none')).toEqual(nothingDue);
     await endpointIn('org-other', ['webhook.delivery.dead']);
     expect(await publish('org-other')).toEqual(nothingDue);
@@ -116,7 +130,7 @@ describe.each(backends)('publishPostWithWebhook on $name', ({ name, openMigrated
     expect(await deleteWebhookEndpoint(db, deleted.id, ['org-deleted'])).toBe(true);
     expect(await publish('org-deleted')).toEqual(nothingDue);
     // Due: an endpoint selecting it, or a disabled one (its delivery is recorded SKIPPED).
-    const due = { due: true, dispatchedAt: null };
+    const due = { due: true, dispatchedAt: null, queued: true };
     await endpointIn('org-hooked');
     expect(await publish('org-hooked')).toEqual(due);
     const disabled = await endpointIn('org-disabled');

@@ -125,7 +125,8 @@ export interface PublishOptions {
  *
  * When no endpoint of the organisation selects `post.published` (deleted ones aside; a disabled one
  * still gets its SKIPPED delivery), the fan-out would create no delivery: the row is recorded already
- * dispatched (`dispatched_at`), so the webhook relay has nothing to do for it and nobody is woken
+ * dispatched (`dispatched_at`, so it never enters the pending-fan-out queue): the webhook relay has
+ * nothing to do for it and nobody is woken
  * (on the embedded PGlite that fan-out statement cost as much CPU as the publish itself). The
  * endpoints are read in the publish's own snapshot: an endpoint created after the publication committed
  * does not get the event (before, one created in the milliseconds before the relay's pass did).

@@ -267,7 +267,7 @@ export async function runDispatcher(
           machine: ReturnType<typeof machineSample>;
         }
       | undefined;
-    /** {@link WebhookConfig.traceFanOut}: the monitor polls the run's outbox (its schema) for undispatched events. */
+    /** {@link WebhookConfig.traceFanOut}: the monitor polls the run's pending-fan-out queue (its schema) until it is empty. */
     const fanOutSchema =
       config.traceFanOut && mode === 'backlog'
         ? new URL(herald.env.DATABASE_URL!).searchParams.get('options')?.replace('-c search_path=', '')
@@ -291,7 +291,7 @@ export async function runDispatcher(
       stats = await receiver.ask<ReceiverStats>({ type: 'stats' });
       if (fanOutSchema && fanOutDone === undefined) {
         const { rows } = await monitor!.query<{ n: number }>(
-          `select count(1)::int as n from ${monitor!.escapeIdentifier(fanOutSchema)}.webhook_outbox where dispatched_at is null`,
+          `select count(1)::int as n from ${monitor!.escapeIdentifier(fanOutSchema)}.webhook_outbox_pending`,
         );
         if (rows[0]!.n === 0) {
           fanOutDone = {

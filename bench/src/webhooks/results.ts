@@ -191,7 +191,7 @@ export interface SteadyLatency {
 
 /**
  * The steady trial's commit → receiver time cut into stages, per delivery, from what the run leaves
- * behind (no instrumentation in the dispatcher): the outbox row's `dispatched_at` (the fan-out
+ * behind (no instrumentation in the dispatcher): the delivery's `created_at` (the fan-out
  * statement's `now()`), the first attempt's `at` and `duration_ms` (the dispatcher's clock when it began
  * the POST, after the claim), the delivery's `updated_at` (the record statement's `now()`), and the
  * receiver's arrival. All clocks are this machine's.

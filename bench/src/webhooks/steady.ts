@@ -77,7 +77,7 @@ export async function steadyStages(
       recorded: number;
     }>(`
       select event.body::json->'data'->>'id' as post_id,
-        extract(epoch from event.dispatched_at) * 1000 as fanned_out,
+        extract(epoch from delivery.created_at) * 1000 as fanned_out,
         extract(epoch from attempt.at) * 1000 as post_at, attempt.duration_ms as post_ms,
         extract(epoch from delivery.updated_at) * 1000 as recorded
       from webhook_outbox event

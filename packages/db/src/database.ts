@@ -6,6 +6,7 @@ import type {
   WebhookEndpointSecretsTable,
   WebhookEndpointSlotsTable,
   WebhookEndpointsTable,
+  WebhookOutboxPendingTable,
   WebhookOutboxTable,
   WebhookQueueTable,
 } from './webhook-tables.js';
@@ -20,6 +21,7 @@ export interface Database {
   webhook_endpoints: WebhookEndpointsTable;
   webhook_endpoint_secrets: WebhookEndpointSecretsTable;
   webhook_outbox: WebhookOutboxTable;
+  webhook_outbox_pending: WebhookOutboxPendingTable;
   webhook_deliveries: WebhookDeliveriesTable;
   webhook_endpoint_slots: WebhookEndpointSlotsTable;
   webhook_attempts: WebhookAttemptsTable;

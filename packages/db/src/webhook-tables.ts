@@ -64,7 +64,10 @@ export interface WebhookOutboxTable {
   created_at: ColumnType<Date, Date | undefined, never>;
   /** When a relay last handed the event to the queue; null until then. */
   relayed_at: ColumnType<Date | null, never, Date | null>;
-  /** When a dispatcher created the event's deliveries: the event is acknowledged. */
+  /**
+   * Set when the event was recorded with nothing to fan out. An event recorded without it waits in
+   * {@link WebhookOutboxPendingTable} until a dispatcher creates its deliveries (its queue row is deleted).
+   */
   dispatched_at: ColumnType<Date | null, never, Date | null>;
   /** Set for an event meant for one endpoint only (`webhook.test`). */
   target_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
@@ -72,6 +75,15 @@ export interface WebhookOutboxTable {
   exclude_endpoint_id: ColumnType<string | null, string | null | undefined, never>;
   /** The W3C `traceparent` of the operation that wrote the event; null when tracing was off. */
   traceparent: ColumnType<string | null, string | null | undefined, never>;
+}
+
+/**
+ * The events still to fan out, oldest first: a row per outbox event recorded without `dispatched_at`,
+ * written by a trigger in the statement that records the event, deleted by the fan-out that creates the
+ * event's deliveries. "Not fanned out yet" is "has a row here".
+ */
+export interface WebhookOutboxPendingTable {
+  seq: string;
 }
 
 export type WebhookDeliveryStatus = 'PENDING' | 'SUCCEEDED' | 'DEAD' | 'SKIPPED';

@@ -192,12 +192,13 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           db,
           sql`select count(*)::int as n from webhook_endpoints where status = 'DISABLED' and deleted_at is null`,
         ),
-      // The oldest event not yet fanned out, through the partial index on undispatched rows: 0 when none waits.
+      // The oldest event not yet fanned out (the first of the pending queue): 0 when none waits.
       outboxLagSeconds: async () =>
         countWhere(
           db,
           sql`select coalesce(extract(epoch from now() - (
-                select created_at from webhook_outbox where dispatched_at is null order by seq limit 1
+                select created_at from webhook_outbox
+                where seq = (select seq from webhook_outbox_pending order by seq limit 1)
               )), 0)::float8 as n`,
         ),
     },

@@ -1100,11 +1100,7 @@ describe('retention', () => {
     const old = new Date(Date.now() - 40 * DAY_MS);
     const oldIds = [oldOk!.id, oldDead!.id, oldPending!.id];
     await harness.db.updateTable('webhook_deliveries').set({ updated_at: old }).where('id', 'in', oldIds).execute();
-    await harness.db
-      .updateTable('webhook_outbox')
-      .set({ dispatched_at: old })
-      .where('org_id', '=', 'org-ret')
-      .execute();
+    await sql`update webhook_outbox set created_at = ${old} where org_id = 'org-ret'`.execute(harness.db);
     // The subscription history took these events long ago (its own marker; see the next test).
     await sql`update webhook_outbox set historied_at = ${old} where org_id = 'org-ret'`.execute(harness.db);
 
@@ -1206,22 +1202,31 @@ describe('turning a FIFO endpoint unordered', () => {
 });
 
 describe('retention beside the subscription history', () => {
-  it('keeps a post.published outbox event the history has not taken yet (historied_at null)', async () => {
+  it('keeps a post.published outbox event the history has not taken yet (historied_at null), and one not fanned out yet', async () => {
     await sql`alter table webhook_outbox add column if not exists historied_at timestamptz`.execute(harness.db);
     const old = new Date(Date.now() - 40 * DAY_MS);
-    await harness.db
-      .insertInto('webhook_outbox')
-      .values([
-        { id: 'evt_hist_pending', org_id: 'org-hist', type: 'post.published', body: '{}' },
-        { id: 'evt_hist_taken', org_id: 'org-hist', type: 'post.published', body: '{}' },
-      ])
-      .execute();
-    await sql`update webhook_outbox set dispatched_at = ${old}, historied_at = case when id = 'evt_hist_taken' then now() end
+    // Two recorded with nothing to fan out (dispatched at once), one still waiting for its fan-out.
+    await sql`insert into webhook_outbox (id, org_id, type, body, created_at, dispatched_at) values
+      ('evt_hist_pending', 'org-hist', 'post.published', '{}', ${old}, ${old}),
+      ('evt_hist_taken', 'org-hist', 'post.published', '{}', ${old}, ${old})`.execute(harness.db);
+    await sql`insert into webhook_outbox (id, org_id, type, body, created_at)
+      values ('evt_hist_unfanned', 'org-hist', 'post.published', '{}', ${old})`.execute(harness.db);
+    await sql`update webhook_outbox set historied_at = case when id = 'evt_hist_pending' then null else now() end
       where org_id = 'org-hist'`.execute(harness.db);
     const retention = createRetention({ db: harness.db, logger, retentionMs: 30 * DAY_MS, intervalMs: 60_000 });
     await retention.runOnce();
-    const left = await harness.db.selectFrom('webhook_outbox').select('id').where('org_id', '=', 'org-hist').execute();
-    expect(left.map((row) => row.id)).toEqual(['evt_hist_pending']);
+    const left = await harness.db
+      .selectFrom('webhook_outbox')
+      .select('id')
+      .where('org_id', '=', 'org-hist')
+      .orderBy('id')
+      .execute();
+    expect(left.map((row) => row.id)).toEqual(['evt_hist_pending', 'evt_hist_unfanned']);
+    // Fanned out (no endpoint wants it), it goes at the next pass.
+    await fanOutOutbox(harness.db, { limit: 100, queueLeaseMs: 60_000 });
+    await retention.runOnce();
+    const after = await harness.db.selectFrom('webhook_outbox').select('id').where('org_id', '=', 'org-hist').execute();
+    expect(after.map((row) => row.id)).toEqual(['evt_hist_pending']);
   });
 });
 

@@ -15,8 +15,9 @@
  * lengths are `WEBHOOK_TIMEOUT_MS × 1.5` (at least +1 s), so a crash at any step is recovered within
  * that bound plus one scheduler pass.
  *
- * 1. fan-out ({@link fanOutOutbox}), one statement per batch: claims undispatched outbox events
- *    (`skip locked`), marks them dispatched and inserts one delivery per subscribed endpoint, already
+ * 1. fan-out ({@link fanOutOutbox}), one statement per batch: takes the oldest events still to fan out
+ *    (their rows in `webhook_outbox_pending`, deleted; `skip locked`), reads them from the outbox and
+ *    inserts one delivery per subscribed endpoint, already
  *    queued (q-lease, one token per batch). A disabled endpoint gets a SKIPPED delivery instead; an
  *    event with `target_endpoint_id` goes to that endpoint only, `exclude_endpoint_id` never gets it.
  *    An endpoint with a `filter` gets the event only when the body contains it (`jsonb @>`), and a
@@ -143,7 +144,7 @@
  * publishes, an operator's disable and replays take its ordering lock (@herald/db `orgOrderLock`) after
  * their row locks and before drawing a `seq`, and hold it to their commit; step 4's operational events
  * do not (see docs/webhooks.md). Only the head is attempted, and only when no event of the organisation with a
- * lower outbox `seq` is still waiting for its fan-out (one whose fan-out has not committed could
+ * lower outbox `seq` is still waiting for its fan-out (a row in `webhook_outbox_pending`; one whose fan-out has not committed could
  * otherwise be overtaken by a later one another dispatcher fanned out first). The rest wait with no
  * `next_attempt_at`, so the due scan's index does not see them (a stuck head with 100,000 behind it
  * costs the due scan nothing); a head has one only while a retry or a pause is scheduled.
@@ -254,8 +255,8 @@ export interface FanOutResult {
 
 /**
  * Step 1: outbox events become their deliveries, in one statement: the function `herald_webhook_fan_out`,
- * whose SQL is in the migration "webhook-fan-out-function" (a function, for planner settings that keep
- * the batch's read bounded whatever the outbox's statistics; changing how events match endpoints is a new
+ * whose SQL is in the migration "webhook-outbox-pending" (a function, for planner settings that keep
+ * the batch's read bounded whatever the tables' statistics; changing how events match endpoints is a new
  * migration that replaces it).
  */
 export async function fanOutOutbox(
@@ -865,8 +866,9 @@ export async function recordOutcomes(
       select line.id from line
       where line.fifo_seq < coalesce(least(
         (select min(stop.fifo_seq) from line stop where stop.id not in (select id from line_locked)),
-        (select min(event.seq) from webhook_outbox event
-          where event.dispatched_at is null and event.seq < (select max(fifo_seq) from line)
+        (select min(pending.seq) from webhook_outbox_pending pending
+          join webhook_outbox event on event.seq = pending.seq
+          where pending.seq < (select max(fifo_seq) from line)
             and event.org_id = (select org_id from webhook_endpoints where id = ${endpointId}))
       ), 9223372036854775807)
     ), handed as (

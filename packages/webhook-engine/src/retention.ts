@@ -41,7 +41,7 @@ export interface Retention {
 
 /**
  * Keeps rows from growing forever: SUCCEEDED and SKIPPED deliveries (with their attempts,
- * in the same statement) and dispatched outbox events older than the retention are deleted in batches of
+ * in the same statement) and outbox events fanned out and recorded before the retention are deleted in batches of
  * {@link RETENTION_BATCH_ROWS}; DEAD deliveries are kept (replayable). Endpoints deleted over GraphQL
  * (soft-deleted) are purged the same way, deliveries (and their attempts) first, then the endpoint and
  * its slot rows, so no request ever runs an unbounded delete. Each
@@ -174,9 +174,10 @@ export function createRetention(options: RetentionOptions): Retention {
         () => sql<{ id: string }>`
         delete from webhook_outbox where id in (
           select id from webhook_outbox event
-          where dispatched_at < ${cutoff} ${taken}
+          where created_at < ${cutoff} ${taken}
+            and not exists (select 1 from webhook_outbox_pending pending where pending.seq = event.seq)
             and not exists (select 1 from webhook_deliveries delivery where delivery.event_id = event.id)
-          order by dispatched_at
+          order by created_at
           limit ${RETENTION_BATCH_ROWS}
         ) returning id`,
       )) ?? 0;

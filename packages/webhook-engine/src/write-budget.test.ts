@@ -32,7 +32,13 @@ interface Writes {
   hot: number;
   deleted: number;
 }
-const TABLES = ['webhook_outbox', 'webhook_deliveries', 'webhook_attempts', 'webhook_endpoint_slots'] as const;
+const TABLES = [
+  'webhook_outbox',
+  'webhook_outbox_pending',
+  'webhook_deliveries',
+  'webhook_attempts',
+  'webhook_endpoint_slots',
+] as const;
 
 /** The tables' cumulative writes in this test file's schema, after flushing this connection's pending counts. */
 async function writes(): Promise<Record<(typeof TABLES)[number], Writes>> {
@@ -68,10 +74,23 @@ function minus(after: Writes, before: Writes): Writes {
 }
 
 describe('the write budget of a webhook delivery', () => {
-  it('fans out, claims and records 20 first-attempt successes in 4 row versions each, one of them HOT', async () => {
+  it('fans out, claims and records 20 first-attempt successes in 3 row versions and a queue delete each, one of them HOT', async () => {
     await harness.createEndpoint('org-budget', 'http://127.0.0.1:9/budget');
-    await harness.publish('org-budget', EVENTS);
+    const published = await writes();
+    // On this connection, so its counts are flushed on demand too (the harness's pool flushes them later).
+    await sql`insert into webhook_outbox (id, org_id, type, body)
+      select 'evt_budget_' || n, 'org-budget', 'post.published', '{}' from generate_series(1, ${EVENTS}) n`.execute(
+      single.db,
+    );
     const before = await writes();
+    // Recording an event queues it for the fan-out: one outbox row and one narrow queue row each.
+    expect({
+      outbox: minus(before.webhook_outbox, published.webhook_outbox),
+      pending: minus(before.webhook_outbox_pending, published.webhook_outbox_pending),
+    }).toEqual({
+      outbox: { inserted: EVENTS, updated: 0, hot: 0, deleted: 0 },
+      pending: { inserted: EVENTS, updated: 0, hot: 0, deleted: 0 },
+    });
 
     const { queued } = await fanOutOutbox(single.db, { limit: 100, queueLeaseMs: 60_000 });
     expect(queued).toHaveLength(EVENTS);
@@ -87,8 +106,9 @@ describe('the write budget of a webhook delivery', () => {
     const after = await writes();
     const spent = Object.fromEntries(TABLES.map((table) => [table, minus(after[table], before[table])]));
     expect(spent).toEqual({
-      // The fan-out marks each event dispatched: an update, not HOT (the column is in an index).
-      webhook_outbox: { inserted: 0, updated: EVENTS, hot: 0, deleted: 0 },
+      // The fan-out only reads the outbox row; it deletes the event's queue row.
+      webhook_outbox: { inserted: 0, updated: 0, hot: 0, deleted: 0 },
+      webhook_outbox_pending: { inserted: 0, updated: 0, hot: 0, deleted: EVENTS },
       // Inserted by the fan-out (q-leased); the claim's a-lease is HOT (lease columns are in no index);
       // the record's SUCCEEDED is not (status and next_attempt_at are).
       webhook_deliveries: { inserted: EVENTS, updated: 2 * EVENTS, hot: EVENTS, deleted: 0 },

@@ -20,6 +20,7 @@ import * as webhookFanOutFunction from './2026-11-30T18-00_webhook-fan-out-funct
 import * as webhookOrgOrderIndex from './2026-12-01T00-30_webhook-org-order-index.js';
 import * as postsTagsWithoutNull from './2026-12-01T06-00_posts-tags-without-null.js';
 import * as webhookClaimFunctions from './2026-12-01T12-00_webhook-claim-functions.js';
+import * as webhookOutboxPending from './2026-12-02T08-00_webhook-outbox-pending.js';
 
 /**
  * Every migration, by name. Names sort in the order they run (timestamp first); a landed migration
@@ -48,6 +49,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '2026-12-01T00-30_webhook-org-order-index': webhookOrgOrderIndex,
   '2026-12-01T06-00_posts-tags-without-null': postsTagsWithoutNull,
   '2026-12-01T12-00_webhook-claim-functions': webhookClaimFunctions,
+  '2026-12-02T08-00_webhook-outbox-pending': webhookOutboxPending,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -13,18 +13,20 @@ import { up as createClaimFunctions, down as dropClaimFunctions } from './2026-1
 // one heap record and no index entry. In a new dispatcher's run over a 10,000-event backlog the fan-out
 // was about two thirds of PostgreSQL's work for the run (bench/results/webhooks-fan-out-window/); priced
 // with bench/micro/fan-out-queue-micro.ts, the fan-out costs ~22 % less PostgreSQL CPU per event; an
-// event to fan out costs its publish a narrow row more (~10 µs in a one-event transaction).
+// event to fan out costs its publish a narrow row more (~40 µs of PostgreSQL CPU in a one-event
+// transaction: bench/results/webhooks-outbox-pending/).
 //
 // The queue is filled by a trigger on each row inserted with `dispatched_at` null: every way an event is
 // recorded (a post published, a test send, an operational event, a row a test or an operator writes by
-// hand) queues it, and none can forget to. `dispatched_at` keeps one meaning
-// only: set when the event was recorded with nothing to fan out (the API knows no endpoint wants it).
+// hand) queues it, and none can forget to. `dispatched_at` keeps one meaning only: set when the event was recorded with nothing to fan out (the API knows no endpoint wants it).
 // "Not fanned out yet" is now "has a row in the queue": the fan-out, the FIFO claim's check for an earlier
 // event of the organisation, the lag metric and retention read the queue. Retention finds old events by
 // `created_at` (a new index; the index on `dispatched_at` and the partial index of undispatched rows go).
 //
-// Upgrading: stop every dispatcher of the old version before this migration runs. An old dispatcher
-// waits for `dispatched_at` to fan out an event, and after this migration nothing queues it that way.
+// Upgrading: stop every dispatcher of the old version before this migration runs. An old dispatcher calls
+// the new fan-out function (nothing is lost or sent twice), but its own statements still take an event
+// without `dispatched_at` as not fanned out: its FIFO lines would wait for ever, its lag metric would grow
+// and its retention would keep every new event.
 
 /** The claim's settings as the claim-functions migration gave them. */
 const CLAIM_SETTINGS = sql`language plpgsql set search_path from current set enable_seqscan = off

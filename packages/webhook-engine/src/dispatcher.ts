@@ -192,15 +192,7 @@ export function createDispatcher(deps: DispatcherDeps): Dispatcher {
           db,
           sql`select count(*)::int as n from webhook_endpoints where status = 'DISABLED' and deleted_at is null`,
         ),
-      // The oldest event not yet fanned out (the first of the pending queue): 0 when none waits.
-      outboxLagSeconds: async () =>
-        countWhere(
-          db,
-          sql`select coalesce(extract(epoch from now() - (
-                select created_at from webhook_outbox
-                where seq = (select seq from webhook_outbox_pending order by seq limit 1)
-              )), 0)::float8 as n`,
-        ),
+      outboxLagSeconds: () => outboxLagSeconds(db),
     },
     deps.registry,
   );
@@ -434,6 +426,20 @@ function answersWithin(ping: () => Promise<unknown>, ms: number): Promise<boolea
       },
     );
   });
+}
+
+/**
+ * Seconds since the oldest event not yet fanned out was recorded (the first row of the pending-fan-out
+ * queue): 0 when none waits. `herald_webhook_outbox_lag_seconds`.
+ */
+export async function outboxLagSeconds(db: Kysely<Database>): Promise<number> {
+  return countWhere(
+    db,
+    sql`select coalesce(extract(epoch from now() - (
+          select created_at from webhook_outbox
+          where seq = (select seq from webhook_outbox_pending order by seq limit 1)
+        )), 0)::float8 as n`,
+  );
 }
 
 async function countWhere(db: Kysely<Database>, query: ReturnType<typeof sql<{ n: number }>>): Promise<number> {

@@ -91,6 +91,8 @@ describe('socket rebalancing through nginx', () => {
 
     const published: string[] = [];
     let publishing = true;
+    // A failed publish stops the loop and fails the test with its own error (not a wait's timeout).
+    let publishError: unknown;
     const publisher = (async () => {
       for (let n = 1; publishing && n <= MAX_POSTS; n++) {
         const title = `post ${n}`;
@@ -99,7 +101,9 @@ describe('socket rebalancing through nginx', () => {
         published.push(title);
         await new Promise((resolve) => setTimeout(resolve, PUBLISH_INTERVAL_MS));
       }
-    })();
+    })().catch((error: unknown) => {
+      publishError = error;
+    });
 
     // The third pod joins: nginx first (new connections may go to it), then the pod itself.
     await nginx.reload(ports);
@@ -117,9 +121,17 @@ describe('socket rebalancing through nginx', () => {
     const evenedMs = Date.now() - joinedAt;
     // Steady rate on for a few more posts after the spread evened out, then stop and let every client catch up.
     const target = published.length + 8;
-    await waitFor('a few more posts', () => published.length >= target, { timeoutMs: 60_000 });
+    await waitFor(
+      'a few more posts',
+      () => {
+        if (publishError) throw publishError;
+        return published.length >= target;
+      },
+      { timeoutMs: 60_000 },
+    );
     publishing = false;
     await publisher;
+    if (publishError) throw publishError;
     const last = published.at(-1)!;
     await waitFor('every client to reach the last post', () => clients.every((client) => client.count(last) >= 1), {
       timeoutMs: 60_000,

@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { type Client, createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 
@@ -44,21 +45,51 @@ export function subscribePostPublished(url: string, token: string, orgId: string
 }
 
 /**
+ * POSTs a JSON body on a connection of its own, closed after the answer, and parses the answer as JSON.
+ * Not `fetch`: it drops a `connection: close` header (a forbidden request header) and sends on its pooled
+ * keep-alive connections, which a pod may close just as a request is written on one ("other side closed": the
+ * caller can't know whether the mutation ran). A new connection to a pod that is gone is refused instead,
+ * which committed nothing. A failure rejects with the socket's error as `cause` (`cause.code`, as fetch's).
+ */
+export function postJson(url: string, headers: Record<string, string>, body: string): Promise<any> {
+  return new Promise((resolve, reject) => {
+    const fail = (error: Error) => reject(new Error(`POST ${url} failed: ${error.message}`, { cause: error }));
+    const req = request(
+      url,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8').on('data', (chunk: string) => {
+          text += chunk;
+        });
+        response.on('error', fail);
+        response.on('end', () => {
+          try {
+            resolve(JSON.parse(text));
+          } catch {
+            reject(
+              new Error(`POST ${url}: HTTP ${response.statusCode} with a body that is not JSON: ${text.slice(0, 200)}`),
+            );
+          }
+        });
+      },
+    );
+    req.on('error', fail);
+    req.end(body);
+  });
+}
+
+/**
  * Creates and publishes a post through `baseUrl`; returns the HTTP response body of publishPost.
- * Each request on a connection of its own (`connection: close`): tests restart pods behind this, and a
- * pooled keep-alive connection can be closed by a draining or stopped pod just as a request is written on
- * it (ECONNRESET, and the caller can't know whether the mutation ran); a new connection to a pod that is
- * gone is refused instead, which committed nothing.
+ * Each request on a connection of its own ({@link postJson}): tests restart pods behind this.
  */
 export async function createAndPublish(baseUrl: string, token: string, orgId: string, title: string) {
-  const call = async (query: string, variables: Record<string, unknown>) => {
-    const response = await fetch(`${baseUrl}/graphql`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, connection: 'close' },
-      body: JSON.stringify({ query, variables }),
-    });
-    return (await response.json()) as { data?: any; errors?: unknown[] };
-  };
+  const call = (query: string, variables: Record<string, unknown>): Promise<{ data?: any; errors?: unknown[] }> =>
+    postJson(`${baseUrl}/graphql`, { authorization: `Bearer ${token}` }, JSON.stringify({ query, variables }));
   const created = await call('mutation($input: CreatePostInput!) { createPost(input: $input) { id } }', {
     input: { orgId, title },
   });

@@ -46,10 +46,11 @@ export function subscribePostPublished(url: string, token: string, orgId: string
 
 /**
  * POSTs a JSON body on a connection of its own, closed after the answer, and parses the answer as JSON.
- * Not `fetch`: it drops a `connection: close` header (a forbidden request header) and sends on its pooled
- * keep-alive connections, which a pod may close just as a request is written on one ("other side closed": the
- * caller can't know whether the mutation ran). A new connection to a pod that is gone is refused instead,
- * which committed nothing. A failure rejects with the socket's error as `cause` (`cause.code`, as fetch's).
+ * Not `fetch`: it takes a socket from the process-wide keep-alive pool (the `/metrics` reads' idle ones too), and
+ * `connection: close` only closes that socket after the request, so a request could still be written on an idle
+ * socket the pod was closing just then ("other side closed": the caller can't know whether the mutation ran).
+ * A new connection to a pod that is gone is refused instead, which committed nothing. A failure rejects with
+ * the socket's error as `cause` (`cause.code`, as fetch's).
  */
 export function postJson(url: string, headers: Record<string, string>, body: string): Promise<any> {
   return new Promise((resolve, reject) => {

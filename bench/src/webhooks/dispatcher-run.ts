@@ -114,6 +114,15 @@ export async function runDispatcher(
     const dispatcherUrl = new URL(herald.env.DATABASE_URL!);
     const encryptionKeys = herald.env.HERALD_ENCRYPTION_KEYS!;
     dispatcherUrl.searchParams.set('application_name', applicationName);
+    // Diagnostics: PostgreSQL settings for the dispatchers' sessions (e.g.
+    // BENCH_DISPATCHER_PG_OPTIONS='-c log_min_duration_statement=0' logs each statement's duration).
+    const pgOptions = process.env.BENCH_DISPATCHER_PG_OPTIONS;
+    if (pgOptions) {
+      dispatcherUrl.searchParams.set(
+        'options',
+        `${dispatcherUrl.searchParams.get('options') ?? ''} ${pgOptions}`.trim(),
+      );
+    }
     monitor = new pg.Client({ connectionString: config.databaseUrl });
     await monitor.connect();
     const queryCounts = new Map<ChildProcess, number>();

@@ -24,11 +24,11 @@
  * row written at take time, several endpoints per event need the queue row kept until every one is
  * recorded, and a lease that expires must hand its events to another dispatcher.
  */
-import { readFileSync } from 'node:fs';
 import { createDatabase, type Database, migrateToLatest, sealSecret } from '@herald/db';
 import { type ClaimedDelivery, claimDeliveries, fanOutOutbox, recordOutcomes } from '@herald/webhook-engine';
 import { attemptOutcome } from '@herald/webhook-engine/testing';
 import { type Kysely, sql } from 'kysely';
+import { median, procSample } from '../src/common.js';
 import { microPostBody } from './post-body.js';
 
 const events = Number(process.argv[2] ?? 10_000);
@@ -42,10 +42,8 @@ const MICRO_KEYRING = [{ id: 'micro', key: Buffer.alloc(32, 1) }] as const;
 const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const admin = await createDatabase({ kind: 'postgres', url: base, poolMax: 1 });
 const body = microPostBody();
-const cpuOf = (pid: number) => {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
-};
+/** A PostgreSQL backend's CPU µs so far (every thread's schedstat, as the bench reads its processes). */
+const cpuOf = (pid: number) => procSample(pid).cpuUs;
 
 type Variant = 'today' | 'straight';
 interface Side {
@@ -230,7 +228,6 @@ for (let round = 0; round < rounds; round++) {
     }
   }
 }
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 console.log(
   JSON.stringify({
     events,
@@ -240,7 +237,7 @@ console.log(
     perDelivery: Object.fromEntries(
       Object.entries(results).map(([variant, r]) => [
         variant,
-        { pgCpuUs: r.pg, clientCpuUs: r.client, medians: { pg: median(r.pg), client: median(r.client) } },
+        { pgCpuUs: r.pg, clientCpuUs: r.client, medianPg: median(r.pg), medianClient: median(r.client) },
       ]),
     ),
     deliveriesTable: written,

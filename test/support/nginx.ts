@@ -9,7 +9,8 @@ import { freePort, waitFor } from '@herald/testing/ports';
 
 /** The reverse-proxy config users deploy; the tests render and run exactly this file. */
 export const NGINX_TEMPLATE = fileURLToPath(new URL('../../deploy/nginx/herald.conf.template', import.meta.url));
-const NGINX_BINARY = process.env.NGINX_BINARY ?? 'nginx';
+/** The nginx binary to run: `NGINX_BINARY`, else `nginx` on PATH (read at each start, so a test can point it elsewhere). */
+const nginxBinary = () => process.env.NGINX_BINARY ?? 'nginx';
 
 /** Fills the template's placeholders (what envsubst does in the official nginx image). */
 export async function renderHeraldNginxConf(listen: number, upstreamPorts: number[]): Promise<string> {
@@ -65,14 +66,29 @@ export async function prepareNginx(upstreamPorts: number[]): Promise<{ dir: stri
   await writeFile(join(dir, 'herald.conf'), await renderHeraldNginxConf(port, upstreamPorts));
   const confPath = join(dir, 'nginx.conf');
   await writeFile(confPath, mainConf(dir));
-  await promisify(execFile)(NGINX_BINARY, ['-t', '-q', '-p', dir, '-c', confPath]);
+  try {
+    await promisify(execFile)(nginxBinary(), ['-t', '-q', '-p', dir, '-c', confPath]);
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    // A machine without nginx (`pnpm soak` or a test run by hand before .ci/run installed it) gets told
+    // what is missing, not "spawn nginx ENOENT".
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
+      throw new Error(
+        `nginx is not installed: no \`${nginxBinary()}\` to run (install it, e.g. \`apt-get install -y nginx\` as .ci/run does, or set NGINX_BINARY to its path)`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
   return { dir, port, confPath };
 }
 
 /** Starts nginx in front of `upstreamPorts` on a spare port, as the current user. */
 export async function startNginx(upstreamPorts: number[]): Promise<NginxProcess> {
   const { dir, port, confPath } = await prepareNginx(upstreamPorts);
-  const child: ChildProcess = spawn(NGINX_BINARY, ['-p', dir, '-c', confPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn(nginxBinary(), ['-p', dir, '-c', confPath], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let stderr = '';
   child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
     stderr += chunk;
@@ -93,7 +109,7 @@ export async function startNginx(upstreamPorts: number[]): Promise<NginxProcess>
     dir,
     async reload(upstreamPorts) {
       await writeFile(join(dir, 'herald.conf'), await renderHeraldNginxConf(port, upstreamPorts));
-      await promisify(execFile)(NGINX_BINARY, ['-t', '-q', '-p', dir, '-c', confPath]);
+      await promisify(execFile)(nginxBinary(), ['-t', '-q', '-p', dir, '-c', confPath]);
       child.kill('SIGHUP');
     },
     async stop() {

@@ -21,6 +21,7 @@ import {
   TSX_IMPORT,
   wallNow,
 } from '../common.js';
+import { withSessionSettings } from '../pg-session-options.js';
 import { startHeraldTarget } from '../targets.js';
 import type { ReceiverStats } from '../webhook-receiver.js';
 import { DISPATCHER_MAIN, type IpcChild, QUERY_COUNTER, redisCommand } from './children.js';
@@ -116,13 +117,10 @@ export async function runDispatcher(
     dispatcherUrl.searchParams.set('application_name', applicationName);
     // Diagnostics: PostgreSQL settings for the dispatchers' sessions (e.g.
     // BENCH_DISPATCHER_PG_OPTIONS='-c log_min_duration_statement=0' logs each statement's duration).
-    const pgOptions = process.env.BENCH_DISPATCHER_PG_OPTIONS;
-    if (pgOptions) {
-      dispatcherUrl.searchParams.set(
-        'options',
-        `${dispatcherUrl.searchParams.get('options') ?? ''} ${pgOptions}`.trim(),
-      );
-    }
+    const dispatcherDatabaseUrl = withSessionSettings(
+      dispatcherUrl.toString(),
+      process.env.BENCH_DISPATCHER_PG_OPTIONS,
+    );
     monitor = new pg.Client({ connectionString: config.databaseUrl });
     await monitor.connect();
     const queryCounts = new Map<ChildProcess, number>();
@@ -156,7 +154,7 @@ export async function runDispatcher(
             LOG_LEVEL: process.env.BENCH_DISPATCHER_LOG_LEVEL ?? 'info',
             HOST: '127.0.0.1',
             PORT: '0',
-            DATABASE_URL: dispatcherUrl.toString(),
+            DATABASE_URL: dispatcherDatabaseUrl,
             REDIS_URL: config.redisUrl!,
             HERALD_REDIS_PREFIX: prefix,
             // The API's keyring: the dispatcher opens the secrets the API sealed.
